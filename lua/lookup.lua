@@ -1,0 +1,42 @@
+-- lookup.lua: read-only prefix match of a chain of blocks against live workers.
+-- KEYS[1] = <base>:ids
+-- ARGV[1] = base, ARGV[2..] = the request's block hashes in chain order.
+-- For each live worker: the number of leading blocks of the chain it holds,
+-- plus its load. The scan stops at the first block no remaining worker holds.
+-- Returns {blocks scanned, then per worker 11 strings: id, url, matched
+-- blocks, inflight, waiting, running, kv_usage, load_age_ms, lease_left_ms,
+-- blocks held, syncing}.
+-- Complexity: O(matched blocks x live workers holding them + live workers).
+local bad = check_hashes(2)
+if bad then return bad end
+local now = now_ms()
+local idxs = live_idxs(now)
+local states, matched, active = {}, {}, {}
+for i, idx in ipairs(idxs) do
+  states[i] = worker_state(idx)
+  matched[i] = 0
+  active[#active + 1] = i
+end
+local scanned = 0
+for n = 2, #ARGV do
+  if #active == 0 then break end
+  local h = ARGV[n]
+  scanned = scanned + 1
+  local list = fwd_get(h)
+  local still = {}
+  for _, i in ipairs(active) do
+    if holds(list, states[i], h, now) then
+      matched[i] = n - 1
+      still[#still + 1] = i
+    end
+  end
+  active = still
+end
+local routers = live_routers(now)
+local out = { scanned }
+for i, idx in ipairs(idxs) do
+  local info = worker_info(idx, now, routers)
+  table.insert(info, 3, tostring(matched[i]))
+  for _, v in ipairs(info) do out[#out + 1] = v end
+end
+return out

@@ -1,0 +1,28 @@
+-- sync_commit.lua: make a staged snapshot the worker's block set, atomically.
+-- KEYS[1] = <base>:ids
+-- ARGV[1] = base, ARGV[2] = worker_id, ARGV[3] = sync_id, ARGV[4] = confirmed ttl_ms
+-- The staged set becomes the sync target s:<idx>; from this moment lookups use
+-- it as the worker's membership, and sync_patch.lua brings the forward and
+-- reverse maps in line with it in bounded steps. Every confirmed entry the
+-- snapshot keeps is refreshed through the worker's synced_until.
+-- Returns {1, target size} when committed, {0, 0} when the previous sync is
+-- still being patched (run sync_patch.lua, then retry), or "ERR unknown worker".
+-- Complexity: O(1).
+if not string.match(ARGV[3], '^[%w_%-]+$') or #ARGV[3] > 64 then
+  return redis.error_reply('ERR bad sync_id')
+end
+local now = now_ms()
+local idx = live_idx(ARGV[2], now)
+if not idx then return redis.error_reply('ERR unknown worker') end
+if worker_state(idx).syncing then return { 0, 0 } end
+local stage = BASE .. ':stage:' .. idx .. ':' .. ARGV[3]
+local target = sync_target_key(idx)
+if redis.call('EXISTS', stage) == 1 then
+  redis.call('RENAME', stage, target)
+  redis.call('PERSIST', target)
+else
+  redis.call('DEL', target)
+end
+redis.call('HSET', worker_key(idx), 'syncing', 1, 'patch_phase', 'add', 'patch_cursor', '0',
+  'patch_ms', now, 'synced_until', now + tonumber(ARGV[4]))
+return { 1, redis.call('SCARD', target) }
