@@ -3,9 +3,8 @@
 -- ARGV[1] = base, ARGV[2..] = the request's block hashes in chain order.
 -- For each live worker: the number of leading blocks of the chain it holds,
 -- plus its load. The scan stops at the first block no remaining worker holds.
--- Returns {blocks scanned, then per worker 11 strings: id, url, matched
--- blocks, inflight, waiting, running, kv_usage, load_age_ms, lease_left_ms,
--- blocks held, syncing}.
+-- Returns {blocks scanned, then per worker 11 strings: matched blocks, then
+-- worker_info's 10 fields (see lib.lua)}.
 -- Complexity: O(matched blocks x live workers holding them + live workers).
 local bad = check_hashes(2)
 if bad then return bad end
@@ -33,10 +32,9 @@ for n = 2, #ARGV do
   active = still
 end
 local routers = live_routers(now)
-local out = { scanned }
+local out = { tostring(scanned) }
 for i, idx in ipairs(idxs) do
-  local info = worker_info(idx, now, routers)
-  table.insert(info, 3, tostring(matched[i]))
-  for _, v in ipairs(info) do out[#out + 1] = v end
+  out[#out + 1] = tostring(matched[i])
+  for _, v in ipairs(worker_info(idx, now, routers)) do out[#out + 1] = v end
 end
 return out

@@ -5,8 +5,9 @@
 -- it as the worker's membership, and sync_patch.lua brings the forward and
 -- reverse maps in line with it in bounded steps. Every confirmed entry the
 -- snapshot keeps is refreshed through the worker's synced_until.
--- Returns {1, target size} when committed, {0, 0} when the previous sync is
--- still being patched (run sync_patch.lua, then retry), or "ERR unknown worker".
+-- Returns {1, target size, idx} when committed, {0, 0, idx} when the previous
+-- sync is still being patched (run sync_patch.lua, then retry), or
+-- "ERR unknown worker".
 -- Complexity: O(1).
 if not string.match(ARGV[3], '^[%w_%-]+$') or #ARGV[3] > 64 then
   return redis.error_reply('ERR bad sync_id')
@@ -14,7 +15,7 @@ end
 local now = now_ms()
 local idx = live_idx(ARGV[2], now)
 if not idx then return redis.error_reply('ERR unknown worker') end
-if worker_state(idx).syncing then return { 0, 0 } end
+if worker_state(idx).syncing then return { 0, 0, tonumber(idx) } end
 local stage = BASE .. ':stage:' .. idx .. ':' .. ARGV[3]
 local target = sync_target_key(idx)
 if redis.call('EXISTS', stage) == 1 then
@@ -25,4 +26,4 @@ else
 end
 redis.call('HSET', worker_key(idx), 'syncing', 1, 'patch_phase', 'add', 'patch_cursor', '0',
   'patch_ms', now, 'synced_until', now + tonumber(ARGV[4]))
-return { 1, redis.call('SCARD', target) }
+return { 1, redis.call('SCARD', target), tonumber(idx) }

@@ -3,10 +3,11 @@
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base, ARGV[2] = worker_id, ARGV[3] = sync_id ([A-Za-z0-9_-]{1,64}),
 -- ARGV[4] = staging ttl_ms (an abandoned sync disappears by itself),
--- ARGV[5..] = block hashes (16 lower-case hex digits).
--- Returns the number of hashes staged so far, or "ERR unknown worker".
+-- ARGV[5] = most hashes a snapshot may have; ARGV[6..] = block hashes (16 hex digits).
+-- Returns the number of hashes staged so far, "ERR unknown worker", or
+-- "ERR sync too large" (the staged snapshot is then dropped whole).
 -- Complexity: O(n) for n hashes; callers send at most ~1000 per call.
-local bad = check_hashes(5)
+local bad = check_hashes(6)
 if bad then return bad end
 if not string.match(ARGV[3], '^[%w_%-]+$') or #ARGV[3] > 64 then
   return redis.error_reply('ERR bad sync_id')
@@ -14,8 +15,13 @@ end
 local idx = live_idx(ARGV[2], now_ms())
 if not idx then return redis.error_reply('ERR unknown worker') end
 local stage = BASE .. ':stage:' .. idx .. ':' .. ARGV[3]
-for i = 5, #ARGV, 512 do
+for i = 6, #ARGV, 512 do
   redis.call('SADD', stage, unpack(ARGV, i, math.min(i + 511, #ARGV)))
 end
+local staged = redis.call('SCARD', stage)
+if staged > tonumber(ARGV[5]) then
+  redis.call('DEL', stage)
+  return redis.error_reply('ERR sync too large')
+end
 redis.call('PEXPIRE', stage, tonumber(ARGV[4]))
-return redis.call('SCARD', stage)
+return staged

@@ -1,1 +1,8 @@
+//! prefix-router: stateless, cache-aware routers for LLM inference that share
+//! one prefix index in Valkey.
+//!
+//! Layers, with one-way dependencies: [`api`] (HTTP, thin) → [`state`]
+//! (Valkey store and its Lua scripts) and [`hashing`] (pure).
 
+pub mod hashing;
+pub mod state;

@@ -1,0 +1,67 @@
+//! Housekeeping run by every router: lease expiry, purges, stalled syncs.
+
+use super::ttl::ms;
+use super::{Lane, ScriptName, StateError, StateStore};
+
+/// What one gc pass over a model did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GcReport {
+    /// Incarnations whose lease had expired, moved to the purge queue.
+    pub expired_workers: u64,
+    /// Routers whose lease had expired; their in-flight counts dropped.
+    pub dead_routers: u64,
+    /// Expired entries removed from live workers.
+    pub swept_entries: u64,
+    /// Entries of dead incarnations removed.
+    pub purged_entries: u64,
+    /// Stalled sync patches this pass finished.
+    pub resumed_syncs: u64,
+}
+
+impl StateStore {
+    /// One bounded gc step for `model`, then purge batches until the queue is
+    /// empty or `max_purge_steps` batches ran. Safe on every router at once.
+    pub async fn gc(&self, model: &str, max_purge_steps: usize) -> Result<GcReport, StateError> {
+        let budget = self.limits().step_budget.to_string();
+        let stall = ms(self.ttls().patch_stall);
+        let reply: Vec<u64> = self
+            .run(Lane::Bulk, ScriptName::Gc, model, &[&budget, &stall])
+            .await?;
+        let mut report = GcReport {
+            expired_workers: reply.first().copied().unwrap_or(0),
+            dead_routers: reply.get(1).copied().unwrap_or(0),
+            swept_entries: reply.get(2).copied().unwrap_or(0),
+            ..GcReport::default()
+        };
+        for &idx in reply.iter().skip(3) {
+            tracing::info!(model, idx, "resuming a stalled sync patch");
+            self.finish_patch(model, idx).await?;
+            report.resumed_syncs += 1;
+        }
+        for _ in 0..max_purge_steps {
+            let (removed, queued) = self.purge_step(model).await?;
+            report.purged_entries += removed;
+            if queued == 0 {
+                break;
+            }
+        }
+        metrics::counter!("prefix_router_entries_total", "op" => "gc_sweep").increment(report.swept_entries);
+        metrics::counter!("prefix_router_entries_total", "op" => "purge").increment(report.purged_entries);
+        Ok(report)
+    }
+
+    /// One purge batch; returns (entries removed, incarnations still queued).
+    pub async fn purge_step(&self, model: &str) -> Result<(u64, u64), StateError> {
+        let budget = self.limits().step_budget.to_string();
+        self.run(Lane::Bulk, ScriptName::Purge, model, &[&budget]).await
+    }
+
+    /// Loads every script on the server now (they also load on demand).
+    pub async fn load_scripts(&self) -> Result<(), StateError> {
+        let scripts = &self.inner.scripts;
+        self.inner
+            .conns
+            .with_bulk(|mut c| async move { scripts.load_all(&mut c).await })
+            .await
+    }
+}

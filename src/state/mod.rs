@@ -1,0 +1,168 @@
+//! The shared state in Valkey: forward and reverse maps, leases, load gauges.
+//!
+//! Every mutation is one of the atomic Lua scripts in `lua/`; this module
+//! names keys, chunks inputs so that no script runs much longer than 1 ms,
+//! and keeps routing calls on their own multiplexed connection so that they
+//! never queue behind bulk work (syncs, purges, gc) on the pool.
+
+mod blocks;
+mod connections;
+mod error;
+mod gc;
+mod keys;
+mod leases;
+mod lookup;
+mod scripts;
+mod sync;
+mod ttl;
+
+pub use blocks::StoredOutcome;
+pub use connections::{ConnectionSettings, normalize_url};
+pub use error::StateError;
+pub use gc::GcReport;
+pub use keys::{KeySpace, MAX_NAME_LEN, check_name};
+pub use leases::{WorkerHeartbeat, WorkerLease, WorkerLoad};
+pub use lookup::{PrefixLookup, WorkerInfo, WorkerMatch, WorkerStatus};
+pub use scripts::{ScriptName, ScriptSet};
+pub use sync::SyncOutcome;
+pub use ttl::{BatchLimits, StateTtls};
+
+use connections::Connections;
+use std::sync::Arc;
+
+use crate::hashing::BlockHash;
+
+/// Handle on the shared state of one fleet namespace. Cheap to clone.
+#[derive(Clone)]
+pub struct StateStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    keys: KeySpace,
+    conns: Connections,
+    scripts: ScriptSet,
+    ttls: StateTtls,
+    limits: BatchLimits,
+    router_id: String,
+}
+
+/// Which connection a call goes on.
+#[derive(Debug, Clone, Copy)]
+enum Lane {
+    /// The multiplexed routing connection: lookups, claims, gauges.
+    Hot,
+    /// The pool: reports from workers, syncs, gc, purges, listings.
+    Bulk,
+}
+
+impl StateStore {
+    /// A store for `settings.url`; connects lazily, so it works (and reports
+    /// `Unavailable`) while Valkey is down.
+    pub fn new(
+        settings: ConnectionSettings,
+        key_prefix: &str,
+        router_id: &str,
+        ttls: StateTtls,
+        limits: BatchLimits,
+    ) -> Result<Self, StateError> {
+        check_name("router id", router_id)?;
+        Ok(StateStore {
+            inner: Arc::new(Inner {
+                keys: KeySpace::new(key_prefix)?,
+                conns: Connections::new(settings)?,
+                scripts: ScriptSet::new(),
+                ttls,
+                limits,
+                router_id: router_id.to_owned(),
+            }),
+        })
+    }
+
+    /// The key names of this namespace.
+    pub fn keys(&self) -> &KeySpace {
+        &self.inner.keys
+    }
+
+    /// The TTLs this store writes with.
+    pub fn ttls(&self) -> &StateTtls {
+        &self.inner.ttls
+    }
+
+    /// The chunk sizes and request caps this store applies.
+    pub fn limits(&self) -> &BatchLimits {
+        &self.inner.limits
+    }
+
+    /// This router's id (its in-flight gauges and lease are kept under it).
+    pub fn router_id(&self) -> &str {
+        &self.inner.router_id
+    }
+
+    /// PING on the routing connection: is Valkey reachable now?
+    pub async fn ping(&self) -> Result<(), StateError> {
+        self.inner.conns.ping().await
+    }
+
+    /// Runs a script for `model` on `lane`; ARGV[1] is the model's key base.
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        lane: Lane,
+        name: ScriptName,
+        model: &str,
+        args: &[&str],
+    ) -> Result<T, StateError> {
+        check_name("model", model)?;
+        let keys = &self.inner.keys;
+        let ids = keys.worker_ids(model);
+        let base = keys.model_base(model);
+        let mut argv: Vec<&str> = Vec::with_capacity(args.len() + 1);
+        argv.push(&base);
+        argv.extend_from_slice(args);
+        let scripts = &self.inner.scripts;
+        match lane {
+            Lane::Hot => {
+                self.inner
+                    .conns
+                    .with_hot(|mut c| async move { scripts.call(&mut c, name, &[&ids], &argv).await })
+                    .await
+            }
+            Lane::Bulk => {
+                self.inner
+                    .conns
+                    .with_bulk(|mut c| async move { scripts.call(&mut c, name, &[&ids], &argv).await })
+                    .await
+            }
+        }
+    }
+
+    /// Runs a plain command on the bulk lane (index keys outside any script).
+    async fn command<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, StateError> {
+        self.inner
+            .conns
+            .with_bulk(|mut c| async move {
+                cmd.query_async(&mut c)
+                    .await
+                    .map_err(|e| StateError::from_redis("command", e))
+            })
+            .await
+    }
+}
+
+/// Hex forms of `hashes`, as the scripts take them.
+fn hex_args(hashes: &[BlockHash]) -> Vec<String> {
+    hashes.iter().map(|h| h.to_hex()).collect()
+}
+
+/// Maps a script's "ERR unknown worker" to [`StateError::UnknownWorker`].
+fn unknown_worker(err: StateError, model: &str, worker_id: &str) -> StateError {
+    match err {
+        StateError::Script { ref detail, .. } if detail.contains("unknown worker") => {
+            StateError::UnknownWorker {
+                worker_id: worker_id.to_owned(),
+                model: model.to_owned(),
+            }
+        }
+        other => other,
+    }
+}
