@@ -4,5 +4,8 @@
 //! Layers, with one-way dependencies: [`api`] (HTTP, thin) → [`state`]
 //! (Valkey store and its Lua scripts) and [`hashing`] (pure).
 
+pub mod api;
+pub mod config;
 pub mod hashing;
+pub mod serve;
 pub mod state;

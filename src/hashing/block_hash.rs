@@ -107,7 +107,14 @@ mod tests {
 
     #[test]
     fn rejects_wrong_lengths_and_non_hex() {
-        for bad in ["", "123", "0x7219bff9b08337", "7219bff9b08337eg", "+219bff9b08337ef", "7219bff9b08337ef0"] {
+        for bad in [
+            "",
+            "123",
+            "0x7219bff9b08337",
+            "7219bff9b08337eg",
+            "+219bff9b08337ef",
+            "7219bff9b08337ef0",
+        ] {
             assert!(bad.parse::<BlockHash>().is_err(), "{bad}");
         }
     }
@@ -117,8 +124,18 @@ mod tests {
         let v: Vec<BlockHash> =
             serde_json::from_str(r#"[18446744073709551615, "00000000000000ff", 0]"#).unwrap();
         assert_eq!(v, vec![BlockHash(u64::MAX), BlockHash(255), BlockHash(0)]);
-        for bad in [r#"[-1]"#, r#"[1.5]"#, r#"["ff"]"#, r#"[18446744073709551616]"#, r#"[null]"#, r#"[[1]]"#] {
-            assert!(serde_json::from_str::<Vec<BlockHash>>(bad).is_err(), "{bad}");
+        for bad in [
+            r#"[-1]"#,
+            r#"[1.5]"#,
+            r#"["ff"]"#,
+            r#"[18446744073709551616]"#,
+            r#"[null]"#,
+            r#"[[1]]"#,
+        ] {
+            assert!(
+                serde_json::from_str::<Vec<BlockHash>>(bad).is_err(),
+                "{bad}"
+            );
         }
     }
 }

@@ -30,13 +30,25 @@ impl StateStore {
 
     /// Speculatively inserts the blocks `worker_id` does not hold yet (the
     /// routing step's claim). Returns how many were inserted.
-    pub async fn claim(&self, model: &str, worker_id: &str, hashes: &[BlockHash]) -> Result<u64, StateError> {
+    pub async fn claim(
+        &self,
+        model: &str,
+        worker_id: &str,
+        hashes: &[BlockHash],
+    ) -> Result<u64, StateError> {
         self.check_batch(worker_id, hashes)?;
         let ttl = ms(self.ttls().speculative);
         let mut inserted = 0;
         for chunk in hashes.chunks(self.limits().hashes_per_call) {
             let n: u64 = self
-                .blocks_call(Lane::Hot, ScriptName::Claim, model, worker_id, Some(&ttl), chunk)
+                .blocks_call(
+                    Lane::Hot,
+                    ScriptName::Claim,
+                    model,
+                    worker_id,
+                    Some(&ttl),
+                    chunk,
+                )
                 .await?;
             inserted += n;
         }
@@ -45,13 +57,25 @@ impl StateStore {
     }
 
     /// Confirms blocks `worker_id` now caches, with the confirmed TTL.
-    pub async fn stored(&self, model: &str, worker_id: &str, hashes: &[BlockHash]) -> Result<StoredOutcome, StateError> {
+    pub async fn stored(
+        &self,
+        model: &str,
+        worker_id: &str,
+        hashes: &[BlockHash],
+    ) -> Result<StoredOutcome, StateError> {
         self.check_batch(worker_id, hashes)?;
         let ttl = ms(self.ttls().confirmed);
         let mut out = StoredOutcome::default();
         for chunk in hashes.chunks(self.limits().hashes_per_call) {
             let (i, p, r): (u64, u64, u64) = self
-                .blocks_call(Lane::Bulk, ScriptName::Stored, model, worker_id, Some(&ttl), chunk)
+                .blocks_call(
+                    Lane::Bulk,
+                    ScriptName::Stored,
+                    model,
+                    worker_id,
+                    Some(&ttl),
+                    chunk,
+                )
                 .await?;
             out.inserted += i;
             out.promoted += p;
@@ -63,7 +87,12 @@ impl StateStore {
     }
 
     /// Removes blocks `worker_id` evicted. Returns how many entries it had.
-    pub async fn evict(&self, model: &str, worker_id: &str, hashes: &[BlockHash]) -> Result<u64, StateError> {
+    pub async fn evict(
+        &self,
+        model: &str,
+        worker_id: &str,
+        hashes: &[BlockHash],
+    ) -> Result<u64, StateError> {
         self.check_batch(worker_id, hashes)?;
         let mut removed = 0;
         for chunk in hashes.chunks(self.limits().hashes_per_call) {

@@ -50,7 +50,11 @@ pub fn normalize_url(url: &str) -> Result<String, StateError> {
         "redis" | "valkey" => "redis",
         "rediss" | "valkeys" => "rediss",
         "unix" | "redis+unix" => scheme,
-        _ => return Err(invalid("scheme must be redis, rediss, valkey, valkeys or unix")),
+        _ => {
+            return Err(invalid(
+                "scheme must be redis, rediss, valkey, valkeys or unix",
+            ));
+        }
     };
     Ok(format!("{scheme}://{rest}"))
 }
@@ -169,7 +173,10 @@ mod tests {
     #[test]
     fn valkey_schemes_are_aliases() {
         assert_eq!(normalize_url("valkey://h:1/0").unwrap(), "redis://h:1/0");
-        assert_eq!(normalize_url("valkeys://u:p@h:1").unwrap(), "rediss://u:p@h:1");
+        assert_eq!(
+            normalize_url("valkeys://u:p@h:1").unwrap(),
+            "rediss://u:p@h:1"
+        );
         assert_eq!(normalize_url("redis://h:1").unwrap(), "redis://h:1");
         assert!(normalize_url("http://h:1").is_err());
         assert!(normalize_url("h:1").is_err());

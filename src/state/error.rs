@@ -12,7 +12,9 @@ pub enum StateError {
     #[error("valkey did not answer within {0:?}")]
     Timeout(Duration),
     /// The worker has no live lease for this model (never registered or expired).
-    #[error("unknown worker {worker_id:?} for model {model:?}: no live lease (send a heartbeat first)")]
+    #[error(
+        "unknown worker {worker_id:?} for model {model:?}: no live lease (send a heartbeat first)"
+    )]
     UnknownWorker {
         /// The worker id the caller named.
         worker_id: String,

@@ -45,15 +45,18 @@ impl StateStore {
                 break;
             }
         }
-        metrics::counter!("prefix_router_entries_total", "op" => "gc_sweep").increment(report.swept_entries);
-        metrics::counter!("prefix_router_entries_total", "op" => "purge").increment(report.purged_entries);
+        metrics::counter!("prefix_router_entries_total", "op" => "gc_sweep")
+            .increment(report.swept_entries);
+        metrics::counter!("prefix_router_entries_total", "op" => "purge")
+            .increment(report.purged_entries);
         Ok(report)
     }
 
     /// One purge batch; returns (entries removed, incarnations still queued).
     pub async fn purge_step(&self, model: &str) -> Result<(u64, u64), StateError> {
         let budget = self.limits().step_budget.to_string();
-        self.run(Lane::Bulk, ScriptName::Purge, model, &[&budget]).await
+        self.run(Lane::Bulk, ScriptName::Purge, model, &[&budget])
+            .await
     }
 
     /// Loads every script on the server now (they also load on demand).

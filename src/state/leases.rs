@@ -40,7 +40,11 @@ pub struct WorkerLease {
 
 impl StateStore {
     /// Registers `hb.worker_id` for `model` or renews its lease and load.
-    pub async fn heartbeat(&self, model: &str, hb: &WorkerHeartbeat) -> Result<WorkerLease, StateError> {
+    pub async fn heartbeat(
+        &self,
+        model: &str,
+        hb: &WorkerHeartbeat,
+    ) -> Result<WorkerLease, StateError> {
         check_name("worker_id", &hb.worker_id)?;
         let (has_load, load) = match hb.load {
             Some(l) => ("1", l),
@@ -52,12 +56,24 @@ impl StateStore {
                 detail: format!("must be within 0..=1, got {}", load.kv_cache_usage_perc),
             });
         }
-        let (waiting, running) = (load.num_requests_waiting.to_string(), load.num_requests_running.to_string());
+        let (waiting, running) = (
+            load.num_requests_waiting.to_string(),
+            load.num_requests_running.to_string(),
+        );
         let kv = load.kv_cache_usage_perc.to_string();
         let lease = ms(self.ttls().worker_lease);
-        let args = [hb.worker_id.as_str(), &hb.url, &lease, has_load, &waiting, &running, &kv];
-        let (incarnation, lease_ms, new): (u64, u64, u8) =
-            self.run(Lane::Bulk, ScriptName::Heartbeat, model, &args).await?;
+        let args = [
+            hb.worker_id.as_str(),
+            &hb.url,
+            &lease,
+            has_load,
+            &waiting,
+            &running,
+            &kv,
+        ];
+        let (incarnation, lease_ms, new): (u64, u64, u8) = self
+            .run(Lane::Bulk, ScriptName::Heartbeat, model, &args)
+            .await?;
         if new == 1 {
             self.remember_worker_model(&hb.worker_id, model).await?;
         }
@@ -103,22 +119,45 @@ impl StateStore {
     /// background by [`StateStore::purge`]. False when it was unknown.
     pub async fn deregister(&self, model: &str, worker_id: &str) -> Result<bool, StateError> {
         check_name("worker_id", worker_id)?;
-        let idx: u64 = self.run(Lane::Bulk, ScriptName::Deregister, model, &[worker_id]).await?;
+        let idx: u64 = self
+            .run(Lane::Bulk, ScriptName::Deregister, model, &[worker_id])
+            .await?;
         Ok(idx != 0)
     }
 
     /// Renews this router's lease for `model` (a zero lease ends it).
-    pub async fn router_lease(&self, model: &str, lease: std::time::Duration) -> Result<u64, StateError> {
+    pub async fn router_lease(
+        &self,
+        model: &str,
+        lease: std::time::Duration,
+    ) -> Result<u64, StateError> {
         let router = self.router_id().to_owned();
-        self.run(Lane::Hot, ScriptName::RouterLease, model, &[&router, &ms(lease)]).await
+        self.run(
+            Lane::Hot,
+            ScriptName::RouterLease,
+            model,
+            &[&router, &ms(lease)],
+        )
+        .await
     }
 
     /// Adds `delta` to this router's in-flight count for a worker; returns
     /// this router's new count.
-    pub async fn add_in_flight(&self, model: &str, worker_id: &str, delta: i64) -> Result<u64, StateError> {
+    pub async fn add_in_flight(
+        &self,
+        model: &str,
+        worker_id: &str,
+        delta: i64,
+    ) -> Result<u64, StateError> {
         check_name("worker_id", worker_id)?;
         let router = self.router_id().to_owned();
         let delta = delta.to_string();
-        self.run(Lane::Hot, ScriptName::Inflight, model, &[&router, worker_id, &delta]).await
+        self.run(
+            Lane::Hot,
+            ScriptName::Inflight,
+            model,
+            &[&router, worker_id, &delta],
+        )
+        .await
     }
 }

@@ -104,14 +104,23 @@ fn parse_info(script: ScriptName, f: &[String]) -> Result<WorkerInfo, StateError
 impl StateStore {
     /// For each live worker of `model`, how many leading blocks of `chain` it
     /// holds, with its load. Read-only; runs on the routing lane.
-    pub async fn lookup(&self, model: &str, chain: &[BlockHash]) -> Result<PrefixLookup, StateError> {
+    pub async fn lookup(
+        &self,
+        model: &str,
+        chain: &[BlockHash],
+    ) -> Result<PrefixLookup, StateError> {
         const S: ScriptName = ScriptName::Lookup;
         let hex = hex_args(chain);
         let args: Vec<&str> = hex.iter().map(String::as_str).collect();
         let reply: Vec<String> = self.run(Lane::Hot, S, model, &args).await?;
-        let (first, rest) = reply.split_first().ok_or_else(|| bad_reply(S, "empty reply"))?;
+        let (first, rest) = reply
+            .split_first()
+            .ok_or_else(|| bad_reply(S, "empty reply"))?;
         if rest.len() % (INFO_FIELDS + 1) != 0 {
-            return Err(bad_reply(S, format!("{} fields after the count", rest.len())));
+            return Err(bad_reply(
+                S,
+                format!("{} fields after the count", rest.len()),
+            ));
         }
         let workers = rest
             .chunks(INFO_FIELDS + 1)

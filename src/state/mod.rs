@@ -124,13 +124,17 @@ impl StateStore {
             Lane::Hot => {
                 self.inner
                     .conns
-                    .with_hot(|mut c| async move { scripts.call(&mut c, name, &[&ids], &argv).await })
+                    .with_hot(
+                        |mut c| async move { scripts.call(&mut c, name, &[&ids], &argv).await },
+                    )
                     .await
             }
             Lane::Bulk => {
                 self.inner
                     .conns
-                    .with_bulk(|mut c| async move { scripts.call(&mut c, name, &[&ids], &argv).await })
+                    .with_bulk(
+                        |mut c| async move { scripts.call(&mut c, name, &[&ids], &argv).await },
+                    )
                     .await
             }
         }

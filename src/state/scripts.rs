@@ -155,7 +155,11 @@ impl ScriptSet {
         Ok(())
     }
 
-    async fn load<C: ConnectionLike + Send>(&self, conn: &mut C, name: ScriptName) -> Result<(), StateError> {
+    async fn load<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        name: ScriptName,
+    ) -> Result<(), StateError> {
         let script = self.get(name);
         let sha: String = redis::cmd("SCRIPT")
             .arg("LOAD")
@@ -211,7 +215,11 @@ impl ScriptSet {
         T: FromRedisValue,
         C: ConnectionLike + Send,
     {
-        let command = if name.read_only() { "EVALSHA_RO" } else { "EVALSHA" };
+        let command = if name.read_only() {
+            "EVALSHA_RO"
+        } else {
+            "EVALSHA"
+        };
         redis::cmd(command)
             .arg(&self.get(name).sha)
             .arg(keys.len())

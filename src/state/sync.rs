@@ -19,7 +19,9 @@ pub struct SyncOutcome {
 pub fn check_sync_id(sync_id: &str) -> Result<(), StateError> {
     let ok = !sync_id.is_empty()
         && sync_id.len() <= 64
-        && sync_id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        && sync_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     if ok {
         Ok(())
     } else {
@@ -33,7 +35,12 @@ pub fn check_sync_id(sync_id: &str) -> Result<(), StateError> {
 impl StateStore {
     /// Replaces `worker_id`'s block set by `hashes` in one consistent step,
     /// however long the list.
-    pub async fn sync(&self, model: &str, worker_id: &str, hashes: &[BlockHash]) -> Result<SyncOutcome, StateError> {
+    pub async fn sync(
+        &self,
+        model: &str,
+        worker_id: &str,
+        hashes: &[BlockHash],
+    ) -> Result<SyncOutcome, StateError> {
         let sync_id = format!("{:016x}", rand::rng().random::<u64>());
         self.sync_stage(model, worker_id, &sync_id, hashes).await?;
         self.sync_commit(model, worker_id, &sync_id).await
@@ -82,13 +89,23 @@ impl StateStore {
 
     /// Makes staged sync `sync_id` the worker's block set, then brings the
     /// maps in line with it. Lookups see the new set from the commit on.
-    pub async fn sync_commit(&self, model: &str, worker_id: &str, sync_id: &str) -> Result<SyncOutcome, StateError> {
+    pub async fn sync_commit(
+        &self,
+        model: &str,
+        worker_id: &str,
+        sync_id: &str,
+    ) -> Result<SyncOutcome, StateError> {
         check_name("worker_id", worker_id)?;
         check_sync_id(sync_id)?;
         let ttl = ms(self.ttls().confirmed);
         for _ in 0..3 {
             let (committed, active, idx): (u8, u64, u64) = self
-                .run(Lane::Bulk, ScriptName::SyncCommit, model, &[worker_id, sync_id, &ttl])
+                .run(
+                    Lane::Bulk,
+                    ScriptName::SyncCommit,
+                    model,
+                    &[worker_id, sync_id, &ttl],
+                )
                 .await
                 .map_err(|e| unknown_worker(e, model, worker_id))?;
             // Either way a patch is due: ours, or the previous one to finish.

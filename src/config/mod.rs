@@ -1,0 +1,250 @@
+//! `serve` configuration: defaults < TOML file (`--config`) < environment
+//! (`PREFIX_ROUTER_*`) < command-line flags.
+
+mod duration;
+mod static_worker;
+
+pub use duration::parse_duration;
+pub use static_worker::StaticWorker;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+
+use crate::state::{BatchLimits, ConnectionSettings, StateTtls};
+
+/// Flags of `prefix-router serve`; each also reads `PREFIX_ROUTER_<NAME>`.
+#[derive(Debug, Default, clap::Args)]
+pub struct ServeArgs {
+    /// TOML configuration file.
+    #[arg(long, env = "PREFIX_ROUTER_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address to serve on [default: 127.0.0.1:8080].
+    #[arg(long, env = "PREFIX_ROUTER_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Valkey URL: redis://, rediss://, valkey:// or valkeys://; user,
+    /// password and TLS go in the URL [default: redis://127.0.0.1:6379].
+    #[arg(long, env = "PREFIX_ROUTER_VALKEY", hide_env_values = true)]
+    pub valkey: Option<String>,
+    /// Namespace of every key, so that several fleets share one Valkey [default: pr].
+    #[arg(long, env = "PREFIX_ROUTER_KEY_PREFIX")]
+    pub key_prefix: Option<String>,
+    /// A static worker `[ID=]URL` (repeatable; comma-separated in the env).
+    #[arg(long = "worker", env = "PREFIX_ROUTER_WORKERS", value_delimiter = ',')]
+    pub workers: Vec<StaticWorker>,
+    /// The model of the static workers, and of reports that name none.
+    #[arg(long, env = "PREFIX_ROUTER_MODEL")]
+    pub model: Option<String>,
+    /// Directory with the model's tokenizer.json and tokenizer_config.json.
+    #[arg(long, env = "PREFIX_ROUTER_TOKENIZER_DIR")]
+    pub tokenizer_dir: Option<PathBuf>,
+    /// Bearer token of the internal and admin routes.
+    #[arg(long, env = "PREFIX_ROUTER_INTERNAL_TOKEN", hide_env_values = true)]
+    pub internal_token: Option<String>,
+    /// Serve internal routes without a token (loudly logged; tests only).
+    #[arg(long, env = "PREFIX_ROUTER_ALLOW_UNAUTHENTICATED_INTERNAL")]
+    pub allow_unauthenticated_internal: bool,
+    /// This router's id, unique per process [default: <hostname>-<pid>-<random>].
+    #[arg(long, env = "PREFIX_ROUTER_ROUTER_ID")]
+    pub router_id: Option<String>,
+    /// Life of a speculative (routed, unconfirmed) entry [default: 30s].
+    #[arg(long, env = "PREFIX_ROUTER_SPECULATIVE_TTL", value_parser = parse_duration)]
+    pub speculative_ttl: Option<Duration>,
+    /// Life of a confirmed entry, refreshed by every sync [default: 10m].
+    #[arg(long, env = "PREFIX_ROUTER_CONFIRMED_TTL", value_parser = parse_duration)]
+    pub confirmed_ttl: Option<Duration>,
+    /// A worker without heartbeat leaves routing after this [default: 15s].
+    #[arg(long, env = "PREFIX_ROUTER_WORKER_LEASE", value_parser = parse_duration)]
+    pub worker_lease: Option<Duration>,
+    /// A crashed router's in-flight counts expire after this [default: 15s].
+    #[arg(long, env = "PREFIX_ROUTER_ROUTER_LEASE", value_parser = parse_duration)]
+    pub router_lease: Option<Duration>,
+    /// Period of the gc pass over every model [default: 1s].
+    #[arg(long, env = "PREFIX_ROUTER_GC_INTERVAL", value_parser = parse_duration)]
+    pub gc_interval: Option<Duration>,
+    /// Deadline of a routing call to Valkey [default: 250ms].
+    #[arg(long, env = "PREFIX_ROUTER_VALKEY_TIMEOUT", value_parser = parse_duration)]
+    pub valkey_timeout: Option<Duration>,
+    /// Largest request body accepted, in bytes [default: 16777216].
+    #[arg(long, env = "PREFIX_ROUTER_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<usize>,
+}
+
+/// The TOML file: the same settings as the flags, durations as strings.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<SocketAddr>,
+    valkey: Option<String>,
+    key_prefix: Option<String>,
+    #[serde(default)]
+    workers: Vec<String>,
+    model: Option<String>,
+    tokenizer_dir: Option<PathBuf>,
+    internal_token: Option<String>,
+    allow_unauthenticated_internal: Option<bool>,
+    router_id: Option<String>,
+    speculative_ttl: Option<String>,
+    confirmed_ttl: Option<String>,
+    worker_lease: Option<String>,
+    router_lease: Option<String>,
+    gc_interval: Option<String>,
+    valkey_timeout: Option<String>,
+    max_body_bytes: Option<usize>,
+}
+
+/// Resolved configuration of `serve`.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Address to serve on.
+    pub listen: SocketAddr,
+    /// Valkey connection.
+    pub valkey: ConnectionSettings,
+    /// Key namespace.
+    pub key_prefix: String,
+    /// Static workers.
+    pub workers: Vec<StaticWorker>,
+    /// Model of the static workers and of reports that name none.
+    pub model: Option<String>,
+    /// Tokenizer directory.
+    pub tokenizer_dir: Option<PathBuf>,
+    /// Bearer token of internal routes; `None` only when explicitly allowed.
+    pub internal_token: Option<String>,
+    /// This router's id.
+    pub router_id: String,
+    /// Entry and lease lifetimes.
+    pub ttls: StateTtls,
+    /// Batch sizes and caps.
+    pub limits: BatchLimits,
+    /// Period of gc.
+    pub gc_interval: Duration,
+    /// Largest request body.
+    pub max_body_bytes: usize,
+}
+
+fn file_duration(v: Option<String>, name: &str) -> anyhow::Result<Option<Duration>> {
+    v.map(|s| {
+        parse_duration(&s)
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("config key {name}"))
+    })
+    .transpose()
+}
+
+fn load_file(path: &Path) -> anyhow::Result<FileConfig> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+impl ServeConfig {
+    /// Merges flags (and their env vars) over the file over the defaults.
+    pub fn resolve(args: ServeArgs) -> anyhow::Result<Self> {
+        let file = match &args.config {
+            Some(p) => load_file(p)?,
+            None => FileConfig::default(),
+        };
+        let defaults = StateTtls::default();
+        let ttls = StateTtls {
+            speculative: args
+                .speculative_ttl
+                .or(file_duration(file.speculative_ttl, "speculative_ttl")?)
+                .unwrap_or(defaults.speculative),
+            confirmed: args
+                .confirmed_ttl
+                .or(file_duration(file.confirmed_ttl, "confirmed_ttl")?)
+                .unwrap_or(defaults.confirmed),
+            worker_lease: args
+                .worker_lease
+                .or(file_duration(file.worker_lease, "worker_lease")?)
+                .unwrap_or(defaults.worker_lease),
+            router_lease: args
+                .router_lease
+                .or(file_duration(file.router_lease, "router_lease")?)
+                .unwrap_or(defaults.router_lease),
+            ..defaults
+        };
+        let mut valkey = ConnectionSettings::new(
+            &args
+                .valkey
+                .or(file.valkey)
+                .unwrap_or_else(|| "redis://127.0.0.1:6379".into()),
+        );
+        if let Some(t) = args
+            .valkey_timeout
+            .or(file_duration(file.valkey_timeout, "valkey_timeout")?)
+        {
+            valkey.hot_timeout = t;
+        }
+        let workers = if args.workers.is_empty() {
+            file.workers
+                .iter()
+                .map(|w| w.parse().map_err(anyhow::Error::msg))
+                .collect::<anyhow::Result<_>>()?
+        } else {
+            args.workers
+        };
+        let model = args.model.or(file.model);
+        if !workers.is_empty() && model.is_none() {
+            bail!("--worker needs --model (the model the static workers serve)");
+        }
+        let allow_open = args.allow_unauthenticated_internal
+            || file.allow_unauthenticated_internal.unwrap_or(false);
+        let internal_token = args
+            .internal_token
+            .or(file.internal_token)
+            .filter(|t| !t.is_empty());
+        if internal_token.is_none() && !allow_open {
+            bail!(
+                "no internal token: set --internal-token or PREFIX_ROUTER_INTERNAL_TOKEN (or pass --allow-unauthenticated-internal)"
+            );
+        }
+        let router_id = args
+            .router_id
+            .or(file.router_id)
+            .unwrap_or_else(default_router_id);
+        Ok(ServeConfig {
+            listen: args
+                .listen
+                .or(file.listen)
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
+            valkey,
+            key_prefix: args
+                .key_prefix
+                .or(file.key_prefix)
+                .unwrap_or_else(|| "pr".into()),
+            workers,
+            model,
+            tokenizer_dir: args.tokenizer_dir.or(file.tokenizer_dir),
+            internal_token,
+            router_id,
+            ttls,
+            limits: BatchLimits::default(),
+            gc_interval: args
+                .gc_interval
+                .or(file_duration(file.gc_interval, "gc_interval")?)
+                .unwrap_or(Duration::from_secs(1)),
+            max_body_bytes: args
+                .max_body_bytes
+                .or(file.max_body_bytes)
+                .unwrap_or(16 << 20),
+        })
+    }
+}
+
+fn default_router_id() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty() && crate::state::check_name("router id", h).is_ok())
+        .unwrap_or_else(|| "router".into());
+    // A restarted router must not inherit a crashed one's in-flight counts.
+    format!(
+        "{host}-{}-{:06x}",
+        std::process::id(),
+        rand::random::<u32>() & 0xff_ffff
+    )
+}

@@ -1,0 +1,182 @@
+//! `prefix-router serve`: the HTTP server and its background duties.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::Context;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::net::TcpListener;
+
+use crate::api::{self, AppState, InternalAuth};
+use crate::config::ServeConfig;
+use crate::state::{StateStore, WorkerHeartbeat};
+
+/// Tells background loops to stop (true once shutting down).
+pub type ShutdownSignal = tokio::sync::watch::Receiver<bool>;
+
+/// The process-wide Prometheus recorder (installed once, shared by servers
+/// started in the same process, as tests do).
+pub fn metrics_handle() -> anyhow::Result<PrometheusHandle> {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    if let Some(h) = HANDLE.get() {
+        return Ok(h.clone());
+    }
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    // Another thread may have won the race; its handle is as good.
+    let _ = metrics::set_global_recorder(recorder);
+    Ok(HANDLE.get_or_init(|| handle).clone())
+}
+
+/// Builds the store described by `cfg`.
+pub fn build_store(cfg: &ServeConfig) -> anyhow::Result<StateStore> {
+    StateStore::new(
+        cfg.valkey.clone(),
+        &cfg.key_prefix,
+        &cfg.router_id,
+        cfg.ttls.clone(),
+        cfg.limits.clone(),
+    )
+    .context("configuring the valkey store")
+}
+
+/// Serves until SIGINT/SIGTERM, then ends this router's leases.
+pub async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("binding {}", cfg.listen))?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let shutdown = async move {
+        wait_for_signal().await;
+        let _ = stop_tx.send(true);
+    };
+    serve_on(listener, cfg, stop_rx, shutdown).await
+}
+
+/// Serves on `listener` until `shutdown` completes (used by tests too).
+pub async fn serve_on(
+    listener: TcpListener,
+    cfg: ServeConfig,
+    stop: ShutdownSignal,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let store = build_store(&cfg)?;
+    let auth = match &cfg.internal_token {
+        Some(t) => InternalAuth::token(t),
+        None => {
+            tracing::warn!(
+                "INTERNAL ROUTES ARE UNAUTHENTICATED (--allow-unauthenticated-internal): anyone who reaches this port can rewrite the fleet's state"
+            );
+            InternalAuth::disabled()
+        }
+    };
+    match store.load_scripts().await {
+        Ok(()) => tracing::info!("scripts loaded"),
+        Err(e) => tracing::warn!(error = %e, "valkey not reachable yet; will retry on demand"),
+    }
+    let app = AppState {
+        store: store.clone(),
+        default_model: cfg.model.clone(),
+        metrics: metrics_handle()?,
+    };
+    let tasks = [
+        tokio::spawn(lease_loop(store.clone(), cfg.clone(), stop.clone())),
+        tokio::spawn(gc_loop(store.clone(), cfg.gc_interval, stop.clone())),
+    ];
+    tracing::info!(listen = %listener.local_addr()?, router_id = %cfg.router_id, "serving");
+    let routes = api::router(app, auth, cfg.max_body_bytes);
+    axum::serve(listener, routes)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .context("http server")?;
+    for t in tasks {
+        let _ = t.await;
+    }
+    end_router_leases(&store).await;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// Sleeps `period`, or returns false once stop is signalled.
+async fn tick(stop: &mut ShutdownSignal, period: Duration) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(period) => !*stop.borrow(),
+        _ = stop.changed() => false,
+    }
+}
+
+/// Renews this router's lease on every model and the static workers' leases.
+async fn lease_loop(store: StateStore, cfg: ServeConfig, mut stop: ShutdownSignal) {
+    let period = cfg.ttls.router_lease.min(cfg.ttls.worker_lease) / 3;
+    loop {
+        if let Some(model) = &cfg.model {
+            for w in &cfg.workers {
+                let hb = WorkerHeartbeat {
+                    worker_id: w.id.clone(),
+                    url: w.url.clone(),
+                    load: None,
+                };
+                if let Err(e) = store.heartbeat(model, &hb).await {
+                    tracing::warn!(error = %e, worker = %w.id, "static worker lease not renewed");
+                }
+            }
+        }
+        match store.models().await {
+            Ok(models) => {
+                for m in models {
+                    if let Err(e) = store.router_lease(&m, cfg.ttls.router_lease).await {
+                        tracing::warn!(error = %e, model = %m, "router lease not renewed");
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot list models"),
+        }
+        if !tick(&mut stop, period).await {
+            return;
+        }
+    }
+}
+
+/// Runs gc over every model; every router does, the scripts make it safe.
+async fn gc_loop(store: StateStore, period: Duration, mut stop: ShutdownSignal) {
+    while tick(&mut stop, period).await {
+        let models = match store.models().await {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::debug!(error = %e, "gc skipped");
+                continue;
+            }
+        };
+        for m in models {
+            match store.gc(&m, 64).await {
+                Ok(r) if r.expired_workers > 0 => {
+                    tracing::info!(model = %m, expired = r.expired_workers, purged = r.purged_entries, "worker leases expired")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, model = %m, "gc failed"),
+            }
+        }
+    }
+}
+
+async fn end_router_leases(store: &StateStore) {
+    if let Ok(models) = store.models().await {
+        for m in models {
+            let _ = store.router_lease(&m, Duration::from_millis(1)).await;
+        }
+    }
+}
