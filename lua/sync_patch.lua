@@ -7,12 +7,13 @@
 -- entries (routed requests the snapshot predates), which join the target.
 -- At the end r:<idx> equals the target, which is dropped. Safe to call from
 -- several routers at once: the cursor lives in the worker record.
--- Returns {done (0/1), hashes visited}.
+-- Returns {0, hashes visited} while steps remain, then {1, blocks the
+-- worker holds} once the sync is fully applied (also when none was pending).
 -- Complexity: O(budget) per call; O(old + new) for a whole sync.
 local idx, budget = ARGV[2], tonumber(ARGV[3])
 local wkey = worker_key(idx)
 local f = redis.call('HMGET', wkey, 'syncing', 'patch_phase', 'patch_cursor', 'synced_until')
-if f[1] ~= '1' then return { 1, 0 } end
+if f[1] ~= '1' then return { 1, redis.call('SCARD', reverse_key(idx)) } end
 local now = now_ms()
 local phase, cursor = f[2], f[3]
 local target, reverse = sync_target_key(idx), reverse_key(idx)
@@ -59,7 +60,7 @@ if res[1] == '0' then
   redis.call('DEL', target)
   redis.call('HSET', wkey, 'syncing', 0, 'patch_ms', now)
   redis.call('HDEL', wkey, 'patch_phase', 'patch_cursor')
-  return { 1, visited }
+  return { 1, redis.call('SCARD', reverse) }
 end
 redis.call('HSET', wkey, 'patch_cursor', res[1], 'patch_ms', now)
 return { 0, visited }

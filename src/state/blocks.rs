@@ -1,7 +1,9 @@
 //! Block batches: speculative claims, confirmations (stored), evictions.
 
 use super::ttl::ms;
-use super::{Lane, ScriptName, StateError, StateStore, check_name, hex_args, unknown_worker};
+use super::{
+    Lane, ScriptName, StateError, StateStore, check_name, chunks_or_empty, hex_args, unknown_worker,
+};
 use crate::hashing::BlockHash;
 
 /// What a `stored` batch changed.
@@ -39,7 +41,7 @@ impl StateStore {
         self.check_batch(worker_id, hashes)?;
         let ttl = ms(self.ttls().speculative);
         let mut inserted = 0;
-        for chunk in hashes.chunks(self.limits().hashes_per_call) {
+        for chunk in chunks_or_empty(hashes, self.limits().hashes_per_call) {
             let n: u64 = self
                 .blocks_call(
                     Lane::Hot,
@@ -66,7 +68,7 @@ impl StateStore {
         self.check_batch(worker_id, hashes)?;
         let ttl = ms(self.ttls().confirmed);
         let mut out = StoredOutcome::default();
-        for chunk in hashes.chunks(self.limits().hashes_per_call) {
+        for chunk in chunks_or_empty(hashes, self.limits().hashes_per_call) {
             let (i, p, r): (u64, u64, u64) = self
                 .blocks_call(
                     Lane::Bulk,
@@ -95,7 +97,7 @@ impl StateStore {
     ) -> Result<u64, StateError> {
         self.check_batch(worker_id, hashes)?;
         let mut removed = 0;
-        for chunk in hashes.chunks(self.limits().hashes_per_call) {
+        for chunk in chunks_or_empty(hashes, self.limits().hashes_per_call) {
             let n: u64 = self
                 .blocks_call(Lane::Bulk, ScriptName::Evict, model, worker_id, None, chunk)
                 .await?;

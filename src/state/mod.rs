@@ -153,6 +153,13 @@ impl StateStore {
     }
 }
 
+/// `hashes` in chunks of `size`; an empty list gives one empty chunk, so
+/// that the script still runs and checks the worker.
+fn chunks_or_empty(hashes: &[BlockHash], size: usize) -> impl Iterator<Item = &[BlockHash]> {
+    let empty = hashes.is_empty().then_some(hashes);
+    hashes.chunks(size.max(1)).chain(empty)
+}
+
 /// Hex forms of `hashes`, as the scripts take them.
 fn hex_args(hashes: &[BlockHash]) -> Vec<String> {
     hashes.iter().map(|h| h.to_hex()).collect()

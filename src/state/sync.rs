@@ -4,7 +4,9 @@
 use rand::Rng;
 
 use super::ttl::ms;
-use super::{Lane, ScriptName, StateError, StateStore, check_name, hex_args, unknown_worker};
+use super::{
+    Lane, ScriptName, StateError, StateStore, check_name, chunks_or_empty, hex_args, unknown_worker,
+};
 use crate::hashing::BlockHash;
 
 /// The result of a committed sync.
@@ -63,14 +65,7 @@ impl StateStore {
         }
         let (ttl, max_s) = (ms(self.ttls().sync_stage), max.to_string());
         let mut staged = 0;
-        // An empty chunk still checks the worker and keeps the stage alive.
-        let empty: [BlockHash; 0] = [];
-        let chunks: Vec<&[BlockHash]> = if hashes.is_empty() {
-            vec![&empty]
-        } else {
-            hashes.chunks(self.limits().stage_per_call).collect()
-        };
-        for chunk in chunks {
+        for chunk in chunks_or_empty(hashes, self.limits().stage_per_call) {
             let hex = hex_args(chunk);
             let mut args = vec![worker_id, sync_id, &ttl, &max_s];
             args.extend(hex.iter().map(String::as_str));
@@ -109,10 +104,10 @@ impl StateStore {
                 .await
                 .map_err(|e| unknown_worker(e, model, worker_id))?;
             // Either way a patch is due: ours, or the previous one to finish.
-            self.finish_patch(model, idx).await?;
+            let held = self.finish_patch(model, idx).await?;
             if committed == 1 {
                 metrics::counter!("prefix_router_entries_total", "op" => "sync").increment(active);
-                return Ok(SyncOutcome { active });
+                return Ok(SyncOutcome { active: held });
             }
         }
         Err(StateError::Script {
@@ -121,15 +116,16 @@ impl StateStore {
         })
     }
 
-    /// Runs sync patch steps for incarnation `idx` until it is done.
-    pub(crate) async fn finish_patch(&self, model: &str, idx: u64) -> Result<(), StateError> {
+    /// Runs sync patch steps for incarnation `idx` until it is done; returns
+    /// the number of blocks the incarnation then holds.
+    pub(crate) async fn finish_patch(&self, model: &str, idx: u64) -> Result<u64, StateError> {
         let (idx, budget) = (idx.to_string(), self.limits().step_budget.to_string());
         loop {
-            let (done, _visited): (u8, u64) = self
+            let (done, n): (u8, u64) = self
                 .run(Lane::Bulk, ScriptName::SyncPatch, model, &[&idx, &budget])
                 .await?;
             if done == 1 {
-                return Ok(());
+                return Ok(n);
             }
         }
     }
