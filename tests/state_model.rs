@@ -207,13 +207,11 @@ impl Harness {
             }
             Op::Deregister(w) => {
                 let r = self.store.deregister(MODEL, WORKERS[*w]).await.unwrap();
-                // An expired, not yet collected worker is still deregistrable.
-                match self.model.live.remove(w) {
-                    Some((idx, _)) => {
-                        assert!(r);
-                        self.model.dead.insert(idx);
-                    }
-                    None => {}
+                // An expired, not yet collected worker is still deregistrable,
+                // so only a live one must report true.
+                if let Some((idx, _)) = self.model.live.remove(w) {
+                    assert!(r);
+                    self.model.dead.insert(idx);
                 }
             }
             Op::Gc => {

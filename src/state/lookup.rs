@@ -116,7 +116,7 @@ impl StateStore {
         let (first, rest) = reply
             .split_first()
             .ok_or_else(|| bad_reply(S, "empty reply"))?;
-        if rest.len() % (INFO_FIELDS + 1) != 0 {
+        if !rest.len().is_multiple_of(INFO_FIELDS + 1) {
             return Err(bad_reply(
                 S,
                 format!("{} fields after the count", rest.len()),
@@ -141,7 +141,7 @@ impl StateStore {
     pub async fn workers(&self, model: &str) -> Result<Vec<WorkerStatus>, StateError> {
         const S: ScriptName = ScriptName::Workers;
         let reply: Vec<String> = self.run(Lane::Bulk, S, model, &[]).await?;
-        if reply.len() % (INFO_FIELDS + 2) != 0 {
+        if !reply.len().is_multiple_of(INFO_FIELDS + 2) {
             return Err(bad_reply(S, format!("{} fields", reply.len())));
         }
         reply

@@ -36,13 +36,18 @@ impl Valkey {
 
     /// A server with extra configuration arguments.
     pub fn start_with(extra: &[&str]) -> Valkey {
+        Self::start_on(free_port(), extra)
+    }
+
+    /// A server on `port` with extra configuration arguments.
+    pub fn start_on(port: u16, extra: &[&str]) -> Valkey {
         let mut v = Valkey {
             child: None,
             port: 0,
             dir: tempfile::tempdir().expect("tempdir"),
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
-        v.spawn(free_port());
+        v.spawn(port);
         v
     }
 
@@ -66,10 +71,10 @@ impl Valkey {
     fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if let Ok(mut c) = self.client().get_connection() {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return;
-                }
+            if let Ok(mut c) = self.client().get_connection()
+                && redis::cmd("PING").query::<String>(&mut c).is_ok()
+            {
+                return;
             }
             std::thread::sleep(Duration::from_millis(20));
         }

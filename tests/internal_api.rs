@@ -1,0 +1,463 @@
+//! The worker push API over real HTTP: auth, bad input, availability,
+//! chunked syncs, drain, and several routers writing at once.
+
+mod support;
+
+use std::time::Duration;
+
+use prefix_router::hashing::BlockHash;
+use prefix_router::state::StateTtls;
+use serde_json::{Value, json};
+use support::{Router, TOKEN, Valkey, args, free_port, http, post, raw_state, store};
+
+const M: &str = "m";
+
+async fn register(r: &Router, id: &str) {
+    let (st, body) = post(
+        r,
+        "/internal/heartbeat",
+        &json!({"worker_id": id, "url": "http://127.0.0.1:9", "model": M}),
+    )
+    .await;
+    assert_eq!(st, 200, "{body}");
+}
+
+fn error_message(body: &Value) -> &str {
+    body["error"]["message"].as_str().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn every_guarded_route_requires_the_exact_bearer_token() {
+    let v = Valkey::start();
+    let r = Router::start(&v.url(), args()).await;
+    let routes = [
+        ("POST", "/internal/heartbeat"),
+        ("POST", "/internal/stored"),
+        ("POST", "/internal/eviction"),
+        ("POST", "/internal/sync"),
+        ("DELETE", "/internal/workers/w"),
+        ("GET", "/admin/workers"),
+    ];
+    for (method, path) in routes {
+        for token in [None, Some("wrong"), Some("test-token-"), Some("")] {
+            let mut req = http()
+                .request(method.parse().unwrap(), r.url(path))
+                .body("{}");
+            if let Some(t) = token {
+                req = req.bearer_auth(t);
+            }
+            let resp = req.send().await.unwrap();
+            assert_eq!(
+                resp.status().as_u16(),
+                401,
+                "{method} {path} with {token:?}"
+            );
+            let body: Value = resp.json().await.unwrap();
+            assert_eq!(body["error"]["type"], "unauthorized");
+        }
+    }
+    let ok = http()
+        .get(r.url("/admin/workers"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status().as_u16(), 200);
+    // Public routes need no token.
+    for path in ["/health", "/ready", "/metrics"] {
+        assert_eq!(
+            http()
+                .get(r.url(path))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16(),
+            200,
+            "{path}"
+        );
+    }
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_json_4xx_and_changes_nothing() {
+    let v = Valkey::start();
+    let mut a = args();
+    a.max_body_bytes = Some(1 << 20);
+    let r = Router::start(&v.url(), a).await;
+    register(&r, "w").await;
+    let (st, _) = post(
+        &r,
+        "/internal/stored",
+        &json!({"worker_id": "w", "block_hashes": [1, 2, 3]}),
+    )
+    .await;
+    assert_eq!(st, 200);
+    let before = raw_state(&v, "pr", M);
+    let hex_ok = "00000000000000ff";
+    let cases: Vec<(&str, Value, u16)> = vec![
+        (
+            "/internal/stored",
+            json!({"worker_id": "w", "block_hashes": ["xyz"]}),
+            400,
+        ),
+        (
+            "/internal/stored",
+            json!({"worker_id": "w", "block_hashes": [hex_ok, "0x00000000000000f"]}),
+            400,
+        ),
+        (
+            "/internal/stored",
+            json!({"worker_id": "w", "block_hashes": [-1]}),
+            400,
+        ),
+        (
+            "/internal/stored",
+            json!({"worker_id": "w", "block_hashes": [1.5]}),
+            400,
+        ),
+        (
+            "/internal/stored",
+            json!({"worker_id": "w", "block_hashes": "1"}),
+            400,
+        ),
+        (
+            "/internal/stored",
+            json!({"worker_id": 7, "block_hashes": [1]}),
+            400,
+        ),
+        ("/internal/stored", json!({"block_hashes": [1]}), 400),
+        (
+            "/internal/stored",
+            json!({"worker_id": "ghost", "model": M, "block_hashes": [9]}),
+            404,
+        ),
+        (
+            "/internal/stored",
+            json!({"worker_id": "ghost", "block_hashes": [9]}),
+            404,
+        ),
+        (
+            "/internal/stored",
+            json!({"worker_id": "w", "model": "bad{model}", "block_hashes": [9]}),
+            400,
+        ),
+        (
+            "/internal/stored",
+            json!({"worker_id": "a b", "block_hashes": [9]}),
+            400,
+        ),
+        (
+            "/internal/eviction",
+            json!({"worker_id": "w", "evicted_hashes": [1, "nothex!!nothex!!"]}),
+            400,
+        ),
+        (
+            "/internal/eviction",
+            json!({"worker_id": "ghost", "model": M, "evicted_hashes": [1]}),
+            404,
+        ),
+        (
+            "/internal/eviction",
+            json!({"worker_id": "w", "block_hashes": [1]}),
+            400,
+        ),
+        (
+            "/internal/sync",
+            json!({"worker_id": "ghost", "model": M, "active_hashes": []}),
+            404,
+        ),
+        (
+            "/internal/sync",
+            json!({"worker_id": "w", "active_hashes": [1], "sync_id": "../etc"}),
+            400,
+        ),
+        (
+            "/internal/sync",
+            json!({"worker_id": "w", "active_hashes": [1], "last": false}),
+            400,
+        ),
+        (
+            "/internal/heartbeat",
+            json!({"worker_id": "w", "url": "ftp://x", "model": M}),
+            400,
+        ),
+        (
+            "/internal/heartbeat",
+            json!({"worker_id": "w", "url": "http://x", "model": M, "load": {"kv_cache_usage_perc": 7.0}}),
+            400,
+        ),
+        (
+            "/internal/heartbeat",
+            json!({"worker_id": "w", "url": "http://x", "model": M, "load": {"num_requests_waiting": -1}}),
+            400,
+        ),
+        (
+            "/internal/heartbeat",
+            json!({"worker_id": "new", "url": "http://x"}),
+            404,
+        ),
+    ];
+    for (path, body, want) in cases {
+        let (st, resp) = post(&r, path, &body).await;
+        assert_eq!(st, want, "{path} {body}: {resp}");
+        assert!(
+            !error_message(&resp).is_empty(),
+            "{path} {body}: no JSON error in {resp}"
+        );
+    }
+    // Malformed JSON, deep nesting, and a body over the limit.
+    let raw_bodies: Vec<(String, u16)> = vec![
+        ("{\"worker_id\": \"w\", \"block_hashes\": [1,".into(), 400),
+        ("not json".into(), 400),
+        (format!("{}{}", "[".repeat(5000), "]".repeat(5000)), 400),
+        (
+            format!(
+                "{{\"worker_id\":\"w\",\"block_hashes\":[{}1]}}",
+                "1,".repeat(600_000)
+            ),
+            413,
+        ),
+    ];
+    for (body, want) in raw_bodies {
+        let resp = http()
+            .post(r.url("/internal/stored"))
+            .bearer_auth(TOKEN)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), want);
+        let v: Value = resp.json().await.unwrap();
+        assert!(!error_message(&v).is_empty());
+    }
+    assert_eq!(
+        raw_state(&v, "pr", M),
+        before,
+        "a rejected request changed the state"
+    );
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn a_million_hash_batch_is_refused_whole() {
+    let v = Valkey::start();
+    let mut a = args();
+    a.max_body_bytes = Some(64 << 20);
+    let r = Router::start(&v.url(), a).await;
+    register(&r, "w").await;
+    let million: Vec<u64> = (1..=1_000_000).collect();
+    for (path, field) in [
+        ("/internal/stored", "block_hashes"),
+        ("/internal/eviction", "evicted_hashes"),
+        ("/internal/sync", "active_hashes"),
+    ] {
+        let (st, body) = post(&r, path, &json!({"worker_id": "w", field: million})).await;
+        assert_eq!(st, 413, "{path}: {body}");
+        assert_eq!(body["error"]["type"], "too_many_hashes");
+    }
+    assert!(raw_state(&v, "pr", M).forward.is_empty());
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn valkey_down_gives_503_and_the_router_reconnects_by_itself() {
+    let port = free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let r = Router::start(&url, args()).await;
+    assert_eq!(
+        http()
+            .get(r.url("/health"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
+    assert_eq!(
+        http()
+            .get(r.url("/ready"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        503
+    );
+    let (st, body) = post(
+        &r,
+        "/internal/heartbeat",
+        &json!({"worker_id": "w", "url": "http://x", "model": M}),
+    )
+    .await;
+    assert_eq!(st, 503, "{body}");
+    assert_eq!(body["error"]["type"], "state_unavailable");
+    // Valkey comes up on that port: the same router recovers without help.
+    let _v = Valkey::start_on(port, &["--save", "", "--appendonly", "no"]);
+    let mut recovered = false;
+    for _ in 0..100 {
+        let (st, _) = post(
+            &r,
+            "/internal/heartbeat",
+            &json!({"worker_id": "w", "url": "http://x", "model": M}),
+        )
+        .await;
+        if st == 200 {
+            recovered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(recovered, "router did not reconnect within 10 s");
+    assert_eq!(
+        http()
+            .get(r.url("/ready"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn a_sync_sent_in_chunks_changes_nothing_until_its_last_chunk() {
+    let v = Valkey::start();
+    let r = Router::start(&v.url(), args()).await;
+    register(&r, "w").await;
+    post(
+        &r,
+        "/internal/stored",
+        &json!({"worker_id": "w", "block_hashes": [1, 2, 3]}),
+    )
+    .await;
+    let before = raw_state(&v, "pr", M);
+    let (st, body) = post(
+        &r,
+        "/internal/sync",
+        &json!({"worker_id": "w", "active_hashes": [3, 4], "sync_id": "s-1", "last": false}),
+    )
+    .await;
+    assert_eq!((st, body["staged"].as_u64()), (202, Some(2)));
+    assert_eq!(
+        raw_state(&v, "pr", M),
+        before,
+        "a staged chunk became visible"
+    );
+    let (st, body) = post(
+        &r,
+        "/internal/sync",
+        &json!({"worker_id": "w", "active_hashes": ["0000000000000005"], "sync_id": "s-1"}),
+    )
+    .await;
+    assert_eq!((st, body["active"].as_u64()), (200, Some(3)), "{body}");
+    let held: Vec<String> = raw_state(&v, "pr", M).forward.keys().cloned().collect();
+    let want: Vec<String> = [3u64, 4, 5]
+        .iter()
+        .map(|h| BlockHash(*h).to_hex())
+        .collect();
+    assert_eq!(held, want);
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn deregistering_drains_at_once_and_purges_in_the_background() {
+    let v = Valkey::start();
+    let r = Router::start(&v.url(), args()).await;
+    register(&r, "w").await;
+    let hashes: Vec<u64> = (1..=2000).collect();
+    post(
+        &r,
+        "/internal/stored",
+        &json!({"worker_id": "w", "block_hashes": hashes}),
+    )
+    .await;
+    let resp = http()
+        .delete(r.url("/internal/workers/w"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let s = store(&v, "pr", "probe", StateTtls::default());
+    assert!(
+        s.lookup(M, &[BlockHash(1)])
+            .await
+            .unwrap()
+            .workers
+            .is_empty(),
+        "drained worker still routable"
+    );
+    let mut purged = false;
+    for _ in 0..50 {
+        if raw_state(&v, "pr", M).forward.is_empty() {
+            purged = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(purged, "entries of a deregistered worker were not purged");
+    let again = http()
+        .delete(r.url("/internal/workers/w"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status().as_u16(), 404);
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn several_routers_applying_batches_for_one_worker_stay_consistent() {
+    let v = Valkey::start();
+    let mut routers = Vec::new();
+    for _ in 0..3 {
+        routers.push(Router::start(&v.url(), args()).await);
+    }
+    register(&routers[0], "w").await;
+    // Each router stores its own range, then evicts its odd hashes, while
+    // the others do the same; some ranges overlap.
+    let mut tasks = Vec::new();
+    for (i, r) in routers.iter().enumerate() {
+        let url = r.url("");
+        tasks.push(tokio::spawn(async move {
+            let base = i as u64 * 3000;
+            for round in 0..10u64 {
+                let batch: Vec<u64> = (base + round * 400..base + round * 400 + 400).collect();
+                let odd: Vec<u64> = batch.iter().copied().filter(|h| h % 2 == 1).collect();
+                for (path, field, hs) in [
+                    ("internal/stored", "block_hashes", &batch),
+                    ("internal/eviction", "evicted_hashes", &odd),
+                ] {
+                    let resp = http()
+                        .post(format!("{url}/{path}"))
+                        .bearer_auth(TOKEN)
+                        .json(&json!({"worker_id": "w", field: hs}))
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(resp.status().as_u16(), 200);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let raw = raw_state(&v, "pr", M);
+    assert_eq!(raw.forward_pairs(), raw.reverse_pairs());
+    let want: std::collections::BTreeSet<String> = (0..3u64)
+        .flat_map(|i| i * 3000..i * 3000 + 4000)
+        .filter(|h| h % 2 == 0)
+        .map(|h| BlockHash(h).to_hex())
+        .collect();
+    let got: std::collections::BTreeSet<String> = raw.forward.keys().cloned().collect();
+    assert_eq!(got, want);
+    for r in routers {
+        r.stop().await;
+    }
+}
