@@ -461,3 +461,45 @@ async fn several_routers_applying_batches_for_one_worker_stay_consistent() {
         r.stop().await;
     }
 }
+
+#[tokio::test]
+async fn fleets_with_different_key_prefixes_share_one_valkey_without_interfering() {
+    let v = Valkey::start();
+    let mut a = args();
+    a.key_prefix = Some("fleet-a".into());
+    let mut b = args();
+    b.key_prefix = Some("fleet-b".into());
+    let (ra, rb) = (
+        Router::start(&v.url(), a).await,
+        Router::start(&v.url(), b).await,
+    );
+    for (r, hashes) in [(&ra, vec![1, 2]), (&rb, vec![3])] {
+        register(r, "w").await;
+        post(
+            r,
+            "/internal/stored",
+            &json!({"worker_id": "w", "block_hashes": hashes}),
+        )
+        .await;
+    }
+    post(
+        &rb,
+        "/internal/sync",
+        &json!({"worker_id": "w", "active_hashes": [4]}),
+    )
+    .await;
+    let keys = |prefix| {
+        raw_state(&v, prefix, M)
+            .forward
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        keys("fleet-a"),
+        vec![BlockHash(1).to_hex(), BlockHash(2).to_hex()]
+    );
+    assert_eq!(keys("fleet-b"), vec![BlockHash(4).to_hex()]);
+    ra.stop().await;
+    rb.stop().await;
+}

@@ -71,10 +71,13 @@ impl Valkey {
     fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if let Ok(mut c) = self.client().get_connection()
-                && redis::cmd("PING").query::<String>(&mut c).is_ok()
-            {
-                return;
+            // Up means answering, even if only to say NOAUTH.
+            if let Ok(mut c) = self.client().get_connection() {
+                match redis::cmd("PING").query::<String>(&mut c) {
+                    Ok(_) => return,
+                    Err(e) if e.code() == Some("NOAUTH") => return,
+                    Err(_) => {}
+                }
             }
             std::thread::sleep(Duration::from_millis(20));
         }

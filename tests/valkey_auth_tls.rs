@@ -1,0 +1,121 @@
+//! Password, ACL user and TLS come through the Valkey URL.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use serde_json::json;
+use support::{Router, TOKEN, Valkey, args, free_port, http, post};
+
+const HB: &str = r#"{"worker_id":"w","url":"http://127.0.0.1:9","model":"m"}"#;
+
+#[tokio::test]
+async fn password_and_acl_user_in_the_url() {
+    let v = Valkey::start_with(&[
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--requirepass",
+        "s3cret",
+        "--user",
+        "router",
+        "on",
+        ">r0uter-pw",
+        "~*",
+        "&*",
+        "+@all",
+    ]);
+    let hb: serde_json::Value = serde_json::from_str(HB).unwrap();
+    for (url, want) in [
+        (format!("redis://:s3cret@127.0.0.1:{}", v.port), 200),
+        (
+            format!("valkey://router:r0uter-pw@127.0.0.1:{}/0", v.port),
+            200,
+        ),
+        (format!("redis://:wrong-password@127.0.0.1:{}", v.port), 503),
+    ] {
+        let r = Router::start(&url, args()).await;
+        let (st, body) = post(&r, "/internal/heartbeat", &hb).await;
+        assert_eq!(st, want, "{url}: {body}");
+        assert!(
+            !body.to_string().contains("wrong-password"),
+            "a secret leaked into a response: {body}"
+        );
+        r.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn tls_through_a_valkeys_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+    std::fs::write(path("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(path("server.pem"), cert.pem()).unwrap();
+    std::fs::write(path("server.key"), key.serialize_pem()).unwrap();
+    let tls_port = free_port().to_string();
+    let (cert_file, key_file, ca_file) = (path("server.pem"), path("server.key"), path("ca.pem"));
+    let _v = Valkey::start_with(&[
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &cert_file,
+        "--tls-key-file",
+        &key_file,
+        "--tls-ca-cert-file",
+        &ca_file,
+        "--tls-auth-clients",
+        "no",
+    ]);
+    // The router trusts the CA through SSL_CERT_FILE, as an operator would.
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_prefix-router"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--valkey", &format!("valkeys://127.0.0.1:{tls_port}")])
+        .env("PREFIX_ROUTER_INTERNAL_TOKEN", TOKEN)
+        .env("SSL_CERT_FILE", &ca_file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut status = 0;
+    for _ in 0..100 {
+        if let Ok(resp) = http()
+            .post(format!("{base}/internal/heartbeat"))
+            .bearer_auth(TOKEN)
+            .json(&json!({"worker_id": "w", "url": "http://127.0.0.1:9", "model": "m"}))
+            .send()
+            .await
+        {
+            status = resp.status().as_u16();
+            if status == 200 {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ready = http()
+        .get(format!("{base}/ready"))
+        .send()
+        .await
+        .map(|r| r.status().as_u16());
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(status, 200, "heartbeat over TLS");
+    assert_eq!(ready.ok(), Some(200));
+}
