@@ -22,6 +22,16 @@ async fn register(r: &Router, id: &str) {
     assert_eq!(st, 200, "{body}");
 }
 
+/// A Valkey and a router with body limit `max_body`, worker "w" registered.
+async fn router_with_worker(max_body: usize) -> (Valkey, Router) {
+    let v = Valkey::start();
+    let mut a = args();
+    a.max_body_bytes = Some(max_body);
+    let r = Router::start(&v.url(), a).await;
+    register(&r, "w").await;
+    (v, r)
+}
+
 fn error_message(body: &Value) -> &str {
     body["error"]["message"].as_str().unwrap_or_default()
 }
@@ -82,11 +92,7 @@ async fn every_guarded_route_requires_the_exact_bearer_token() {
 
 #[tokio::test]
 async fn bad_input_gets_a_json_4xx_and_changes_nothing() {
-    let v = Valkey::start();
-    let mut a = args();
-    a.max_body_bytes = Some(1 << 20);
-    let r = Router::start(&v.url(), a).await;
-    register(&r, "w").await;
+    let (v, r) = router_with_worker(1 << 20).await;
     let (st, _) = post(
         &r,
         "/internal/stored",
@@ -242,11 +248,7 @@ async fn bad_input_gets_a_json_4xx_and_changes_nothing() {
 
 #[tokio::test]
 async fn a_million_hash_batch_is_refused_whole() {
-    let v = Valkey::start();
-    let mut a = args();
-    a.max_body_bytes = Some(64 << 20);
-    let r = Router::start(&v.url(), a).await;
-    register(&r, "w").await;
+    let (v, r) = router_with_worker(64 << 20).await;
     let million: Vec<u64> = (1..=1_000_000).collect();
     for (path, field) in [
         ("/internal/stored", "block_hashes"),

@@ -109,8 +109,8 @@ fn observer(s: StateStore, done: Arc<AtomicBool>) -> tokio::task::JoinHandle<(us
     })
 }
 
-#[tokio::test]
-async fn a_chunked_200k_sync_is_applied_as_one_replacement() {
+/// A worker holding the old set; returns the new set to sync to.
+async fn worker_with_old_set() -> (Valkey, StateStore, Vec<BlockHash>) {
     let v = Valkey::start();
     let s = store(&v, "sy", "r1", ttls());
     register(&s, "w").await;
@@ -118,6 +118,12 @@ async fn a_chunked_200k_sync_is_applied_as_one_replacement() {
     for c in old.chunks(50_000) {
         s.stored(M, "w", c).await.unwrap();
     }
+    (v, s, new)
+}
+
+#[tokio::test]
+async fn a_chunked_200k_sync_is_applied_as_one_replacement() {
+    let (v, s, new) = worker_with_old_set().await;
     let done = Arc::new(AtomicBool::new(false));
     let watch = observer(s.clone(), done.clone());
     for c in new.chunks(50_000) {
@@ -147,13 +153,7 @@ async fn a_chunked_200k_sync_is_applied_as_one_replacement() {
 
 #[tokio::test]
 async fn gc_finishes_a_sync_whose_router_died_mid_patch() {
-    let v = Valkey::start();
-    let s = store(&v, "sy", "r1", ttls());
-    register(&s, "w").await;
-    let (old, new) = old_and_new();
-    for c in old.chunks(50_000) {
-        s.stored(M, "w", c).await.unwrap();
-    }
+    let (v, s, new) = worker_with_old_set().await;
     s.sync_stage(M, "w", "snap-2", &new).await.unwrap();
     // The router applying the sync dies shortly after the commit.
     let applying = {

@@ -38,22 +38,18 @@ impl StateStore {
         worker_id: &str,
         hashes: &[BlockHash],
     ) -> Result<u64, StateError> {
-        self.check_batch(worker_id, hashes)?;
         let ttl = ms(self.ttls().speculative);
-        let mut inserted = 0;
-        for chunk in chunks_or_empty(hashes, self.limits().hashes_per_call) {
-            let n: u64 = self
-                .blocks_call(
-                    Lane::Hot,
-                    ScriptName::Claim,
-                    model,
-                    worker_id,
-                    Some(&ttl),
-                    chunk,
-                )
-                .await?;
-            inserted += n;
-        }
+        let replies: Vec<u64> = self
+            .batch(
+                Lane::Hot,
+                ScriptName::Claim,
+                model,
+                worker_id,
+                Some(&ttl),
+                hashes,
+            )
+            .await?;
+        let inserted = replies.iter().sum();
         metrics::counter!("prefix_router_entries_total", "op" => "claim").increment(inserted);
         Ok(inserted)
     }
@@ -65,20 +61,19 @@ impl StateStore {
         worker_id: &str,
         hashes: &[BlockHash],
     ) -> Result<StoredOutcome, StateError> {
-        self.check_batch(worker_id, hashes)?;
         let ttl = ms(self.ttls().confirmed);
+        let replies: Vec<(u64, u64, u64)> = self
+            .batch(
+                Lane::Bulk,
+                ScriptName::Stored,
+                model,
+                worker_id,
+                Some(&ttl),
+                hashes,
+            )
+            .await?;
         let mut out = StoredOutcome::default();
-        for chunk in chunks_or_empty(hashes, self.limits().hashes_per_call) {
-            let (i, p, r): (u64, u64, u64) = self
-                .blocks_call(
-                    Lane::Bulk,
-                    ScriptName::Stored,
-                    model,
-                    worker_id,
-                    Some(&ttl),
-                    chunk,
-                )
-                .await?;
+        for (i, p, r) in replies {
             out.inserted += i;
             out.promoted += p;
             out.refreshed += r;
@@ -95,16 +90,40 @@ impl StateStore {
         worker_id: &str,
         hashes: &[BlockHash],
     ) -> Result<u64, StateError> {
-        self.check_batch(worker_id, hashes)?;
-        let mut removed = 0;
-        for chunk in chunks_or_empty(hashes, self.limits().hashes_per_call) {
-            let n: u64 = self
-                .blocks_call(Lane::Bulk, ScriptName::Evict, model, worker_id, None, chunk)
-                .await?;
-            removed += n;
-        }
+        let replies: Vec<u64> = self
+            .batch(
+                Lane::Bulk,
+                ScriptName::Evict,
+                model,
+                worker_id,
+                None,
+                hashes,
+            )
+            .await?;
+        let removed = replies.iter().sum();
         metrics::counter!("prefix_router_entries_total", "op" => "evict").increment(removed);
         Ok(removed)
+    }
+
+    /// Checks the batch, then runs `script` once per chunk of hashes.
+    async fn batch<T: redis::FromRedisValue>(
+        &self,
+        lane: Lane,
+        script: ScriptName,
+        model: &str,
+        worker_id: &str,
+        ttl: Option<&str>,
+        hashes: &[BlockHash],
+    ) -> Result<Vec<T>, StateError> {
+        self.check_batch(worker_id, hashes)?;
+        let mut replies = Vec::new();
+        for chunk in chunks_or_empty(hashes, self.limits().hashes_per_call) {
+            replies.push(
+                self.blocks_call(lane, script, model, worker_id, ttl, chunk)
+                    .await?,
+            );
+        }
+        Ok(replies)
     }
 
     async fn blocks_call<T: redis::FromRedisValue>(
