@@ -124,3 +124,52 @@ async fn a_crashed_routers_in_flight_share_expires_with_its_lease() {
     );
     assert_eq!(r1.gc(M, 10).await.unwrap().dead_routers, 1);
 }
+
+#[tokio::test]
+async fn long_chains_are_looked_up_in_chunks_with_the_same_answer() {
+    use prefix_router::state::{BatchLimits, ConnectionSettings};
+    let v = Valkey::start();
+    let ttls = StateTtls {
+        worker_lease: Duration::from_secs(60),
+        ..fast_ttls()
+    };
+    let whole = store(&v, "ch", "r1", ttls.clone());
+    let small = BatchLimits {
+        hashes_per_call: 7,
+        ..BatchLimits::default()
+    };
+    let chunked =
+        StateStore::new(ConnectionSettings::new(&v.url()), "ch", "r2", ttls, small).unwrap();
+    let chain: Vec<BlockHash> = (1..=100).map(BlockHash).collect();
+    // a: the whole chain; b: 41 blocks; c: blocks 1-20 and 30-50 (a gap);
+    // d: exactly two chunks' worth (14); e: nothing.
+    let holdings: [(&str, Vec<BlockHash>); 5] = [
+        ("a", chain.clone()),
+        ("b", chain[..41].to_vec()),
+        (
+            "c",
+            chain[..20].iter().chain(&chain[29..50]).copied().collect(),
+        ),
+        ("d", chain[..14].to_vec()),
+        ("e", vec![]),
+    ];
+    for (w, hs) in &holdings {
+        whole.heartbeat(M, &hb(w)).await.unwrap();
+        whole.stored(M, w, hs).await.unwrap();
+    }
+    let counts = |l: prefix_router::state::PrefixLookup| {
+        let mut v: Vec<(String, usize)> = l
+            .workers
+            .into_iter()
+            .map(|w| (w.info.worker_id, w.matched_blocks))
+            .collect();
+        v.sort();
+        v
+    };
+    let want: Vec<(String, usize)> = [("a", 100), ("b", 41), ("c", 20), ("d", 14), ("e", 0)]
+        .iter()
+        .map(|(w, n)| (w.to_string(), *n))
+        .collect();
+    assert_eq!(counts(whole.lookup(M, &chain).await.unwrap()), want);
+    assert_eq!(counts(chunked.lookup(M, &chain).await.unwrap()), want);
+}

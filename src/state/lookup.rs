@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{Lane, ScriptName, StateError, StateStore, WorkerLoad, hex_args};
+use super::{Lane, ScriptName, StateError, StateStore, WorkerLoad, chunks_or_empty, hex_args};
 use crate::hashing::BlockHash;
 
 /// What the state says about one worker incarnation.
@@ -103,14 +103,49 @@ fn parse_info(script: ScriptName, f: &[String]) -> Result<WorkerInfo, StateError
 
 impl StateStore {
     /// For each live worker of `model`, how many leading blocks of `chain` it
-    /// holds, with its load. Read-only; runs on the routing lane.
+    /// holds, with its load. Read-only; runs on the routing lane. Long chains
+    /// are looked up in chunks (each script call stays near 1 ms); a worker's
+    /// count carries into the next chunk only if it held the whole previous
+    /// one, and the scan stops once no worker did.
     pub async fn lookup(
         &self,
         model: &str,
         chain: &[BlockHash],
     ) -> Result<PrefixLookup, StateError> {
+        let mut chunks = chunks_or_empty(chain, self.limits().hashes_per_call);
+        let first = chunks.next().unwrap_or_default();
+        let mut result = self.lookup_chunk(model, first).await?;
+        let mut full = first.len();
+        for chunk in chunks {
+            if !result.workers.iter().any(|w| w.matched_blocks == full) {
+                break;
+            }
+            let next = self.lookup_chunk(model, chunk).await?;
+            for w in &mut result.workers {
+                if w.matched_blocks != full {
+                    continue;
+                }
+                if let Some(n) = next
+                    .workers
+                    .iter()
+                    .find(|n| n.info.worker_id == w.info.worker_id)
+                {
+                    w.matched_blocks += n.matched_blocks;
+                }
+            }
+            result.scanned_blocks += next.scanned_blocks;
+            full += chunk.len();
+        }
+        Ok(result)
+    }
+
+    async fn lookup_chunk(
+        &self,
+        model: &str,
+        chunk: &[BlockHash],
+    ) -> Result<PrefixLookup, StateError> {
         const S: ScriptName = ScriptName::Lookup;
-        let hex = hex_args(chain);
+        let hex = hex_args(chunk);
         let args: Vec<&str> = hex.iter().map(String::as_str).collect();
         let reply: Vec<String> = self.run(Lane::Hot, S, model, &args).await?;
         let (first, rest) = reply
