@@ -754,20 +754,21 @@ struct SyncRun {
     held_after: u64,
 }
 
-/// A worker holding 200k blocks synced to 200k (100k kept, 100k new); as one
-/// `sync()` call, or (`split`) as `sync_stage()` then `sync_commit()`.
+/// A worker holding 200k blocks synced to 200k (`kept` of them kept, the rest
+/// new); as one `sync()` call, or (`split`) as `sync_stage()` then `sync_commit()`.
 async fn full_sync(
     raw: &mut Raw,
     store: &StateStore,
     rng: &mut StdRng,
     id: &str,
     split: bool,
+    kept: usize,
 ) -> Result<SyncRun> {
     let idx = register(store, id).await?;
     let old = fresh(rng, 200_000);
     store_all(store, id, &old).await?;
-    let mut snapshot: Vec<BlockHash> = old[..100_000].to_vec();
-    snapshot.extend(fresh(rng, 100_000));
+    let mut snapshot: Vec<BlockHash> = old[..kept].to_vec();
+    snapshot.extend(fresh(rng, 200_000 - kept));
     let mut parts = Vec::new();
     let active = if split {
         let sync_id = "bench-split";
@@ -1190,9 +1191,35 @@ async fn run(url: &str) -> Result<String> {
 
     // ----- Full sync of 200k over 200k held, half overlapping.
     eprintln!("timing: full 200k sync");
-    let whole = full_sync(&mut raw, &default_store, &mut rng, "sync-200k", false).await?;
+    let whole = full_sync(
+        &mut raw,
+        &default_store,
+        &mut rng,
+        "sync-200k",
+        false,
+        100_000,
+    )
+    .await?;
     eprintln!("timing: full 200k sync, stage and commit measured apart");
-    let split = full_sync(&mut raw, &default_store, &mut rng, "sync-200k-split", true).await?;
+    let split = full_sync(
+        &mut raw,
+        &default_store,
+        &mut rng,
+        "sync-200k-split",
+        true,
+        100_000,
+    )
+    .await?;
+    eprintln!("timing: steady-state 200k sync (1% churn), stage and commit measured apart");
+    let steady = full_sync(
+        &mut raw,
+        &default_store,
+        &mut rng,
+        "sync-200k-steady",
+        true,
+        198_000,
+    )
+    .await?;
 
     // Bucket encodings after all the timing work.
     let buckets_end = bucket_stats(&mut raw).await?;
@@ -1219,14 +1246,14 @@ async fn run(url: &str) -> Result<String> {
     let _ = writeln!(out, "\n## C. Full sync of 200,000 hashes\n");
     let _ = writeln!(
         out,
-        "A worker holding 200,000 confirmed blocks is synced to a snapshot of 200,000: 100,000 of the held blocks plus 100,000 new. Store with default `BatchLimits` (stage 2048 hashes/call, patch step budget 256). Background: the state of section B. Run 1 is one `StateStore::sync()` call measured as a whole; run 2 (another worker, same shape) calls `sync_stage()` and `sync_commit()` (= commit + all patch steps) with separate stat windows, so the time is attributable. Calls > 1 ms are from SLOWLOG (`slowlog-log-slower-than 1000`), exact usec, attributed by script SHA.\n"
+        "A worker holding 200,000 confirmed blocks is synced to a snapshot of 200,000. Runs 1 and 2: 100,000 of the held blocks plus 100,000 new (50% churn, a worst case). Run 3: 198,000 held plus 2,000 new (1% churn, the steady state of a 5 s snapshot). Store with default `BatchLimits` (see the `ttl.rs` defaults: stage and patch step sizes). Background: the state of section B. Run 1 is one `StateStore::sync()` call measured as a whole; runs 2 and 3 (other workers) call `sync_stage()` and `sync_commit()` (= commit + all patch steps) with separate stat windows, so the time is attributable. Calls > 1 ms are from SLOWLOG (`slowlog-log-slower-than 1000`), exact usec, attributed by script SHA.\n"
     );
     let _ = writeln!(
         out,
         "| run | measured call | wall s | EVALSHA calls | server usec total | **usec_per_call** | p50 | p99 | max (p100) | server / wall | calls > 1 ms by script (exact max usec) |"
     );
     let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
-    for (run, r) in [("1", &whole), ("2", &split)] {
+    for (run, r) in [("1", &whole), ("2", &split), ("3", &steady)] {
         for part in &r.parts {
             let slow: Vec<String> = [
                 ScriptName::SyncStage,
@@ -1259,7 +1286,7 @@ async fn run(url: &str) -> Result<String> {
             );
         }
     }
-    for (run, r) in [("1", &whole), ("2", &split)] {
+    for (run, r) in [("1", &whole), ("2", &split), ("3", &steady)] {
         let _ = writeln!(
             out,
             "\nRun {run}: worker holds {} blocks afterwards (SyncOutcome.active {}); total wall {:.3} s over {} EVALSHA calls.",

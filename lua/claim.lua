@@ -5,7 +5,8 @@
 -- Inserts, with the speculative TTL, each block the worker does not already
 -- hold (a live entry of either kind is left as it is).
 -- Returns the number of blocks inserted, or the error "ERR unknown worker".
--- Complexity: O(n) for n hashes; callers send at most ~512 per call.
+-- Complexity: O(n) for n hashes; one forward read and write per inserted
+-- block, set updates batched. Callers send at most ~128 hashes per call.
 local bad = check_hashes(4)
 if bad then return bad end
 local now = now_ms()
@@ -13,17 +14,16 @@ local idx = live_idx(ARGV[2], now)
 if not idx then return redis.error_reply('ERR unknown worker') end
 local ws = worker_state(idx)
 local exp = expiry_s(now, tonumber(ARGV[3]))
-local inserted = 0
+local added = {}
 for i = 4, #ARGV do
   local h = ARGV[i]
-  local list = fwd_get(h)
-  if not holds(list, ws, h, now) then
-    local j = find_entry(list, idx)
-    if j then table.remove(list, j) end
-    list[#list + 1] = { idx = idx, kind = 's', exp = exp }
-    fwd_put(h, list)
-    reverse_add(ws, h)
-    inserted = inserted + 1
+  local v = fwd_read(h)
+  if not holds(v, ws, h, now) then
+    fwd_write(h, with_entry(v, idx, 's', exp))
+    added[#added + 1] = h
   end
 end
-return inserted
+set_call('SADD', reverse_key(idx), added)
+set_call('SADD', spec_key(idx), added)
+if ws.syncing then set_call('SADD', sync_target_key(idx), added) end
+return #added

@@ -3,17 +3,21 @@
 -- ARGV[1] = base, ARGV[2] = worker_id, ARGV[3..] = block hashes (16 hex digits).
 -- Hashes the worker does not hold are ignored (reports may repeat).
 -- Returns the number of entries removed, or the error "ERR unknown worker".
--- Complexity: O(n) for n hashes; callers send at most ~512 per call.
+-- Complexity: O(n) for n hashes: one membership probe for the batch, then a
+-- forward read and write per held hash. Callers send at most ~128 per call.
 local bad = check_hashes(3)
 if bad then return bad end
 local now = now_ms()
 local idx = live_idx(ARGV[2], now)
 if not idx then return redis.error_reply('ERR unknown worker') end
 local ws = worker_state(idx)
+local hashes = { unpack(ARGV, 3) }
+local member = set_call('SMISMEMBER', reverse_key(idx), hashes)
 local removed = 0
-for i = 3, #ARGV do
-  local h = ARGV[i]
-  if fwd_remove(h, idx) then removed = removed + 1 end
-  reverse_remove(ws, h)
+for i, h in ipairs(hashes) do
+  if member[i] == 1 and fwd_remove(h, idx) then removed = removed + 1 end
 end
+set_call('SREM', reverse_key(idx), hashes)
+set_call('SREM', spec_key(idx), hashes)
+if ws.syncing then set_call('SREM', sync_target_key(idx), hashes) end
 return removed

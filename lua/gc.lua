@@ -4,52 +4,72 @@
 -- ARGV[3] = stall_ms (a sync patch idle that long is reported as stalled)
 -- 1. Incarnations whose lease expired leave the id map and join the purge queue.
 -- 2. Expired routers' in-flight counts are dropped.
--- 3. One slice of one live worker's reverse map is swept: expired entries
---    (and reverse members without a forward entry) are removed. The sweep
---    position (gc hash: idx, cursor) moves round-robin over live workers.
+-- 3. One slice of one live worker's entries is swept for expiry: its
+--    speculative set sp:<idx> always, then its reverse map r:<idx> only when
+--    no recent sync keeps its confirmed entries alive. The position (gc hash:
+--    idx, phase, cursor) moves round-robin over live, non-syncing workers.
 -- Returns {leases expired, routers dropped, entries swept, stalled idx...};
 -- the caller drives sync_patch.lua for each stalled incarnation.
 -- Complexity: O(budget + live workers).
 local budget, stall_ms = tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_ms()
-local leases, purge, gckey = BASE .. ':leases', BASE .. ':purge', BASE .. ':gc'
+local leases, gckey = BASE .. ':leases', BASE .. ':gc'
 
 local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, 64)
 for _, idx in ipairs(expired) do
   local id = redis.call('HGET', worker_key(idx), 'id')
   if id and redis.call('HGET', KEYS[1], id) == idx then redis.call('HDEL', KEYS[1], id) end
   redis.call('ZREM', leases, idx)
-  redis.call('SADD', purge, idx)
+  redis.call('SADD', BASE .. ':purge', idx)
 end
 
-local live = live_idxs(now)
+local live = live_leases(now)
 local dead_routers = redis.call('ZRANGEBYSCORE', BASE .. ':routers', '-inf', now, 'LIMIT', 0, 16)
 for _, r in ipairs(dead_routers) do
-  for _, idx in ipairs(live) do redis.call('HDEL', inflight_key(idx), r) end
+  for i = 1, #live, 2 do redis.call('HDEL', inflight_key(live[i]), r) end
   redis.call('ZREM', BASE .. ':routers', r)
 end
 
-local stalled, swept = {}, 0
-local order = {}
-for _, idx in ipairs(live) do
-  local ws = worker_state(idx)
-  if ws.syncing then
-    local at = tonumber(redis.call('HGET', worker_key(idx), 'patch_ms')) or 0
-    if now - at > stall_ms then stalled[#stalled + 1] = idx end
+local stalled, order = {}, {}
+for i = 1, #live, 2 do
+  local idx = live[i]
+  local f = redis.call('HMGET', worker_key(idx), 'syncing', 'patch_ms')
+  if f[1] == '1' then
+    if now - (tonumber(f[2]) or 0) > stall_ms then stalled[#stalled + 1] = tonumber(idx) end
   else
     order[#order + 1] = tonumber(idx)
   end
 end
 table.sort(order)
+
+-- Drops expired entries among one SSCAN slice of `key`; returns the cursor.
+local swept = 0
+local function sweep(idx, key, cursor, ws)
+  local res = redis.call('SSCAN', key, cursor, 'COUNT', budget)
+  local drop = {}
+  for _, h in ipairs(res[2]) do
+    local v = fwd_read(h)
+    local kind, exp = entry_of(v, idx)
+    if not kind or not alive(kind, exp, ws, now) then
+      if kind then fwd_write(h, without_entry(v, idx)) end
+      drop[#drop + 1] = h
+    end
+  end
+  set_call('SREM', reverse_key(idx), drop)
+  set_call('SREM', spec_key(idx), drop)
+  swept = swept + #drop
+  return res[1]
+end
+
 if #order > 0 then
-  local g = redis.call('HMGET', gckey, 'idx', 'cursor')
-  local cur, cursor = tonumber(g[1]), g[2] or '0'
-  local pick = nil
+  local g = redis.call('HMGET', gckey, 'idx', 'phase', 'cursor')
+  local cur, phase, cursor = tonumber(g[1]), g[2] or 'sp', g[3] or '0'
+  local pick
   for _, i in ipairs(order) do
     if cur and i == cur then pick = i break end
   end
   if not pick then
-    cursor = '0'
+    phase, cursor = 'sp', '0'
     for _, i in ipairs(order) do
       if not cur or i > cur then pick = i break end
     end
@@ -57,29 +77,26 @@ if #order > 0 then
   end
   local idx = tostring(pick)
   local ws = worker_state(idx)
-  local res = redis.call('SSCAN', reverse_key(idx), cursor, 'COUNT', budget)
-  for _, h in ipairs(res[2]) do
-    local list = fwd_get(h)
-    local j, e = find_entry(list, idx)
-    if not e or not entry_alive(e, ws, now) then
-      if j then
-        table.remove(list, j)
-        fwd_put(h, list)
-      end
-      redis.call('SREM', reverse_key(idx), h)
-      swept = swept + 1
+  local done = false
+  if phase == 'sp' then
+    cursor = sweep(idx, spec_key(idx), cursor, ws)
+    if cursor == '0' then
+      if ws.synced_until > now then done = true else phase = 'r' end
     end
+  else
+    cursor = sweep(idx, reverse_key(idx), cursor, ws)
+    done = cursor == '0'
   end
-  if res[1] == '0' then
+  if done then
     local nxt = order[1]
     for _, i in ipairs(order) do
       if i > pick then nxt = i break end
     end
-    redis.call('HSET', gckey, 'idx', nxt, 'cursor', '0')
+    redis.call('HSET', gckey, 'idx', nxt, 'phase', 'sp', 'cursor', '0')
   else
-    redis.call('HSET', gckey, 'idx', pick, 'cursor', res[1])
+    redis.call('HSET', gckey, 'idx', pick, 'phase', phase, 'cursor', cursor)
   end
 end
 local out = { #expired, #dead_routers, swept }
-for _, idx in ipairs(stalled) do out[#out + 1] = tonumber(idx) end
+for _, idx in ipairs(stalled) do out[#out + 1] = idx end
 return out

@@ -8,14 +8,16 @@
 -- Forward-map value: comma-separated entries "<idx><kind><expiry_s>":
 --   idx = worker incarnation, kind = 's' (speculative) or 'c' (confirmed),
 --   expiry_s = unix seconds. Example: "3c1763712345,12s1763712301".
+-- Per incarnation: r:<idx> holds every hash it has an entry for, sp:<idx>
+-- the subset whose entry is speculative.
 
 local BASE = ARGV[1]
 if KEYS[1] ~= BASE .. ':ids' then
   return redis.error_reply('ERR KEYS[1] must be ' .. BASE .. ':ids')
 end
 
-local ROUND4 = { ['0']='0',['1']='0',['2']='0',['3']='0',['4']='4',['5']='4',['6']='4',['7']='4',
-                 ['8']='8',['9']='8',a='8',b='8',c='c',d='c',e='c',f='c' }
+local ROUND8 = { ['0']='0',['1']='0',['2']='0',['3']='0',['4']='0',['5']='0',['6']='0',['7']='0',
+                 ['8']='8',['9']='8',a='8',b='8',c='8',d='8',e='8',f='8' }
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -26,49 +28,65 @@ local function valid_hash(h)
   return #h == 16 and not string.find(h, '[^0-9a-f]')
 end
 
--- 16,384 buckets: the first four hex digits, the fourth rounded down to 0/4/8/c.
+-- 8,192 buckets: the first four hex digits, the fourth rounded down to 0 or 8.
 local function bucket_key(h)
-  return BASE .. ':f:' .. string.sub(h, 1, 3) .. ROUND4[string.sub(h, 4, 4)]
+  return BASE .. ':f:' .. string.sub(h, 1, 3) .. ROUND8[string.sub(h, 4, 4)]
 end
 
 local function worker_key(idx) return BASE .. ':w:' .. idx end
 local function reverse_key(idx) return BASE .. ':r:' .. idx end
+local function spec_key(idx) return BASE .. ':sp:' .. idx end
 local function sync_target_key(idx) return BASE .. ':s:' .. idx end
 local function inflight_key(idx) return BASE .. ':inflight:' .. idx end
 
-local function parse_entries(v)
-  local list = {}
+-- idx's entry in a forward value: kind, expiry, and its span in ',' .. v.
+local function entry_of(v, idx)
+  if not v then return nil end
+  local s, e, kind, exp = string.find(',' .. v, ',' .. idx .. '([sc])(%d+)')
+  if not s then return nil end
+  return kind, tonumber(exp), s, e
+end
+
+-- v with idx's entry set to kind/exp (replaced, or appended).
+local function with_entry(v, idx, kind, exp)
+  local token = idx .. kind .. string.format('%d', exp)
+  if not v then return token end
+  local k, _, s, e = entry_of(v, idx)
+  if not k then return v .. ',' .. token end
+  local pv = ',' .. v
+  return string.sub(pv, 2, s - 1) .. (s > 1 and ',' or '') .. token .. string.sub(pv, e + 1)
+end
+
+-- v without idx's entry; nil when nothing is left.
+local function without_entry(v, idx)
+  local k, _, s, e = entry_of(v, idx)
+  if not k then return v end
+  local pv = ',' .. v
+  local rest = string.sub(pv, 1, s - 1) .. string.sub(pv, e + 1)
+  if rest == '' then return nil end
+  return string.sub(rest, 2)
+end
+
+local function fwd_read(h)
+  local v = redis.call('HGET', bucket_key(h), h)
+  if v then return v end
+  return nil
+end
+
+local function fwd_write(h, v)
   if v then
-    for idx, kind, exp in string.gmatch(v, '(%d+)([sc])(%d+)') do
-      list[#list + 1] = { idx = idx, kind = kind, exp = tonumber(exp) }
-    end
-  end
-  return list
-end
-
-local function encode_entries(list)
-  local parts = {}
-  for i, e in ipairs(list) do parts[i] = e.idx .. e.kind .. string.format('%d', e.exp) end
-  return table.concat(parts, ',')
-end
-
-local function fwd_get(h)
-  return parse_entries(redis.call('HGET', bucket_key(h), h))
-end
-
-local function fwd_put(h, list)
-  if #list == 0 then
-    redis.call('HDEL', bucket_key(h), h)
+    redis.call('HSET', bucket_key(h), h, v)
   else
-    redis.call('HSET', bucket_key(h), h, encode_entries(list))
+    redis.call('HDEL', bucket_key(h), h)
   end
 end
 
-local function find_entry(list, idx)
-  for i, e in ipairs(list) do
-    if e.idx == idx then return i, e end
-  end
-  return nil, nil
+-- Removes idx's entry for h from the forward map; true if one was there.
+local function fwd_remove(h, idx)
+  local v = fwd_read(h)
+  if not entry_of(v, idx) then return false end
+  fwd_write(h, without_entry(v, idx))
+  return true
 end
 
 -- Seconds, rounded up, so that an entry never expires before its TTL.
@@ -84,15 +102,16 @@ local function worker_state(idx)
   return { idx = idx, synced_until = tonumber(f[1]) or 0, syncing = f[2] == '1' }
 end
 
-local function entry_alive(e, ws, now)
-  if e.exp * 1000 > now then return true end
-  return e.kind == 'c' and ws.synced_until > now
+local function alive(kind, exp, ws, now)
+  if exp * 1000 > now then return true end
+  return kind == 'c' and ws.synced_until > now
 end
 
--- Does worker ws hold h? One forward read plus, while syncing, one set probe.
-local function holds(list, ws, h, now)
-  local _, e = find_entry(list, ws.idx)
-  if e and (e.kind == 's' or not ws.syncing) and entry_alive(e, ws, now) then return true end
+-- Does worker ws hold h, given h's forward value v? While a sync is being
+-- applied, its target set is the worker's confirmed membership.
+local function holds(v, ws, h, now)
+  local kind, exp = entry_of(v, ws.idx)
+  if kind and (kind == 's' or not ws.syncing) and alive(kind, exp, ws, now) then return true end
   if ws.syncing then
     return redis.call('SISMEMBER', sync_target_key(ws.idx), h) == 1
   end
@@ -117,25 +136,10 @@ local function check_hashes(first)
   return nil
 end
 
--- Adds h to the worker's reverse map (and to its sync target while syncing).
-local function reverse_add(ws, h)
-  redis.call('SADD', reverse_key(ws.idx), h)
-  if ws.syncing then redis.call('SADD', sync_target_key(ws.idx), h) end
-end
-
-local function reverse_remove(ws, h)
-  redis.call('SREM', reverse_key(ws.idx), h)
-  if ws.syncing then redis.call('SREM', sync_target_key(ws.idx), h) end
-end
-
--- Removes idx's entry for h from the forward map; true if one was there.
-local function fwd_remove(h, idx)
-  local list = fwd_get(h)
-  local i = find_entry(list, idx)
-  if not i then return false end
-  table.remove(list, i)
-  fwd_put(h, list)
-  return true
+-- One call for a whole list (no-op when empty): SADD/SREM/SMISMEMBER.
+local function set_call(cmd, key, list)
+  if #list == 0 then return {} end
+  return redis.call(cmd, key, unpack(list))
 end
 
 -- Live routers (lease in the future), as a set, for summing in-flight gauges.
@@ -147,22 +151,21 @@ local function live_routers(now)
   return set
 end
 
--- Live incarnations, in lease order.
-local function live_idxs(now)
-  return redis.call('ZRANGEBYSCORE', BASE .. ':leases', '(' .. now, '+inf')
+-- Live incarnations with their lease expiry: {idx, lease, idx, lease, ...}.
+local function live_leases(now)
+  return redis.call('ZRANGEBYSCORE', BASE .. ':leases', '(' .. now, '+inf', 'WITHSCORES')
 end
 
 -- Everything routing and operators need to know about one incarnation, as a
--- flat array of strings: id, url, inflight, waiting, running, kv_usage,
+-- flat array of 10 strings: id, url, inflight, waiting, running, kv_usage,
 -- load_age_ms (-1 if never reported), lease_left_ms, blocks, syncing.
-local function worker_info(idx, now, routers)
+local function worker_info(idx, lease, now, routers)
   local f = redis.call('HMGET', worker_key(idx), 'id', 'url', 'waiting', 'running', 'kv_usage', 'load_ms', 'syncing')
   local inflight = 0
   local counts = redis.call('HGETALL', inflight_key(idx))
   for i = 1, #counts, 2 do
     if routers[counts[i]] then inflight = inflight + math.max(0, tonumber(counts[i + 1]) or 0) end
   end
-  local lease = tonumber(redis.call('ZSCORE', BASE .. ':leases', idx))
   local load_ms = tonumber(f[6])
   return {
     f[1] or '', f[2] or '', tostring(inflight), f[3] or '0', f[4] or '0', f[5] or '0',

@@ -5,7 +5,8 @@
 -- Inserts missing entries and promotes speculative ones, with the confirmed
 -- TTL; confirmed entries get their expiry refreshed.
 -- Returns {inserted, promoted, refreshed}, or the error "ERR unknown worker".
--- Complexity: O(n) for n hashes; callers send at most ~512 per call.
+-- Complexity: O(n) for n hashes; one forward read and write per hash, set
+-- updates batched. Callers send at most ~128 hashes per call.
 local bad = check_hashes(4)
 if bad then return bad end
 local now = now_ms()
@@ -14,18 +15,22 @@ if not idx then return redis.error_reply('ERR unknown worker') end
 local ws = worker_state(idx)
 local exp = expiry_s(now, tonumber(ARGV[3]))
 local inserted, promoted, refreshed = 0, 0, 0
+local hashes = {}
 for i = 4, #ARGV do
   local h = ARGV[i]
-  local list = fwd_get(h)
-  local j, e = find_entry(list, idx)
-  if not e then
-    list[#list + 1] = { idx = idx, kind = 'c', exp = exp }
+  local v = fwd_read(h)
+  local kind, old = entry_of(v, idx)
+  if not kind then
     inserted = inserted + 1
+  elseif kind == 's' then
+    promoted = promoted + 1
   else
-    if e.kind == 's' then promoted = promoted + 1 else refreshed = refreshed + 1 end
-    list[j] = { idx = idx, kind = 'c', exp = math.max(exp, e.exp) }
+    refreshed = refreshed + 1
   end
-  fwd_put(h, list)
-  reverse_add(ws, h)
+  fwd_write(h, with_entry(v, idx, 'c', math.max(exp, old or 0)))
+  hashes[#hashes + 1] = h
 end
+set_call('SADD', reverse_key(idx), hashes)
+set_call('SREM', spec_key(idx), hashes)
+if ws.syncing then set_call('SADD', sync_target_key(idx), hashes) end
 return { inserted, promoted, refreshed }

@@ -1,61 +1,63 @@
 -- sync_patch.lua: one bounded step of applying a committed sync.
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base, ARGV[2] = idx (worker incarnation), ARGV[3] = budget (hashes per step)
--- Phase "add" walks the target s:<idx>: missing entries are inserted as
--- confirmed, speculative ones promoted. Phase "remove" walks the reverse map
--- r:<idx>: entries not in the target are removed, except live speculative
--- entries (routed requests the snapshot predates), which join the target.
--- At the end r:<idx> equals the target, which is dropped. Safe to call from
--- several routers at once: the cursor lives in the worker record.
+-- Phase "add" walks the target s:<idx>: blocks the worker had no entry for
+-- are inserted as confirmed, speculative ones promoted. Phase "remove" walks
+-- the reverse map r:<idx>: entries not in the target are removed, except
+-- live speculative entries (routed requests the snapshot predates), which
+-- join the target. Unchanged blocks cost one batched membership probe and
+-- no forward access. At the end r:<idx> equals the target, which is
+-- dropped. Safe to call from several routers at once: the cursor lives in
+-- the worker record.
 -- Returns {0, hashes visited} while steps remain, then {1, blocks the
 -- worker holds} once the sync is fully applied (also when none was pending).
 -- Complexity: O(budget) per call; O(old + new) for a whole sync.
 local idx, budget = ARGV[2], tonumber(ARGV[3])
 local wkey = worker_key(idx)
 local f = redis.call('HMGET', wkey, 'syncing', 'patch_phase', 'patch_cursor', 'synced_until')
-if f[1] ~= '1' then return { 1, redis.call('SCARD', reverse_key(idx)) } end
+local target, reverse, spec = sync_target_key(idx), reverse_key(idx), spec_key(idx)
+if f[1] ~= '1' then return { 1, redis.call('SCARD', reverse) } end
 local now = now_ms()
 local phase, cursor = f[2], f[3]
-local target, reverse = sync_target_key(idx), reverse_key(idx)
-local res, visited
+local res = redis.call('SSCAN', phase == 'add' and target or reverse, cursor, 'COUNT', budget)
+local batch = res[2]
 if phase == 'add' then
   local exp = math.ceil((tonumber(f[4]) or now) / 1000)
-  res = redis.call('SSCAN', target, cursor, 'COUNT', budget)
-  visited = #res[2]
-  for _, h in ipairs(res[2]) do
-    local list = fwd_get(h)
-    local j, e = find_entry(list, idx)
-    if not e or e.kind == 's' then
-      if j then table.remove(list, j) end
-      list[#list + 1] = { idx = idx, kind = 'c', exp = exp }
-      fwd_put(h, list)
-      redis.call('SADD', reverse, h)
+  local in_rev = set_call('SMISMEMBER', reverse, batch)
+  local in_spec = set_call('SMISMEMBER', spec, batch)
+  local confirmed = {}
+  for i, h in ipairs(batch) do
+    if in_rev[i] == 0 or in_spec[i] == 1 then
+      fwd_write(h, with_entry(fwd_read(h), idx, 'c', exp))
+      confirmed[#confirmed + 1] = h
     end
   end
+  set_call('SADD', reverse, confirmed)
+  set_call('SREM', spec, confirmed)
   if res[1] == '0' then
     redis.call('HSET', wkey, 'patch_phase', 'remove', 'patch_cursor', '0', 'patch_ms', now)
   else
     redis.call('HSET', wkey, 'patch_cursor', res[1], 'patch_ms', now)
   end
-  return { 0, visited }
+  return { 0, #batch }
 end
-res = redis.call('SSCAN', reverse, cursor, 'COUNT', budget)
-visited = #res[2]
-for _, h in ipairs(res[2]) do
-  if redis.call('SISMEMBER', target, h) == 0 then
-    local list = fwd_get(h)
-    local j, e = find_entry(list, idx)
-    if e and e.kind == 's' and e.exp * 1000 > now then
-      redis.call('SADD', target, h)
+local in_target = set_call('SMISMEMBER', target, batch)
+local keep, drop = {}, {}
+for i, h in ipairs(batch) do
+  if in_target[i] == 0 then
+    local v = fwd_read(h)
+    local kind, exp = entry_of(v, idx)
+    if kind == 's' and exp * 1000 > now then
+      keep[#keep + 1] = h
     else
-      if j then
-        table.remove(list, j)
-        fwd_put(h, list)
-      end
-      redis.call('SREM', reverse, h)
+      if kind then fwd_write(h, without_entry(v, idx)) end
+      drop[#drop + 1] = h
     end
   end
 end
+set_call('SADD', target, keep)
+set_call('SREM', reverse, drop)
+set_call('SREM', spec, drop)
 if res[1] == '0' then
   redis.call('DEL', target)
   redis.call('HSET', wkey, 'syncing', 0, 'patch_ms', now)
@@ -63,4 +65,4 @@ if res[1] == '0' then
   return { 1, redis.call('SCARD', reverse) }
 end
 redis.call('HSET', wkey, 'patch_cursor', res[1], 'patch_ms', now)
-return { 0, visited }
+return { 0, #batch }

@@ -3,20 +3,20 @@
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base
 -- Returns per incarnation 12 strings: idx, status (live|expired|draining),
--- then id, url, inflight, waiting, running, kv_usage, load_age_ms,
--- lease_left_ms, blocks, syncing.
+-- then worker_info's 10 fields (see lib.lua).
 -- Complexity: O(workers + routers).
 local now = now_ms()
 local routers = live_routers(now)
 local out = {}
-local function emit(idx, status)
+local function emit(idx, status, lease)
   out[#out + 1] = idx
   out[#out + 1] = status
-  for _, v in ipairs(worker_info(idx, now, routers)) do out[#out + 1] = v end
+  for _, v in ipairs(worker_info(idx, lease, now, routers)) do out[#out + 1] = v end
 end
 local z = redis.call('ZRANGE', BASE .. ':leases', 0, -1, 'WITHSCORES')
 for i = 1, #z, 2 do
-  emit(z[i], tonumber(z[i + 1]) > now and 'live' or 'expired')
+  local lease = tonumber(z[i + 1])
+  emit(z[i], lease > now and 'live' or 'expired', lease)
 end
-for _, idx in ipairs(redis.call('SMEMBERS', BASE .. ':purge')) do emit(idx, 'draining') end
+for _, idx in ipairs(redis.call('SMEMBERS', BASE .. ':purge')) do emit(idx, 'draining', nil) end
 return out

@@ -83,6 +83,7 @@ fn tiny_limits() -> BatchLimits {
         hashes_per_call: 3,
         stage_per_call: 2,
         step_budget: 2,
+        sweep_budget: 2,
         ..BatchLimits::default()
     }
 }
@@ -249,6 +250,11 @@ impl Harness {
             raw.forward_pairs(),
             raw.reverse_pairs(),
             "forward and reverse maps disagree after {after:?}"
+        );
+        assert_eq!(
+            raw.speculative_forward_pairs(),
+            raw.speculative_pairs(),
+            "speculative sets disagree with the forward map after {after:?}"
         );
         let live_idx: BTreeSet<String> = self.model.live.values().map(|(i, _)| i.clone()).collect();
         for (w, (idx, set)) in &self.model.live {

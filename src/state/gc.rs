@@ -22,7 +22,7 @@ impl StateStore {
     /// One bounded gc step for `model`, then purge batches until the queue is
     /// empty or `max_purge_steps` batches ran. Safe on every router at once.
     pub async fn gc(&self, model: &str, max_purge_steps: usize) -> Result<GcReport, StateError> {
-        let budget = self.limits().step_budget.to_string();
+        let budget = self.limits().sweep_budget.to_string();
         let stall = ms(self.ttls().patch_stall);
         let reply: Vec<u64> = self
             .run(Lane::Bulk, ScriptName::Gc, model, &[&budget, &stall])
@@ -54,7 +54,7 @@ impl StateStore {
 
     /// One purge batch; returns (entries removed, incarnations still queued).
     pub async fn purge_step(&self, model: &str) -> Result<(u64, u64), StateError> {
-        let budget = self.limits().step_budget.to_string();
+        let budget = self.limits().sweep_budget.to_string();
         self.run(Lane::Bulk, ScriptName::Purge, model, &[&budget])
             .await
     }

@@ -39,8 +39,10 @@ pub struct BatchLimits {
     pub hashes_per_call: usize,
     /// Hashes per sync staging call.
     pub stage_per_call: usize,
-    /// Hashes visited per sync patch, gc or purge step.
+    /// Hashes visited per sync patch step (mostly batched membership probes).
     pub step_budget: usize,
+    /// Hashes visited per gc sweep or purge step (each touches the forward map).
+    pub sweep_budget: usize,
     /// Most hashes in one stored or eviction request.
     pub max_batch_hashes: usize,
     /// Most hashes in one worker's snapshot (all chunks together).
@@ -50,9 +52,10 @@ pub struct BatchLimits {
 impl Default for BatchLimits {
     fn default() -> Self {
         BatchLimits {
-            hashes_per_call: 256,
-            stage_per_call: 2048,
+            hashes_per_call: 128,
+            stage_per_call: 1024,
             step_budget: 256,
+            sweep_budget: 128,
             max_batch_hashes: 65_536,
             max_sync_hashes: 524_288,
         }

@@ -233,6 +233,8 @@ pub struct RawState {
     pub forward: BTreeMap<String, BTreeMap<String, (char, u64)>>,
     /// incarnation → hashes.
     pub reverse: BTreeMap<String, BTreeSet<String>>,
+    /// incarnation → hashes whose entry is speculative.
+    pub speculative: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl RawState {
@@ -241,6 +243,26 @@ impl RawState {
         self.forward
             .iter()
             .flat_map(|(h, m)| m.keys().map(move |i| (h.clone(), i.clone())))
+            .collect()
+    }
+
+    /// Speculative forward pairs (hash, incarnation).
+    pub fn speculative_forward_pairs(&self) -> BTreeSet<(String, String)> {
+        self.forward
+            .iter()
+            .flat_map(|(h, m)| {
+                m.iter()
+                    .filter(|(_, (k, _))| *k == 's')
+                    .map(move |(i, _)| (h.clone(), i.clone()))
+            })
+            .collect()
+    }
+
+    /// Pairs (hash, incarnation) of the speculative sets.
+    pub fn speculative_pairs(&self) -> BTreeSet<(String, String)> {
+        self.speculative
+            .iter()
+            .flat_map(|(i, hs)| hs.iter().map(move |h| (h.clone(), i.clone())))
             .collect()
     }
 
@@ -282,16 +304,19 @@ pub fn raw_state(valkey: &Valkey, prefix: &str, model: &str) -> RawState {
             }
         }
     }
-    for key in scan_keys(&mut conn, &format!("{base}:r:*")) {
-        let idx = key.rsplit(':').next().expect("idx").to_owned();
-        let members: BTreeSet<String> = redis::cmd("SMEMBERS")
-            .arg(&key)
-            .query(&mut conn)
-            .expect("SMEMBERS");
-        if !members.is_empty() {
-            st.reverse.insert(idx, members);
+    for (kind, map) in [("r", &mut st.reverse), ("sp", &mut st.speculative)] {
+        for key in scan_keys(&mut conn, &format!("{base}:{kind}:*")) {
+            let idx = key.rsplit(':').next().expect("idx").to_owned();
+            let members: BTreeSet<String> = redis::cmd("SMEMBERS")
+                .arg(&key)
+                .query(&mut conn)
+                .expect("SMEMBERS");
+            if !members.is_empty() {
+                map.insert(idx, members);
+            }
         }
     }
+
     st
 }
 
