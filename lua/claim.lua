@@ -6,7 +6,7 @@
 -- hold (a live entry of either kind is left as it is).
 -- Returns the number of blocks inserted, or the error "ERR unknown worker".
 -- Complexity: O(n) for n hashes; one forward read and write per inserted
--- block, set updates batched. Callers send at most ~128 hashes per call.
+-- block, set updates batched. Callers send at most 64 hashes per call.
 local bad = check_hashes(4)
 if bad then return bad end
 local now = now_ms()

@@ -4,7 +4,7 @@
 -- Hashes the worker does not hold are ignored (reports may repeat).
 -- Returns the number of entries removed, or the error "ERR unknown worker".
 -- Complexity: O(n) for n hashes: one membership probe for the batch, then a
--- forward read and write per held hash. Callers send at most ~128 per call.
+-- forward read and write per held hash. Callers send at most 64 per call.
 local bad = check_hashes(3)
 if bad then return bad end
 local now = now_ms()

@@ -6,7 +6,7 @@
 -- TTL; confirmed entries get their expiry refreshed.
 -- Returns {inserted, promoted, refreshed}, or the error "ERR unknown worker".
 -- Complexity: O(n) for n hashes; one forward read and write per hash, set
--- updates batched. Callers send at most ~128 hashes per call.
+-- updates batched. Callers send at most 64 hashes per call.
 local bad = check_hashes(4)
 if bad then return bad end
 local now = now_ms()

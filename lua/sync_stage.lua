@@ -6,7 +6,7 @@
 -- ARGV[5] = most hashes a snapshot may have; ARGV[6..] = block hashes (16 hex digits).
 -- Returns the number of hashes staged so far, "ERR unknown worker", or
 -- "ERR sync too large" (the staged snapshot is then dropped whole).
--- Complexity: O(n) for n hashes; callers send at most ~1000 per call.
+-- Complexity: O(n) for n hashes; callers send at most 512 per call.
 local bad = check_hashes(6)
 if bad then return bad end
 if not string.match(ARGV[3], '^[%w_%-]+$') or #ARGV[3] > 64 then

@@ -135,7 +135,7 @@ async fn long_chains_are_looked_up_in_chunks_with_the_same_answer() {
     };
     let whole = store(&v, "ch", "r1", ttls.clone());
     let small = BatchLimits {
-        hashes_per_call: 7,
+        lookup_per_call: 7,
         ..BatchLimits::default()
     };
     let chunked =

@@ -112,7 +112,7 @@ impl StateStore {
         model: &str,
         chain: &[BlockHash],
     ) -> Result<PrefixLookup, StateError> {
-        let mut chunks = chunks_or_empty(chain, self.limits().hashes_per_call);
+        let mut chunks = chunks_or_empty(chain, self.limits().lookup_per_call);
         let first = chunks.next().unwrap_or_default();
         let mut result = self.lookup_chunk(model, first).await?;
         let mut full = first.len();

@@ -37,6 +37,8 @@ impl Default for StateTtls {
 pub struct BatchLimits {
     /// Hashes per claim / stored / evict call.
     pub hashes_per_call: usize,
+    /// Hashes per lookup call (cheaper per hash than writes).
+    pub lookup_per_call: usize,
     /// Hashes per sync staging call.
     pub stage_per_call: usize,
     /// Hashes visited per sync patch step (mostly batched membership probes).
@@ -52,9 +54,10 @@ pub struct BatchLimits {
 impl Default for BatchLimits {
     fn default() -> Self {
         BatchLimits {
-            hashes_per_call: 128,
-            stage_per_call: 1024,
-            step_budget: 256,
+            hashes_per_call: 64,
+            lookup_per_call: 256,
+            stage_per_call: 512,
+            step_budget: 128,
             sweep_budget: 128,
             max_batch_hashes: 65_536,
             max_sync_hashes: 524_288,
