@@ -226,6 +226,16 @@ pub async fn post(r: &Router, path: &str, body: &serde_json::Value) -> (u16, ser
     (status, resp.json().await.unwrap_or(serde_json::Value::Null))
 }
 
+/// The model the API tests register workers for.
+pub const M: &str = "m";
+
+/// Registers worker `id` for model [`M`] through router `r`.
+pub async fn register(r: &Router, id: &str) {
+    let body = serde_json::json!({"worker_id": id, "url": "http://127.0.0.1:9", "model": M});
+    let (st, resp) = post(r, "/internal/heartbeat", &body).await;
+    assert_eq!(st, 200, "{resp}");
+}
+
 /// The raw maps of one model, read straight from Valkey.
 #[derive(Debug, Default, PartialEq, Eq, Clone)]
 pub struct RawState {
