@@ -9,3 +9,4 @@ pub mod config;
 pub mod hashing;
 pub mod serve;
 pub mod state;
+pub mod tokenize;

@@ -1,0 +1,230 @@
+//! [`ModelTokenizer`]: one model's tokenizer and its configuration.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Deserialize;
+use tokenizers::Tokenizer;
+
+use super::chunk_cache::DEFAULT_CHUNK_BYTES;
+use super::{ChunkCache, split_at_safe_boundaries};
+
+/// Why a tokenizer could not be loaded or used.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizeError {
+    /// A file is missing or unreadable.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// `tokenizer_config.json` is not valid.
+    #[error("parsing {path}: {source}")]
+    Config {
+        /// The file.
+        path: PathBuf,
+        /// The JSON error.
+        source: serde_json::Error,
+    },
+    /// The tokenizers library refused the file or the input.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+}
+
+/// The parts of `tokenizer_config.json` that decide how prompts become ids.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct TokenizerConfig {
+    /// The chat template: one string, or a list of named templates.
+    #[serde(default)]
+    pub chat_template: Option<ChatTemplateField>,
+    /// BOS token text, if the model has one.
+    #[serde(default, deserialize_with = "token_text")]
+    pub bos_token: Option<String>,
+    /// EOS token text.
+    #[serde(default, deserialize_with = "token_text")]
+    pub eos_token: Option<String>,
+}
+
+/// `chat_template` as HF stores it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum ChatTemplateField {
+    /// A single template.
+    One(String),
+    /// Named templates: `[{"name": "default", "template": "..."}, ...]`.
+    Named(Vec<NamedTemplate>),
+}
+
+/// One entry of a named template list.
+#[derive(Debug, Clone, Deserialize)]
+pub struct NamedTemplate {
+    /// Its name (`default`, `tool_use`, ...).
+    pub name: String,
+    /// The Jinja source.
+    pub template: String,
+}
+
+/// Special tokens appear either as plain strings or as AddedToken objects.
+fn token_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Tok {
+        Text(String),
+        Obj { content: String },
+    }
+    Ok(Option::<Tok>::deserialize(d)?.map(|t| match t {
+        Tok::Text(s) | Tok::Obj { content: s } => s,
+    }))
+}
+
+/// A model's tokenizer, shared by all requests for that model.
+#[derive(Clone)]
+pub struct ModelTokenizer {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    tokenizer: Tokenizer,
+    config: TokenizerConfig,
+    /// Ids the post-processor puts before and after a single sequence.
+    specials: (Vec<u32>, Vec<u32>),
+    /// Whether cutting at safe boundaries keeps ids exact (byte-level BPE).
+    chunkable: bool,
+    cache: ChunkCache,
+}
+
+impl ModelTokenizer {
+    /// Loads `tokenizer.json` and `tokenizer_config.json` from `dir`; caches
+    /// up to `cache_tokens` tokens of text chunks.
+    pub fn from_dir(dir: &Path, cache_tokens: usize) -> Result<Self, TokenizeError> {
+        Self::from_dir_with_chunks(dir, cache_tokens, DEFAULT_CHUNK_BYTES)
+    }
+
+    /// [`ModelTokenizer::from_dir`] with chunks of at least `chunk_bytes`.
+    pub fn from_dir_with_chunks(
+        dir: &Path,
+        cache_tokens: usize,
+        chunk_bytes: usize,
+    ) -> Result<Self, TokenizeError> {
+        let tok_path = dir.join("tokenizer.json");
+        let bytes = std::fs::read(&tok_path).map_err(|source| TokenizeError::Read {
+            path: tok_path.clone(),
+            source,
+        })?;
+        let tokenizer =
+            Tokenizer::from_bytes(&bytes).map_err(|e| TokenizeError::Tokenizer(e.to_string()))?;
+        let cfg_path = dir.join("tokenizer_config.json");
+        let config = match std::fs::read(&cfg_path) {
+            Ok(b) => serde_json::from_slice(&b).map_err(|source| TokenizeError::Config {
+                path: cfg_path,
+                source,
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => TokenizerConfig::default(),
+            Err(source) => {
+                return Err(TokenizeError::Read {
+                    path: cfg_path,
+                    source,
+                });
+            }
+        };
+        let specials = post_processor_specials(&tokenizer)?;
+        let chunkable = is_byte_level(&bytes);
+        Ok(ModelTokenizer {
+            inner: Arc::new(Inner {
+                tokenizer,
+                config,
+                specials,
+                chunkable,
+                cache: ChunkCache::new(cache_tokens, chunk_bytes),
+            }),
+        })
+    }
+
+    /// The parsed `tokenizer_config.json`.
+    pub fn config(&self) -> &TokenizerConfig {
+        &self.inner.config
+    }
+
+    /// The ids of `text` as the plain HF tokenizer gives them; with
+    /// `add_special_tokens`, the post-processor's BOS/EOS too (vLLM's
+    /// completions default; chat prompts are encoded without).
+    pub fn encode_plain(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+    ) -> Result<Vec<u32>, TokenizeError> {
+        self.inner
+            .tokenizer
+            .encode_fast(text, add_special_tokens)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| TokenizeError::Tokenizer(e.to_string()))
+    }
+
+    /// Same ids as [`ModelTokenizer::encode_plain`], but long texts are cut
+    /// at boundaries the pre-tokenizer never crosses and each chunk's ids are
+    /// cached, so a repeated long prefix costs a hash lookup.
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizeError> {
+        let inner = &self.inner;
+        if !inner.chunkable {
+            return self.encode_plain(text, add_special_tokens);
+        }
+        let mut ids = Vec::with_capacity(text.len() / 3);
+        if add_special_tokens {
+            ids.extend_from_slice(&inner.specials.0);
+        }
+        for chunk in split_at_safe_boundaries(text, inner.cache.chunk_bytes()) {
+            match inner.cache.get(chunk) {
+                Some(cached) => ids.extend_from_slice(&cached),
+                None => {
+                    let chunk_ids = self.encode_plain(chunk, false)?;
+                    ids.extend_from_slice(&chunk_ids);
+                    inner.cache.insert(chunk, chunk_ids);
+                }
+            }
+        }
+        if add_special_tokens {
+            ids.extend_from_slice(&inner.specials.1);
+        }
+        Ok(ids)
+    }
+
+    /// The text of token ids (for logs and tests).
+    pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizeError> {
+        self.inner
+            .tokenizer
+            .decode(ids, false)
+            .map_err(|e| TokenizeError::Tokenizer(e.to_string()))
+    }
+}
+
+/// Chunking is exact only for byte-level BPE without a normalizer or
+/// pre-tokenizer that adds text per piece (SentencePiece's `▁` prefix).
+fn is_byte_level(tokenizer_json: &[u8]) -> bool {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(tokenizer_json) else {
+        return false;
+    };
+    let pre = v["pre_tokenizer"].to_string();
+    let norm = v["normalizer"].to_string();
+    pre.contains("\"ByteLevel\"")
+        && !pre.contains("Metaspace")
+        && !norm.contains("Prepend")
+        && !norm.contains("Replace")
+}
+
+/// What the post-processor adds around a single sequence, found by
+/// encoding a probe with and without special tokens.
+fn post_processor_specials(tok: &Tokenizer) -> Result<(Vec<u32>, Vec<u32>), TokenizeError> {
+    let enc = |special| {
+        tok.encode_fast("a", special)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| TokenizeError::Tokenizer(e.to_string()))
+    };
+    let (with, without) = (enc(true)?, enc(false)?);
+    let at = with
+        .windows(without.len().max(1))
+        .position(|w| w == without.as_slice())
+        .ok_or_else(|| TokenizeError::Tokenizer("post-processor rewrites the sequence".into()))?;
+    Ok((with[..at].to_vec(), with[at + without.len()..].to_vec()))
+}
