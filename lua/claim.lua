@@ -1,13 +1,15 @@
 -- claim.lua: speculative insert when a request is routed to a worker.
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base, ARGV[2] = worker_id, ARGV[3] = speculative ttl_ms,
--- ARGV[4..] = block hashes (16 lower-case hex digits), in chain order.
+-- ARGV[4] = router id whose in-flight count for the worker goes up by one,
+-- or '' for none; ARGV[5..] = block hashes (16 lower-case hex digits).
 -- Inserts, with the speculative TTL, each block the worker does not already
--- hold (a live entry of either kind is left as it is).
+-- hold (a live entry of either kind is left as it is). Routing a request is
+-- one call: its blocks are claimed and it is counted in flight atomically.
 -- Returns the number of blocks inserted, or the error "ERR unknown worker".
 -- Complexity: O(n) for n hashes; one forward read and write per inserted
 -- block, set updates batched. Callers send at most 64 hashes per call.
-local bad = check_hashes(4)
+local bad = check_hashes(5)
 if bad then return bad end
 local now = now_ms()
 local idx = live_idx(ARGV[2], now)
@@ -15,7 +17,7 @@ if not idx then return redis.error_reply('ERR unknown worker') end
 local ws = worker_state(idx)
 local exp = expiry_s(now, tonumber(ARGV[3]))
 local added = {}
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   local h = ARGV[i]
   local v = fwd_read(h)
   if not holds(v, ws, h, now) then
@@ -26,4 +28,5 @@ end
 set_call('SADD', reverse_key(idx), added)
 set_call('SADD', spec_key(idx), added)
 if ws.syncing then set_call('SADD', sync_target_key(idx), added) end
+if ARGV[4] ~= '' then redis.call('HINCRBY', inflight_key(idx), ARGV[4], 1) end
 return #added

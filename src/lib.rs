@@ -7,6 +7,8 @@
 pub mod api;
 pub mod config;
 pub mod hashing;
+pub mod proxy;
+pub mod routing;
 pub mod serve;
 pub mod state;
 pub mod tokenize;

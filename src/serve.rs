@@ -4,11 +4,17 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::Context;
+use axum::serve::ListenerExt;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 
+use std::sync::Arc;
+
 use crate::api::{self, AppState, InternalAuth};
 use crate::config::ServeConfig;
+use crate::hashing::HashSeed;
+use crate::proxy::{ModelPipeline, ModelPipelines, Proxy, Upstream};
+use crate::routing::{CacheAwareConfig, policy_by_name};
 use crate::state::{StateStore, WorkerHeartbeat};
 
 /// Tells background loops to stop (true once shutting down).
@@ -38,6 +44,31 @@ pub fn build_store(cfg: &ServeConfig) -> anyhow::Result<StateStore> {
         cfg.limits.clone(),
     )
     .context("configuring the valkey store")
+}
+
+/// The routing path: the configured model's pipeline, policy and client.
+fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
+    let mut pipelines = ModelPipelines::default();
+    if let (Some(model), Some(dir)) = (&cfg.model, &cfg.tokenizer_dir) {
+        let seed = HashSeed::from_env_value(cfg.hash_seed.clone());
+        let pipeline = ModelPipeline::load(dir, cfg.block_size, &seed)
+            .with_context(|| format!("loading the tokenizer of {model} from {}", dir.display()))?;
+        pipelines.insert(model, pipeline);
+    } else {
+        tracing::warn!(
+            "no --model/--tokenizer-dir: requests are routed by load only, without prefix locality"
+        );
+    }
+    let policy = policy_by_name(&cfg.policy, CacheAwareConfig::default())
+        .with_context(|| format!("unknown policy {:?}", cfg.policy))?;
+    let upstream = Upstream::new(Duration::from_secs(2)).context("building the HTTP client")?;
+    Ok(Proxy::new(
+        store,
+        pipelines,
+        policy,
+        upstream,
+        cfg.max_attempts,
+    ))
 }
 
 /// Serves until SIGINT/SIGTERM, then ends this router's leases.
@@ -78,6 +109,7 @@ pub async fn serve_on(
         store: store.clone(),
         default_model: cfg.model.clone(),
         metrics: metrics_handle()?,
+        proxy: Arc::new(build_proxy(&cfg, store.clone())?),
     };
     let tasks = [
         tokio::spawn(lease_loop(store.clone(), cfg.clone(), stop.clone())),
@@ -85,6 +117,11 @@ pub async fn serve_on(
     ];
     tracing::info!(listen = %listener.local_addr()?, router_id = %cfg.router_id, "serving");
     let routes = api::router(app, auth, cfg.max_body_bytes);
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY not set");
+        }
+    });
     axum::serve(listener, routes)
         .with_graceful_shutdown(shutdown)
         .await

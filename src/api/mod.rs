@@ -5,6 +5,7 @@ mod auth;
 mod error;
 mod internal;
 mod json;
+mod openai;
 
 pub use auth::InternalAuth;
 pub use error::ApiError;
@@ -14,9 +15,12 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::{delete, get, post};
+use axum::routing::{any, delete, get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 
+use std::sync::Arc;
+
+use crate::proxy::Proxy;
 use crate::state::StateStore;
 
 /// What every handler shares.
@@ -29,6 +33,8 @@ pub struct AppState {
     pub default_model: Option<String>,
     /// Renders `/metrics`.
     pub metrics: PrometheusHandle,
+    /// The routing path of the OpenAI routes.
+    pub proxy: Arc<Proxy>,
 }
 
 /// The router's HTTP routes. `max_body_bytes` caps every request body.
@@ -46,6 +52,10 @@ pub fn router(app: AppState, auth: InternalAuth, max_body_bytes: usize) -> Route
         .route_layer(middleware::from_fn_with_state(auth, auth::require_token));
     Router::new()
         .merge(guarded)
+        .route("/v1/completions", post(openai::completions))
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/models", get(openai::models))
+        .route("/v1/{*rest}", any(openai::other))
         .route("/health", get(admin::health))
         .route("/ready", get(admin::ready))
         .route("/metrics", get(admin::metrics))

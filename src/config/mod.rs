@@ -71,6 +71,18 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes [default: 16777216].
     #[arg(long, env = "PREFIX_ROUTER_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
+    /// Routing policy: cache_aware, round_robin, least_loaded, consistent_hash [default: cache_aware].
+    #[arg(long, env = "PREFIX_ROUTER_POLICY")]
+    pub policy: Option<String>,
+    /// The engine's KV block size in tokens (vLLM --block-size) [default: 16].
+    #[arg(long, env = "PREFIX_ROUTER_BLOCK_SIZE")]
+    pub block_size: Option<usize>,
+    /// The engine's PYTHONHASHSEED, if it sets one (it seeds the block hashes).
+    #[arg(long, env = "PREFIX_ROUTER_HASH_SEED")]
+    pub hash_seed: Option<String>,
+    /// Workers tried per request before giving up [default: 3].
+    #[arg(long, env = "PREFIX_ROUTER_MAX_ATTEMPTS")]
+    pub max_attempts: Option<usize>,
 }
 
 /// The TOML file: the same settings as the flags, durations as strings.
@@ -94,6 +106,10 @@ struct FileConfig {
     gc_interval: Option<String>,
     valkey_timeout: Option<String>,
     max_body_bytes: Option<usize>,
+    policy: Option<String>,
+    block_size: Option<usize>,
+    hash_seed: Option<String>,
+    max_attempts: Option<usize>,
 }
 
 /// Resolved configuration of `serve`.
@@ -123,6 +139,14 @@ pub struct ServeConfig {
     pub gc_interval: Duration,
     /// Largest request body.
     pub max_body_bytes: usize,
+    /// Routing policy name.
+    pub policy: String,
+    /// The engine's block size.
+    pub block_size: usize,
+    /// The engine's PYTHONHASHSEED, if set.
+    pub hash_seed: Option<String>,
+    /// Workers tried per request.
+    pub max_attempts: usize,
 }
 
 fn file_duration(v: Option<String>, name: &str) -> anyhow::Result<Option<Duration>> {
@@ -231,6 +255,13 @@ impl ServeConfig {
                 .max_body_bytes
                 .or(file.max_body_bytes)
                 .unwrap_or(16 << 20),
+            policy: args
+                .policy
+                .or(file.policy)
+                .unwrap_or_else(|| "cache_aware".into()),
+            block_size: args.block_size.or(file.block_size).unwrap_or(16),
+            hash_seed: args.hash_seed.or(file.hash_seed),
+            max_attempts: args.max_attempts.or(file.max_attempts).unwrap_or(3),
         })
     }
 }

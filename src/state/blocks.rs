@@ -30,26 +30,53 @@ impl StateStore {
         Ok(())
     }
 
-    /// Speculatively inserts the blocks `worker_id` does not hold yet (the
-    /// routing step's claim). Returns how many were inserted.
+    /// Speculatively inserts the blocks `worker_id` does not hold yet.
+    /// Returns how many were inserted.
     pub async fn claim(
         &self,
         model: &str,
         worker_id: &str,
         hashes: &[BlockHash],
     ) -> Result<u64, StateError> {
+        self.claim_as(model, worker_id, hashes, "").await
+    }
+
+    /// The routing step's write: claims the request's blocks for the chosen
+    /// worker and counts the request in flight, atomically in the first call.
+    pub async fn assign(
+        &self,
+        model: &str,
+        worker_id: &str,
+        hashes: &[BlockHash],
+    ) -> Result<u64, StateError> {
+        let router = self.router_id().to_owned();
+        self.claim_as(model, worker_id, hashes, &router).await
+    }
+
+    async fn claim_as(
+        &self,
+        model: &str,
+        worker_id: &str,
+        hashes: &[BlockHash],
+        router: &str,
+    ) -> Result<u64, StateError> {
+        self.check_batch(worker_id, hashes)?;
         let ttl = ms(self.ttls().speculative);
-        let replies: Vec<u64> = self
-            .batch(
-                Lane::Hot,
-                ScriptName::Claim,
-                model,
-                worker_id,
-                Some(&ttl),
-                hashes,
-            )
-            .await?;
-        let inserted = replies.iter().sum();
+        let mut inserted = 0;
+        for (i, chunk) in chunks_or_empty(hashes, self.limits().hashes_per_call).enumerate() {
+            let counted = if i == 0 { router } else { "" };
+            let n: u64 = self
+                .blocks_call(
+                    Lane::Hot,
+                    ScriptName::Claim,
+                    model,
+                    worker_id,
+                    &[&ttl, counted],
+                    chunk,
+                )
+                .await?;
+            inserted += n;
+        }
         metrics::counter!("prefix_router_entries_total", "op" => "claim").increment(inserted);
         Ok(inserted)
     }
@@ -68,7 +95,7 @@ impl StateStore {
                 ScriptName::Stored,
                 model,
                 worker_id,
-                Some(&ttl),
+                &[&ttl],
                 hashes,
             )
             .await?;
@@ -91,14 +118,7 @@ impl StateStore {
         hashes: &[BlockHash],
     ) -> Result<u64, StateError> {
         let replies: Vec<u64> = self
-            .batch(
-                Lane::Bulk,
-                ScriptName::Evict,
-                model,
-                worker_id,
-                None,
-                hashes,
-            )
+            .batch(Lane::Bulk, ScriptName::Evict, model, worker_id, &[], hashes)
             .await?;
         let removed = replies.iter().sum();
         metrics::counter!("prefix_router_entries_total", "op" => "evict").increment(removed);
@@ -112,33 +132,34 @@ impl StateStore {
         script: ScriptName,
         model: &str,
         worker_id: &str,
-        ttl: Option<&str>,
+        extra: &[&str],
         hashes: &[BlockHash],
     ) -> Result<Vec<T>, StateError> {
         self.check_batch(worker_id, hashes)?;
         let mut replies = Vec::new();
         for chunk in chunks_or_empty(hashes, self.limits().hashes_per_call) {
             replies.push(
-                self.blocks_call(lane, script, model, worker_id, ttl, chunk)
+                self.blocks_call(lane, script, model, worker_id, extra, chunk)
                     .await?,
             );
         }
         Ok(replies)
     }
 
+    /// One script call: ARGV = worker_id, `extra`, then the chunk's hashes.
     async fn blocks_call<T: redis::FromRedisValue>(
         &self,
         lane: Lane,
         script: ScriptName,
         model: &str,
         worker_id: &str,
-        ttl: Option<&str>,
+        extra: &[&str],
         chunk: &[BlockHash],
     ) -> Result<T, StateError> {
         let hex = hex_args(chunk);
-        let mut args: Vec<&str> = Vec::with_capacity(chunk.len() + 2);
+        let mut args: Vec<&str> = Vec::with_capacity(chunk.len() + extra.len() + 1);
         args.push(worker_id);
-        args.extend(ttl);
+        args.extend_from_slice(extra);
         args.extend(hex.iter().map(String::as_str));
         self.run(lane, script, model, &args)
             .await

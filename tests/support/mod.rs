@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod fake_worker;
+
 use prefix_router::config::{ServeArgs, ServeConfig};
 use prefix_router::state::{BatchLimits, ConnectionSettings, StateStore, StateTtls};
 

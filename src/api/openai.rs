@@ -1,0 +1,95 @@
+//! The OpenAI-compatible routes: thin wrappers over [`crate::proxy`].
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::{ApiError, AppState};
+use crate::proxy::{Endpoint, ProxyError};
+
+impl From<ProxyError> for ApiError {
+    fn from(e: ProxyError) -> Self {
+        match e {
+            ProxyError::InvalidRequest(m) => ApiError::bad_request(m),
+            ProxyError::UnknownModel(_) => {
+                ApiError::new(StatusCode::NOT_FOUND, "model_not_found", e.to_string())
+            }
+            ProxyError::NoWorker(_) => ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "upstream_unavailable",
+                e.to_string(),
+            ),
+            ProxyError::Tokenize(_) => {
+                ApiError::new(StatusCode::BAD_REQUEST, "invalid_prompt", e.to_string())
+            }
+            ProxyError::State(s) => s.into(),
+        }
+    }
+}
+
+async fn forward(
+    app: AppState,
+    endpoint: Endpoint,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
+    match app
+        .proxy
+        .handle(endpoint, &method, path, &headers, body)
+        .await
+    {
+        Ok(resp) => resp,
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// `POST /v1/completions`.
+pub async fn completions(
+    State(app): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    forward(app, Endpoint::Completions, method, uri, headers, body).await
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn chat_completions(
+    State(app): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    forward(app, Endpoint::ChatCompletions, method, uri, headers, body).await
+}
+
+/// Any other `/v1/*` route, forwarded to a worker of the body's model.
+pub async fn other(
+    State(app): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    forward(app, Endpoint::Other, method, uri, headers, body).await
+}
+
+/// `GET /v1/models`: every model with at least one live worker.
+pub async fn models(State(app): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    let mut data = Vec::new();
+    for model in app.store.models().await? {
+        let workers = app.store.workers(&model).await?;
+        if workers.iter().any(|w| w.status == "live") {
+            data.push(json!({ "id": model, "object": "model", "created": 0, "owned_by": "prefix-router" }));
+        }
+    }
+    Ok(Json(json!({ "object": "list", "data": data })))
+}

@@ -1,0 +1,24 @@
+//! [`ProxyError`]: why a request could not be routed or forwarded.
+
+use crate::state::StateError;
+use crate::tokenize::TokenizeError;
+
+/// Failures of the routing path, by what the client should be told.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The request is malformed (4xx).
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// No worker serves this model.
+    #[error("model {0:?} is not served by any live worker")]
+    UnknownModel(String),
+    /// Every worker tried failed before answering.
+    #[error("no worker could take the request: {0}")]
+    NoWorker(String),
+    /// The prompt could not be tokenized.
+    #[error("tokenizing the prompt: {0}")]
+    Tokenize(#[from] TokenizeError),
+    /// The shared state failed in a way routing cannot work around.
+    #[error(transparent)]
+    State(#[from] StateError),
+}

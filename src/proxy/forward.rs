@@ -1,0 +1,111 @@
+//! [`Upstream`]: the HTTP client to workers, and streaming responses back.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, header};
+use axum::response::Response;
+use bytes::Bytes;
+use futures_util::Stream;
+
+use super::InFlightGuard;
+
+/// Response header naming the worker that served the request.
+pub const WORKER_HEADER: &str = "x-prefix-router-worker";
+
+/// Hop-by-hop headers, which a proxy must not forward (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::HOST,
+    header::PROXY_AUTHORIZATION,
+];
+
+fn forwardable(name: &HeaderName) -> bool {
+    !HOP_BY_HOP.contains(name)
+        && name.as_str() != "keep-alive"
+        && name.as_str() != "proxy-connection"
+}
+
+/// A pooled, keep-alive HTTP client with TCP_NODELAY, so streamed tokens
+/// are not held back by Nagle's algorithm.
+#[derive(Clone)]
+pub struct Upstream {
+    client: reqwest::Client,
+}
+
+impl Upstream {
+    /// A client whose connection attempts give up after `connect_timeout`.
+    pub fn new(connect_timeout: Duration) -> Result<Self, reqwest::Error> {
+        let client = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .connect_timeout(connect_timeout)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(64)
+            .build()?;
+        Ok(Upstream { client })
+    }
+
+    /// Sends the request to `base_url` + `path_and_query`; resolves when the
+    /// worker's response headers arrive (errors before that are retryable).
+    pub async fn send(
+        &self,
+        method: &Method,
+        base_url: &str,
+        path_and_query: &str,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<reqwest::Response, reqwest::Error> {
+        let url = format!("{}{}", base_url.trim_end_matches('/'), path_and_query);
+        let mut req = self.client.request(method.clone(), url).body(body);
+        for (name, value) in headers {
+            if forwardable(name) && name != header::CONTENT_LENGTH {
+                req = req.header(name, value);
+            }
+        }
+        req.send().await
+    }
+}
+
+/// The worker's response as ours: status and headers as they came, the body
+/// streamed chunk by chunk, unchanged; `guard` lives until the body ends.
+pub fn relay(resp: reqwest::Response, worker_id: &str, guard: InFlightGuard) -> Response {
+    let mut builder = Response::builder().status(resp.status());
+    if let Some(headers) = builder.headers_mut() {
+        for (name, value) in resp.headers() {
+            if forwardable(name) {
+                headers.append(name, value.clone());
+            }
+        }
+        if let Ok(v) = HeaderValue::from_str(worker_id) {
+            headers.insert(WORKER_HEADER, v);
+        }
+    }
+    let body = Body::from_stream(Guarded {
+        inner: Box::pin(resp.bytes_stream()),
+        _guard: guard,
+    });
+    builder
+        .body(body)
+        .unwrap_or_else(|_| Response::new(Body::empty()))
+}
+
+/// A body stream that holds the in-flight guard until it is dropped:
+/// at its end, on an upstream error, or when the client disconnects.
+struct Guarded<S> {
+    inner: Pin<Box<S>>,
+    _guard: InFlightGuard,
+}
+
+impl<S: Stream<Item = Result<Bytes, reqwest::Error>>> Stream for Guarded<S> {
+    type Item = Result<Bytes, reqwest::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}

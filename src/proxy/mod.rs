@@ -1,0 +1,269 @@
+//! The routing path: from an OpenAI request to the best worker's response.
+//!
+//! Tokenize the prompt as the engine does, hash its full blocks, look up
+//! which live worker holds the longest prefix and how loaded each is, let
+//! the policy rank them, claim the blocks for the first choice (one atomic
+//! call that also counts the request in flight), and forward. A worker that
+//! fails before answering is replaced by the next in the ranking. Without
+//! Valkey, the last known workers are ranked by consistent hashing.
+
+mod candidates;
+mod error;
+mod forward;
+mod inflight;
+mod models;
+mod prompt;
+
+pub use error::ProxyError;
+pub use forward::{Upstream, WORKER_HEADER};
+pub use inflight::InFlightGuard;
+pub use models::{ModelPipeline, ModelPipelines};
+pub use prompt::{CompletionPrompt, completion_prompt};
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use axum::http::{HeaderMap, Method};
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::hashing::BlockHash;
+use crate::routing::{Candidate, ConsistentHash, Policy, RouteRequest};
+use crate::state::StateStore;
+use candidates::{Target, targets};
+
+/// Which OpenAI endpoint a request is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `POST /v1/completions`.
+    Completions,
+    /// `POST /v1/chat/completions`.
+    ChatCompletions,
+    /// Any other `/v1/*` route: forwarded to a worker of the model, by load.
+    Other,
+}
+
+/// The routing path, shared by all requests.
+pub struct Proxy {
+    store: StateStore,
+    pipelines: ModelPipelines,
+    policy: Arc<dyn Policy>,
+    upstream: Upstream,
+    max_attempts: usize,
+    /// Last workers seen live per model: the fallback when Valkey is away.
+    known: RwLock<HashMap<String, Vec<(String, String)>>>,
+}
+
+/// A request's prompt, reduced to what routing needs.
+struct Chain {
+    hashes: Vec<BlockHash>,
+    prompt_tokens: u64,
+}
+
+impl Proxy {
+    /// A proxy over `store` with `policy`, trying at most `max_attempts` workers.
+    pub fn new(
+        store: StateStore,
+        pipelines: ModelPipelines,
+        policy: Arc<dyn Policy>,
+        upstream: Upstream,
+        max_attempts: usize,
+    ) -> Self {
+        Proxy {
+            store,
+            pipelines,
+            policy,
+            upstream,
+            max_attempts: max_attempts.max(1),
+            known: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// Routes and forwards one request; `body` is forwarded unchanged.
+    pub async fn handle(
+        &self,
+        endpoint: Endpoint,
+        method: &Method,
+        path_and_query: &str,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Response, ProxyError> {
+        let started = Instant::now();
+        let json: Value = if body.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&body)
+                .map_err(|e| ProxyError::InvalidRequest(format!("invalid JSON body: {e}")))?
+        };
+        let model = json
+            .get("model")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ProxyError::InvalidRequest("\"model\" is required".into()))?
+            .to_owned();
+        crate::state::check_name("model", &model)
+            .map_err(|e| ProxyError::InvalidRequest(e.to_string()))?;
+        let chain = self.chain(endpoint, &model, &json)?;
+        let (ranked, tracked) = self.rank(&model, &chain).await?;
+        let mut last_error = String::from("no live worker");
+        for target in ranked.iter().take(self.max_attempts) {
+            let worker = &target.candidate.worker_id;
+            let counted = tracked && self.assign(&model, target, &chain).await;
+            let guard = InFlightGuard::new(self.store.clone(), &model, worker, counted);
+            metrics::histogram!("prefix_router_route_seconds")
+                .record(started.elapsed().as_secs_f64());
+            match self
+                .upstream
+                .send(method, &target.url, path_and_query, headers, body.clone())
+                .await
+            {
+                Ok(resp) => {
+                    record_outcome(&model, target, &chain);
+                    return Ok(forward::relay(resp, worker, guard));
+                }
+                Err(e) => {
+                    tracing::warn!(worker, error = %e, "worker failed before answering; trying the next");
+                    metrics::counter!("prefix_router_upstream_retries_total").increment(1);
+                    last_error = format!("{worker}: {e}");
+                }
+            }
+        }
+        Err(if ranked.is_empty() {
+            ProxyError::UnknownModel(model)
+        } else {
+            ProxyError::NoWorker(last_error)
+        })
+    }
+
+    /// The prompt's block hashes, when the model's pipeline can compute them.
+    fn chain(&self, endpoint: Endpoint, model: &str, json: &Value) -> Result<Chain, ProxyError> {
+        let none = Chain {
+            hashes: Vec::new(),
+            prompt_tokens: 0,
+        };
+        let Some(pipeline) = self.pipelines.get(model) else {
+            return Ok(none);
+        };
+        let tokens = match endpoint {
+            Endpoint::Completions => match completion_prompt(json)? {
+                CompletionPrompt::Text(t) => pipeline.tokenizer.encode(&t, true)?,
+                CompletionPrompt::Tokens(ids) => ids,
+            },
+            Endpoint::ChatCompletions => {
+                metrics::counter!("prefix_router_chat_render_unsupported_total", "reason" => "no_renderer").increment(1);
+                return Ok(none);
+            }
+            Endpoint::Other => return Ok(none),
+        };
+        let hashes = pipeline.block_hashes(&tokens, prompt::cache_salt(json));
+        Ok(Chain {
+            hashes,
+            prompt_tokens: tokens.len() as u64,
+        })
+    }
+
+    /// Ranked targets, and whether they came from the shared state (else
+    /// from the fallback, where nothing is claimed or counted).
+    async fn rank(&self, model: &str, chain: &Chain) -> Result<(Vec<Target>, bool), ProxyError> {
+        let block_size = self
+            .pipelines
+            .get(model)
+            .map_or(16, |p| p.hasher.block_size());
+        let request = RouteRequest {
+            prompt_tokens: chain.prompt_tokens,
+            prefix_key: chain.hashes.first().map_or(0, |h| h.0),
+        };
+        match self.store.lookup(model, &chain.hashes).await {
+            Ok(lookup) => {
+                let all = targets(&lookup, block_size);
+                self.remember(model, &all);
+                Ok((self.order(self.policy.as_ref(), &request, all), true))
+            }
+            Err(e) if e.is_unavailable() => {
+                tracing::warn!(error = %e, model, "valkey unavailable; routing by consistent hash over known workers");
+                metrics::counter!("prefix_router_fallback_routes_total").increment(1);
+                Ok((
+                    self.order(&ConsistentHash, &request, self.fallback_targets(model)),
+                    false,
+                ))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn order(
+        &self,
+        policy: &dyn Policy,
+        request: &RouteRequest,
+        targets: Vec<Target>,
+    ) -> Vec<Target> {
+        let candidates: Vec<Candidate> = targets.iter().map(|t| t.candidate.clone()).collect();
+        let mut slots: Vec<Option<Target>> = targets.into_iter().map(Some).collect();
+        policy
+            .rank(request, &candidates)
+            .into_iter()
+            .filter_map(|i| slots.get_mut(i).and_then(Option::take))
+            .collect()
+    }
+
+    /// Claims the blocks the target does not hold and counts the request;
+    /// false when that failed (the request still goes, untracked).
+    async fn assign(&self, model: &str, target: &Target, chain: &Chain) -> bool {
+        let unheld = chain
+            .hashes
+            .get(target.matched_blocks..)
+            .unwrap_or_default();
+        match self
+            .store
+            .assign(model, &target.candidate.worker_id, unheld)
+            .await
+        {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "claim failed; request forwarded untracked");
+                false
+            }
+        }
+    }
+
+    fn remember(&self, model: &str, targets: &[Target]) {
+        let workers = targets
+            .iter()
+            .map(|t| (t.candidate.worker_id.clone(), t.url.clone()))
+            .collect();
+        if let Ok(mut known) = self.known.write() {
+            known.insert(model.to_owned(), workers);
+        }
+    }
+
+    fn fallback_targets(&self, model: &str) -> Vec<Target> {
+        let known = self
+            .known
+            .read()
+            .map(|k| k.get(model).cloned().unwrap_or_default())
+            .unwrap_or_default();
+        known
+            .into_iter()
+            .map(|(worker_id, url)| Target {
+                candidate: Candidate {
+                    worker_id,
+                    cached_tokens: 0,
+                    in_flight: 0,
+                    waiting: 0,
+                    kv_usage: 0.0,
+                },
+                url,
+                matched_blocks: 0,
+            })
+            .collect()
+    }
+}
+
+fn record_outcome(model: &str, target: &Target, chain: &Chain) {
+    metrics::counter!("prefix_router_requests_total", "model" => model.to_owned()).increment(1);
+    if chain.prompt_tokens > 0 {
+        let ratio = target.candidate.cached_tokens as f64 / chain.prompt_tokens as f64;
+        metrics::histogram!("prefix_router_routed_prefix_ratio").record(ratio.min(1.0));
+    }
+}

@@ -1,0 +1,303 @@
+//! The routing path end to end: real routers, a real valkey-server, fake
+//! OpenAI workers over HTTP, the real Qwen3 tokenizer.
+
+mod support;
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use prefix_router::hashing::HashSeed;
+use prefix_router::proxy::{ModelPipeline, WORKER_HEADER};
+use prefix_router::state::{StateStore, StateTtls, WorkerHeartbeat};
+use serde_json::{Value, json};
+use support::fake_worker::{FakeWorker, SSE_CHUNKS};
+use support::{Router, Valkey, args, http, store};
+
+const MODEL: &str = "qwen3";
+
+fn tokenizer_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tokenizers/qwen3")
+}
+
+struct Fleet {
+    valkey: Valkey,
+    router: Router,
+    store: StateStore,
+    workers: Vec<FakeWorker>,
+}
+
+async fn fleet(n: usize) -> Fleet {
+    let valkey = Valkey::start();
+    let mut a = args();
+    a.model = Some(MODEL.into());
+    a.tokenizer_dir = Some(tokenizer_dir());
+    let router = Router::start(&valkey.url(), a).await;
+    let store = store(&valkey, "pr", "test-probe", StateTtls::default());
+    let mut workers = Vec::new();
+    for i in 0..n {
+        let w = FakeWorker::start(&format!("w{i}")).await;
+        register(&store, w.name(), &w.url()).await;
+        workers.push(w);
+    }
+    Fleet {
+        valkey,
+        router,
+        store,
+        workers,
+    }
+}
+
+async fn register(store: &StateStore, id: &str, url: &str) {
+    let hb = WorkerHeartbeat {
+        worker_id: id.into(),
+        url: url.into(),
+        load: None,
+    };
+    store.heartbeat(MODEL, &hb).await.unwrap();
+}
+
+async fn complete(f: &Fleet, body: Value) -> (u16, String, Value) {
+    let resp = http()
+        .post(f.router.url("/v1/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let worker = resp
+        .headers()
+        .get(WORKER_HEADER)
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, worker, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// Polls until no request is counted in flight (decrements are async).
+async fn wait_no_in_flight(store: &StateStore) -> bool {
+    for _ in 0..50 {
+        let l = store.lookup(MODEL, &[]).await.unwrap();
+        if l.workers.iter().all(|w| w.info.in_flight == 0) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+fn long_prompt(topic: &str) -> String {
+    format!(
+        "You are an expert on {topic}.\n{}",
+        "Here is a long shared document line.\n".repeat(60)
+    )
+}
+
+#[tokio::test]
+async fn a_request_sharing_a_prefix_goes_where_the_prefix_is() {
+    let f = fleet(3).await;
+    let doc = long_prompt("routers");
+    let (st, first, _) = complete(
+        &f,
+        json!({"model": MODEL, "prompt": format!("{doc}Question A?")}),
+    )
+    .await;
+    assert_eq!(st, 200);
+    // The blocks the router claimed are exactly the engine's hashes of the prompt.
+    let pipeline = ModelPipeline::load(&tokenizer_dir(), 16, &HashSeed::Default).unwrap();
+    let ids = pipeline
+        .tokenizer
+        .encode_plain(&format!("{doc}Question A?"), true)
+        .unwrap();
+    let hashes = pipeline.block_hashes(&ids, None);
+    let l = f.store.lookup(MODEL, &hashes).await.unwrap();
+    let holder = l
+        .workers
+        .iter()
+        .find(|w| w.info.worker_id == first)
+        .unwrap();
+    assert_eq!(
+        holder.matched_blocks,
+        ids.len() / 16,
+        "claimed blocks differ from the engine's"
+    );
+    for i in 0..5 {
+        let (st, w, body) = complete(
+            &f,
+            json!({"model": MODEL, "prompt": format!("{doc}Question {i}?")}),
+        )
+        .await;
+        assert_eq!((st, w.as_str()), (200, first.as_str()), "{body}");
+        assert!(wait_no_in_flight(&f.store).await);
+    }
+    // The body reaches the worker unchanged.
+    let w = f.workers.iter().find(|w| w.name() == first).unwrap();
+    assert_eq!(
+        w.shared.bodies.lock().unwrap().last().unwrap()["prompt"],
+        format!("{doc}Question 4?")
+    );
+}
+
+#[tokio::test]
+async fn token_id_prompts_are_routed_on_their_blocks() {
+    let f = fleet(2).await;
+    let ids: Vec<u32> = (1000..1400).collect();
+    let (_, first, _) = complete(&f, json!({"model": MODEL, "prompt": ids})).await;
+    let mut longer = ids.clone();
+    longer.extend(5000..5100);
+    let (st, again, _) = complete(&f, json!({"model": MODEL, "prompt": [longer]})).await;
+    assert_eq!((st, again), (200, first));
+}
+
+#[tokio::test]
+async fn streams_pass_through_chunk_by_chunk_unchanged() {
+    let f = fleet(1).await;
+    let resp = http()
+        .post(f.router.url("/v1/completions"))
+        .json(&json!({"model": MODEL, "prompt": "hi", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut body = resp.bytes_stream();
+    let mut got = Vec::new();
+    for chunk in SSE_CHUNKS {
+        // The worker sends a chunk only when released: a buffering proxy
+        // would never deliver the first one and the timeout would fail.
+        f.workers[0].release.send(()).unwrap();
+        let mut piece = Vec::new();
+        while piece.len() < chunk.len() {
+            let next = tokio::time::timeout(Duration::from_secs(10), body.next()).await;
+            piece.extend_from_slice(&next.expect("chunk not flushed").unwrap().unwrap());
+        }
+        got.push(String::from_utf8(piece).unwrap());
+    }
+    assert_eq!(got, SSE_CHUNKS);
+    drop(body);
+    assert!(wait_no_in_flight(&f.store).await);
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_cancels_the_upstream_request() {
+    let f = fleet(1).await;
+    let resp = http()
+        .post(f.router.url("/v1/completions"))
+        .json(&json!({"model": MODEL, "prompt": "hi", "stream": true, "endless": true}))
+        .send()
+        .await
+        .unwrap();
+    let mut body = resp.bytes_stream();
+    f.workers[0].release.send(()).unwrap();
+    body.next().await.unwrap().unwrap();
+    drop(body); // the client disconnects mid-stream
+    f.workers[0].release.send(()).unwrap();
+    f.workers[0].release.send(()).unwrap();
+    let mut cancelled = false;
+    for _ in 0..100 {
+        if f.workers[0].shared.stream_cancelled.load(Ordering::SeqCst) {
+            cancelled = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(cancelled, "the worker kept streaming to a client that left");
+    assert!(
+        wait_no_in_flight(&f.store).await,
+        "in-flight count leaked on client abort"
+    );
+}
+
+#[tokio::test]
+async fn a_dead_worker_is_replaced_by_the_next_best_before_the_first_byte() {
+    let f = fleet(1).await;
+    // "dead" holds the prefix, so it ranks first, but nothing listens there.
+    let dead = format!("http://127.0.0.1:{}", support::free_port());
+    register(&f.store, "dead", &dead).await;
+    let pipeline = ModelPipeline::load(&tokenizer_dir(), 16, &HashSeed::Default).unwrap();
+    let prompt = long_prompt("retries");
+    let ids = pipeline.tokenizer.encode_plain(&prompt, true).unwrap();
+    f.store
+        .stored(MODEL, "dead", &pipeline.block_hashes(&ids, None))
+        .await
+        .unwrap();
+    let (st, worker, body) = complete(&f, json!({"model": MODEL, "prompt": prompt})).await;
+    assert_eq!((st, worker.as_str()), (200, "w0"), "{body}");
+    assert!(
+        wait_no_in_flight(&f.store).await,
+        "the failed attempt's in-flight count leaked"
+    );
+}
+
+#[tokio::test]
+async fn statuses_and_bodies_pass_through_and_other_routes_are_forwarded() {
+    let f = fleet(1).await;
+    *f.workers[0].shared.status.lock().unwrap() = Some(axum::http::StatusCode::IM_A_TEAPOT);
+    let (st, _, body) = complete(&f, json!({"model": MODEL, "prompt": "x"})).await;
+    assert_eq!(st, 418);
+    assert_eq!(body["worker"], "w0");
+    *f.workers[0].shared.status.lock().unwrap() = None;
+    let resp = http()
+        .post(f.router.url("/v1/embeddings?x=1"))
+        .json(&json!({"model": MODEL, "input": "abc"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["path"], "/v1/embeddings");
+    assert!(wait_no_in_flight(&f.store).await);
+    let models: Value = http()
+        .get(f.router.url("/v1/models"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], MODEL);
+}
+
+#[tokio::test]
+async fn bad_requests_get_json_errors() {
+    let f = fleet(1).await;
+    for (body, want) in [
+        (json!({"prompt": "no model"}), 400),
+        (json!({"model": MODEL, "prompt": [-1]}), 400),
+        (json!({"model": MODEL}), 400),
+        (json!({"model": "nobody-serves-this", "prompt": "x"}), 404),
+    ] {
+        let (st, _, resp) = complete(&f, body.clone()).await;
+        assert_eq!(st, want, "{body}: {resp}");
+        assert!(
+            resp["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{resp}"
+        );
+    }
+    let resp = http()
+        .post(f.router.url("/v1/completions"))
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    assert_eq!(f.workers[0].hits(), 0, "a bad request reached a worker");
+}
+
+#[tokio::test]
+async fn requests_are_still_answered_while_valkey_is_down() {
+    let mut f = fleet(2).await;
+    let (st, _, _) = complete(&f, json!({"model": MODEL, "prompt": "warm up"})).await;
+    assert_eq!(st, 200);
+    f.valkey.kill();
+    for i in 0..4 {
+        let (st, w, body) = complete(
+            &f,
+            json!({"model": MODEL, "prompt": format!("during outage {i}")}),
+        )
+        .await;
+        assert_eq!(st, 200, "{body}");
+        assert!(w == "w0" || w == "w1");
+    }
+}

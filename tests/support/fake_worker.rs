@@ -1,0 +1,155 @@
+//! A fake OpenAI-compatible worker over real HTTP: records what it gets,
+//! answers JSON or streams Server-Sent Events chunk by chunk on command.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::mpsc;
+
+/// What the test can see and steer.
+#[derive(Default)]
+pub struct Shared {
+    /// Bodies of the requests received, in order.
+    pub bodies: Mutex<Vec<serde_json::Value>>,
+    /// Paths of the requests received.
+    pub paths: Mutex<Vec<String>>,
+    /// Requests received.
+    pub hits: AtomicUsize,
+    /// Set when a streamed response could not be delivered (client gone).
+    pub stream_cancelled: AtomicBool,
+    /// Status of non-streamed answers (200 unless set).
+    pub status: Mutex<Option<StatusCode>>,
+    /// Each message releases the next SSE chunk of a streamed answer.
+    pub release: Mutex<Option<mpsc::UnboundedReceiver<()>>>,
+}
+
+/// The SSE chunks a streamed answer sends, in order.
+pub const SSE_CHUNKS: [&str; 3] = [
+    "data: {\"choices\":[{\"text\":\"Hel\"}]}\n\n",
+    "data: {\"choices\":[{\"text\":\"lo\"}]}\n\n",
+    "data: [DONE]\n\n",
+];
+
+/// A running fake worker.
+pub struct FakeWorker {
+    /// Its address.
+    pub addr: SocketAddr,
+    /// Its recorded state and switches.
+    pub shared: Arc<Shared>,
+    /// Sends one release per SSE chunk.
+    pub release: mpsc::UnboundedSender<()>,
+    name: String,
+}
+
+impl FakeWorker {
+    /// Starts a worker that names itself `name` in its answers.
+    pub async fn start(name: &str) -> FakeWorker {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            release: Mutex::new(Some(rx)),
+            ..Shared::default()
+        });
+        let app = Router::new()
+            .fallback(handle)
+            .with_state((shared.clone(), name.to_owned()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FakeWorker {
+            addr,
+            shared,
+            release: tx,
+            name: name.to_owned(),
+        }
+    }
+
+    /// `http://<addr>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Requests it received.
+    pub fn hits(&self) -> usize {
+        self.shared.hits.load(Ordering::SeqCst)
+    }
+}
+
+async fn handle(
+    State((shared, name)): State<(Arc<Shared>, String)>,
+    uri: Uri,
+    _headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    shared.hits.fetch_add(1, Ordering::SeqCst);
+    shared.paths.lock().unwrap().push(uri.path().to_owned());
+    let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+    shared.bodies.lock().unwrap().push(json.clone());
+    if json["stream"] == true {
+        let rx = shared.release.lock().unwrap().take();
+        let endless = json["endless"] == true;
+        let (tx, body_rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(1);
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let mut rx = rx;
+            for chunk in SSE_CHUNKS {
+                if let Some(r) = rx.as_mut() {
+                    let _ = r.recv().await;
+                }
+                if tx
+                    .send(Ok(Bytes::from_static(chunk.as_bytes())))
+                    .await
+                    .is_err()
+                {
+                    shared.stream_cancelled.store(true, Ordering::SeqCst);
+                    return;
+                }
+            }
+            // Like an engine still generating: keep sending until the
+            // proxy drops the connection, which must happen when its client
+            // goes away.
+            if !endless {
+                return;
+            }
+            loop {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                if tx
+                    .send(Ok(Bytes::from_static(b": keep-alive\n\n")))
+                    .await
+                    .is_err()
+                {
+                    shared.stream_cancelled.store(true, Ordering::SeqCst);
+                    return;
+                }
+            }
+        });
+        let stream = tokio_stream_from(body_rx);
+        return Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(Body::from_stream(stream))
+            .unwrap();
+    }
+    let status = shared.status.lock().unwrap().unwrap_or(StatusCode::OK);
+    let answer = serde_json::json!({ "worker": name, "path": uri.path(), "echo": json });
+    (status, [("x-fake-worker", name)], axum::Json(answer)).into_response()
+}
+
+fn tokio_stream_from(
+    mut rx: mpsc::Receiver<Result<Bytes, std::io::Error>>,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
