@@ -54,6 +54,9 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
         let pipeline = ModelPipeline::load(dir, cfg.block_size, &seed)
             .with_context(|| format!("loading the tokenizer of {model} from {}", dir.display()))?;
         pipelines.insert(model, pipeline);
+        for (name, path) in &cfg.loras {
+            pipelines.insert_adapter(name, path, model);
+        }
     } else {
         tracing::warn!(
             "no --model/--tokenizer-dir: requests are routed by load only, without prefix locality"

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use prefix_router::hashing::HashSeed;
+use prefix_router::hashing::{HashSeed, LoraKey};
 use prefix_router::proxy::{ModelPipeline, WORKER_HEADER};
 use prefix_router::state::{StateStore, StateTtls, WorkerHeartbeat};
 use serde_json::{Value, json};
@@ -33,6 +33,7 @@ async fn fleet(n: usize) -> Fleet {
     let mut a = args();
     a.model = Some(MODEL.into());
     a.tokenizer_dir = Some(tokenizer_dir());
+    a.loras = vec!["sql-lora=/adapters/sql-lora".into()];
     let router = Router::start(&valkey.url(), a).await;
     let store = store(&valkey, "pr", "test-probe", StateTtls::default());
     let mut workers = Vec::new();
@@ -109,7 +110,7 @@ async fn a_request_sharing_a_prefix_goes_where_the_prefix_is() {
         .tokenizer
         .encode_plain(&format!("{doc}Question A?"), true)
         .unwrap();
-    let hashes = pipeline.block_hashes(&ids, None);
+    let hashes = pipeline.block_hashes(&ids, None, None);
     let l = f.store.lookup(MODEL, &hashes).await.unwrap();
     let holder = l
         .workers
@@ -135,6 +136,45 @@ async fn a_request_sharing_a_prefix_goes_where_the_prefix_is() {
     assert_eq!(
         w.shared.bodies.lock().unwrap().last().unwrap()["prompt"],
         format!("{doc}Question 4?")
+    );
+}
+
+#[tokio::test]
+async fn lora_requests_go_to_the_base_models_workers_under_lora_hashes() {
+    let f = fleet(2).await;
+    let prompt = long_prompt("sql");
+    let (st, worker, body) = complete(&f, json!({"model": "sql-lora", "prompt": prompt})).await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(
+        body["echo"]["model"], "sql-lora",
+        "the body must reach the worker unchanged"
+    );
+    let pipeline = ModelPipeline::load(&tokenizer_dir(), 16, &HashSeed::Default).unwrap();
+    let ids = pipeline.tokenizer.encode_plain(&prompt, true).unwrap();
+    let lora = LoraKey {
+        name: "sql-lora".into(),
+        path: "/adapters/sql-lora".into(),
+    };
+    let with_lora = pipeline.block_hashes(&ids, None, Some(lora));
+    let base = pipeline.block_hashes(&ids, None, None);
+    assert_ne!(with_lora[0], base[0]);
+    let held = |hashes: Vec<_>| {
+        let store = f.store.clone();
+        let worker = worker.clone();
+        async move {
+            let l = store.lookup(MODEL, &hashes).await.unwrap();
+            l.workers
+                .iter()
+                .find(|w| w.info.worker_id == worker)
+                .unwrap()
+                .matched_blocks
+        }
+    };
+    assert_eq!(held(with_lora).await, ids.len() / 16);
+    assert_eq!(
+        held(base).await,
+        0,
+        "a LoRA request must not claim the base model's blocks"
     );
 }
 
@@ -217,7 +257,7 @@ async fn a_dead_worker_is_replaced_by_the_next_best_before_the_first_byte() {
     let prompt = long_prompt("retries");
     let ids = pipeline.tokenizer.encode_plain(&prompt, true).unwrap();
     f.store
-        .stored(MODEL, "dead", &pipeline.block_hashes(&ids, None))
+        .stored(MODEL, "dead", &pipeline.block_hashes(&ids, None, None))
         .await
         .unwrap();
     let (st, worker, body) = complete(&f, json!({"model": MODEL, "prompt": prompt})).await;

@@ -83,6 +83,10 @@ pub struct ServeArgs {
     /// Workers tried per request before giving up [default: 3].
     #[arg(long, env = "PREFIX_ROUTER_MAX_ATTEMPTS")]
     pub max_attempts: Option<usize>,
+    /// A LoRA adapter `NAME=PATH` the engines serve for --model (repeatable):
+    /// requests naming it are hashed with it, as vLLM does.
+    #[arg(long = "lora", env = "PREFIX_ROUTER_LORAS", value_delimiter = ',')]
+    pub loras: Vec<String>,
 }
 
 /// The TOML file: the same settings as the flags, durations as strings.
@@ -110,6 +114,8 @@ struct FileConfig {
     block_size: Option<usize>,
     hash_seed: Option<String>,
     max_attempts: Option<usize>,
+    #[serde(default)]
+    loras: Vec<String>,
 }
 
 /// Resolved configuration of `serve`.
@@ -147,6 +153,8 @@ pub struct ServeConfig {
     pub hash_seed: Option<String>,
     /// Workers tried per request.
     pub max_attempts: usize,
+    /// LoRA adapters of --model: (name, path).
+    pub loras: Vec<(String, String)>,
 }
 
 fn file_duration(v: Option<String>, name: &str) -> anyhow::Result<Option<Duration>> {
@@ -262,8 +270,25 @@ impl ServeConfig {
             block_size: args.block_size.or(file.block_size).unwrap_or(16),
             hash_seed: args.hash_seed.or(file.hash_seed),
             max_attempts: args.max_attempts.or(file.max_attempts).unwrap_or(3),
+            loras: parse_loras(if args.loras.is_empty() {
+                file.loras
+            } else {
+                args.loras
+            })?,
         })
     }
+}
+
+fn parse_loras(specs: Vec<String>) -> anyhow::Result<Vec<(String, String)>> {
+    specs
+        .into_iter()
+        .map(|s| match s.split_once('=') {
+            Some((name, path)) if !name.is_empty() && !path.is_empty() => {
+                Ok((name.to_owned(), path.to_owned()))
+            }
+            _ => bail!("--lora {s:?}: expected NAME=PATH"),
+        })
+        .collect()
 }
 
 fn default_router_id() -> String {

@@ -17,7 +17,7 @@ mod prompt;
 pub use error::ProxyError;
 pub use forward::{Upstream, WORKER_HEADER};
 pub use inflight::InFlightGuard;
-pub use models::{ModelPipeline, ModelPipelines};
+pub use models::{ModelPipeline, ModelPipelines, Resolved};
 pub use prompt::{CompletionPrompt, completion_prompt};
 
 use std::collections::HashMap;
@@ -104,7 +104,9 @@ impl Proxy {
             .to_owned();
         crate::state::check_name("model", &model)
             .map_err(|e| ProxyError::InvalidRequest(e.to_string()))?;
-        let chain = self.chain(endpoint, &model, &json)?;
+        let resolved = self.pipelines.resolve(&model);
+        let chain = self.chain(endpoint, &resolved, &json)?;
+        let model = resolved.route_model.to_owned();
         let (ranked, tracked) = self.rank(&model, &chain).await?;
         let mut last_error = String::from("no live worker");
         for target in ranked.iter().take(self.max_attempts) {
@@ -137,12 +139,17 @@ impl Proxy {
     }
 
     /// The prompt's block hashes, when the model's pipeline can compute them.
-    fn chain(&self, endpoint: Endpoint, model: &str, json: &Value) -> Result<Chain, ProxyError> {
+    fn chain(
+        &self,
+        endpoint: Endpoint,
+        resolved: &Resolved<'_>,
+        json: &Value,
+    ) -> Result<Chain, ProxyError> {
         let none = Chain {
             hashes: Vec::new(),
             prompt_tokens: 0,
         };
-        let Some(pipeline) = self.pipelines.get(model) else {
+        let Some(pipeline) = resolved.pipeline else {
             return Ok(none);
         };
         let tokens = match endpoint {
@@ -156,7 +163,8 @@ impl Proxy {
             }
             Endpoint::Other => return Ok(none),
         };
-        let hashes = pipeline.block_hashes(&tokens, prompt::cache_salt(json));
+        let hashes =
+            pipeline.block_hashes(&tokens, prompt::cache_salt(json), resolved.lora.clone());
         Ok(Chain {
             hashes,
             prompt_tokens: tokens.len() as u64,

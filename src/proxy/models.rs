@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use crate::hashing::{BlockHash, BlockHasher, ExtraKeys, HashSeed};
+use crate::hashing::{BlockHash, BlockHasher, ExtraKeys, HashSeed, LoraKey};
 use crate::tokenize::{ModelTokenizer, TokenizeError};
 
 /// Tokens cached per model by the chunk cache.
@@ -28,10 +28,17 @@ impl ModelPipeline {
         Ok(ModelPipeline { tokenizer, hasher })
     }
 
-    /// The block hashes of a prompt's full blocks.
-    pub fn block_hashes(&self, tokens: &[u32], cache_salt: Option<String>) -> Vec<BlockHash> {
+    /// The block hashes of a prompt's full blocks, with the LoRA adapter
+    /// and cache salt mixed in as the engine does.
+    pub fn block_hashes(
+        &self,
+        tokens: &[u32],
+        cache_salt: Option<String>,
+        lora: Option<LoraKey>,
+    ) -> Vec<BlockHash> {
         let keys = ExtraKeys {
             cache_salt,
+            lora,
             ..ExtraKeys::default()
         };
         self.hasher.block_hashes(tokens, &keys)
@@ -43,6 +50,18 @@ impl ModelPipeline {
 #[derive(Clone, Default)]
 pub struct ModelPipelines {
     by_model: HashMap<String, ModelPipeline>,
+    /// LoRA adapter name → (base model, the adapter's hash key).
+    adapters: HashMap<String, (String, LoraKey)>,
+}
+
+/// Where a request's `model` leads: the workers' model and how to hash.
+pub struct Resolved<'a> {
+    /// The model whose workers serve the request (the base of an adapter).
+    pub route_model: &'a str,
+    /// Its pipeline, if configured.
+    pub pipeline: Option<&'a ModelPipeline>,
+    /// The adapter's extra hash key, for LoRA requests.
+    pub lora: Option<LoraKey>,
 }
 
 impl ModelPipelines {
@@ -51,8 +70,35 @@ impl ModelPipelines {
         self.by_model.insert(model.to_owned(), pipeline);
     }
 
+    /// Serves LoRA adapter `name` (loaded from `path` on the engines) on the
+    /// workers of `base`.
+    pub fn insert_adapter(&mut self, name: &str, path: &str, base: &str) {
+        let key = LoraKey {
+            name: name.to_owned(),
+            path: path.to_owned(),
+        };
+        self.adapters
+            .insert(name.to_owned(), (base.to_owned(), key));
+    }
+
     /// The pipeline of `model`, if configured.
     pub fn get(&self, model: &str) -> Option<&ModelPipeline> {
         self.by_model.get(model)
+    }
+
+    /// What a request for `model` is routed on and hashed with.
+    pub fn resolve<'a>(&'a self, model: &'a str) -> Resolved<'a> {
+        match self.adapters.get(model) {
+            Some((base, key)) => Resolved {
+                route_model: base,
+                pipeline: self.by_model.get(base),
+                lora: Some(key.clone()),
+            },
+            None => Resolved {
+                route_model: model,
+                pipeline: self.by_model.get(model),
+                lora: None,
+            },
+        }
     }
 }

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use deadpool_redis::{Pool, PoolConfig, Runtime, Timeouts};
+use deadpool_redis::{Pool, Runtime};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::{Mutex, RwLock};
 
@@ -75,18 +75,20 @@ impl Connections {
             detail: e.to_string(),
         };
         let client = redis::Client::open(url.as_str()).map_err(|e| invalid(&e))?;
-        let mut cfg = deadpool_redis::Config::from_url(url);
-        cfg.pool = Some(PoolConfig {
-            max_size: settings.pool_size.max(1),
-            timeouts: Timeouts {
-                wait: Some(settings.bulk_timeout),
-                create: Some(settings.bulk_timeout),
-                recycle: Some(settings.bulk_timeout),
-            },
-            ..PoolConfig::default()
-        });
-        let bulk = cfg
-            .create_pool(Some(Runtime::Tokio1))
+        // Explicit timeouts: redis-rs' own defaults (500 ms) would undercut
+        // the bulk deadline under load.
+        let conn_config = redis::AsyncConnectionConfig::new()
+            .set_response_timeout(Some(settings.bulk_timeout))
+            .set_connection_timeout(Some(settings.bulk_timeout));
+        let manager = deadpool_redis::Manager::new_with_config(url.as_str(), conn_config)
+            .map_err(|e| invalid(&e))?;
+        let bulk = Pool::builder(manager)
+            .max_size(settings.pool_size.max(1))
+            .wait_timeout(Some(settings.bulk_timeout))
+            .create_timeout(Some(settings.bulk_timeout))
+            .recycle_timeout(Some(settings.bulk_timeout))
+            .runtime(Runtime::Tokio1)
+            .build()
             .map_err(|e| invalid(&e))?;
         Ok(Connections {
             client,

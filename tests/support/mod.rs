@@ -142,14 +142,9 @@ pub fn fast_ttls() -> StateTtls {
 
 /// A store on `valkey` under `prefix`, as router `router_id`.
 pub fn store(valkey: &Valkey, prefix: &str, router_id: &str, ttls: StateTtls) -> StateStore {
-    StateStore::new(
-        ConnectionSettings::new(&valkey.url()),
-        prefix,
-        router_id,
-        ttls,
-        BatchLimits::default(),
-    )
-    .expect("store")
+    let mut settings = ConnectionSettings::new(&valkey.url());
+    settings.hot_timeout = Duration::from_secs(2);
+    StateStore::new(settings, prefix, router_id, ttls, BatchLimits::default()).expect("store")
 }
 
 /// A router served in-process on an ephemeral port.
@@ -172,6 +167,11 @@ impl Router {
         let addr = listener.local_addr().expect("addr");
         args.listen = Some(addr);
         args.valkey = Some(valkey_url.to_owned());
+        // Tests share 2 cores: a routing deadline of 250 ms would turn CPU
+        // starvation into fallback routing. Deadline tests set their own.
+        if args.valkey_timeout.is_none() {
+            args.valkey_timeout = Some(Duration::from_secs(2));
+        }
         if args.internal_token.is_none() && !args.allow_unauthenticated_internal {
             args.internal_token = Some(TOKEN.into());
         }
