@@ -17,11 +17,22 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 /// A document of about `lines` lines of varied prose and code.
 fn document(lines: usize) -> String {
-    let words = ["cache", "prefix", "router", "token", "block", "worker", "valkey", "stream", "latency", "hash"];
+    let words = [
+        "cache", "prefix", "router", "token", "block", "worker", "valkey", "stream", "latency",
+        "hash",
+    ];
     (0..lines)
         .map(|i| match i % 7 {
-            0 => format!("## Section {i}: {} and {}\n", words[i % 10], words[(i * 3) % 10]),
-            3 => format!("    let {}_{i} = compute({i}, \"{}\");\n", words[i % 10], words[(i + 4) % 10]),
+            0 => format!(
+                "## Section {i}: {} and {}\n",
+                words[i % 10],
+                words[(i * 3) % 10]
+            ),
+            3 => format!(
+                "    let {}_{i} = compute({i}, \"{}\");\n",
+                words[i % 10],
+                words[(i + 4) % 10]
+            ),
             _ => format!(
                 "The {} keeps the {} of every {} close to the {}, line {i}.\n",
                 words[i % 10],
@@ -55,11 +66,21 @@ fn main() {
         assert_eq!(a, b, "the cached path must give the plain ids");
     }
     let (p, c) = (median(plain), median(cached));
-    println!("prompt: {tokens} tokens, of which a shared prefix of {shared_tokens}; {} runs each, interleaved", RUNS - 1);
+    println!(
+        "prompt: {tokens} tokens, of which a shared prefix of {shared_tokens}; {} runs each, interleaved",
+        RUNS - 1
+    );
     println!("| path | median | tokens/s |");
     println!("|---|---:|---:|");
-    for (name, d) in [("plain HF tokenizer", p), ("chunk-cached (prefix seen before)", c)] {
-        println!("| {name} | {:.2} ms | {:.2} M |", d.as_secs_f64() * 1e3, tokens as f64 / d.as_secs_f64() / 1e6);
+    for (name, d) in [
+        ("plain HF tokenizer", p),
+        ("chunk-cached (prefix seen before)", c),
+    ] {
+        println!(
+            "| {name} | {:.2} ms | {:.2} M |",
+            d.as_secs_f64() * 1e3,
+            tokens as f64 / d.as_secs_f64() / 1e6
+        );
     }
     println!("speed-up: {:.1}x", p.as_secs_f64() / c.as_secs_f64());
 }

@@ -105,7 +105,7 @@ impl Proxy {
         crate::state::check_name("model", &model)
             .map_err(|e| ProxyError::InvalidRequest(e.to_string()))?;
         let resolved = self.pipelines.resolve(&model);
-        let chain = self.chain(endpoint, &resolved, &json)?;
+        let chain = self.chain(endpoint, &resolved, &json, &body)?;
         let model = resolved.route_model.to_owned();
         let (ranked, tracked) = self.rank(&model, &chain).await?;
         let mut last_error = String::from("no live worker");
@@ -144,6 +144,7 @@ impl Proxy {
         endpoint: Endpoint,
         resolved: &Resolved<'_>,
         json: &Value,
+        body: &[u8],
     ) -> Result<Chain, ProxyError> {
         let none = Chain {
             hashes: Vec::new(),
@@ -157,10 +158,10 @@ impl Proxy {
                 CompletionPrompt::Text(t) => pipeline.tokenizer.encode(&t, true)?,
                 CompletionPrompt::Tokens(ids) => ids,
             },
-            Endpoint::ChatCompletions => {
-                metrics::counter!("prefix_router_chat_render_unsupported_total", "reason" => "no_renderer").increment(1);
-                return Ok(none);
-            }
+            Endpoint::ChatCompletions => match chat_tokens(pipeline, body)? {
+                Some(ids) => ids,
+                None => return Ok(none),
+            },
             Endpoint::Other => return Ok(none),
         };
         let hashes =
@@ -265,6 +266,22 @@ impl Proxy {
                 matched_blocks: 0,
             })
             .collect()
+    }
+}
+
+/// The prompt ids of a chat request. A request vLLM would reject is a 400;
+/// one the renderer cannot reproduce exactly (counted and logged by the
+/// renderer) is routed without prefix locality rather than hashed wrong.
+fn chat_tokens(pipeline: &ModelPipeline, body: &[u8]) -> Result<Option<Vec<u32>>, ProxyError> {
+    let Some(renderer) = &pipeline.chat else {
+        metrics::counter!("prefix_router_chat_render_unsupported_total", "reason" => "no_renderer")
+            .increment(1);
+        return Ok(None);
+    };
+    match renderer.render_json(body) {
+        Ok(prompt) => Ok(Some(prompt.token_ids)),
+        Err(e) if e.is_client_error() => Err(ProxyError::InvalidRequest(e.to_string())),
+        Err(_) => Ok(None),
     }
 }
 

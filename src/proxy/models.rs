@@ -2,9 +2,10 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::hashing::{BlockHash, BlockHasher, ExtraKeys, HashSeed, LoraKey};
-use crate::tokenize::{ModelTokenizer, TokenizeError};
+use crate::tokenize::{ChatRenderer, ModelTokenizer, TokenizeError};
 
 /// Tokens cached per model by the chunk cache.
 const CACHE_TOKENS: usize = 4 << 20;
@@ -16,6 +17,9 @@ pub struct ModelPipeline {
     pub tokenizer: ModelTokenizer,
     /// vLLM's chained block hasher, as the engine is configured.
     pub hasher: BlockHasher,
+    /// Chat requests to prompt ids, as vLLM's OpenAI server renders them;
+    /// `None` when the model's chat template cannot be reproduced exactly.
+    pub chat: Option<Arc<ChatRenderer>>,
 }
 
 impl ModelPipeline {
@@ -25,7 +29,18 @@ impl ModelPipeline {
         let tokenizer = ModelTokenizer::from_dir(dir, CACHE_TOKENS)?;
         let hasher = BlockHasher::new(block_size, seed)
             .map_err(|e| TokenizeError::Tokenizer(e.to_string()))?;
-        Ok(ModelPipeline { tokenizer, hasher })
+        let chat = match ChatRenderer::new(tokenizer.clone()) {
+            Ok(r) => Some(Arc::new(r)),
+            Err(e) => {
+                tracing::warn!(error = %e, dir = %dir.display(), "chat requests will be routed without prefix locality");
+                None
+            }
+        };
+        Ok(ModelPipeline {
+            tokenizer,
+            hasher,
+            chat,
+        })
     }
 
     /// The block hashes of a prompt's full blocks, with the LoRA adapter
