@@ -60,9 +60,18 @@ async fn register(store: &StateStore, id: &str, url: &str) {
 }
 
 async fn complete(f: &Fleet, body: Value) -> (u16, String, Value) {
+    send(f, "/v1/completions", &body).await
+}
+
+async fn chat(f: &Fleet, body: &Value) -> (u16, String, Value) {
+    send(f, "/v1/chat/completions", body).await
+}
+
+/// POSTs `body`; returns the status, the serving worker, and the JSON answer.
+async fn send(f: &Fleet, path: &str, body: &Value) -> (u16, String, Value) {
     let resp = http()
-        .post(f.router.url("/v1/completions"))
-        .json(&body)
+        .post(f.router.url(path))
+        .json(body)
         .send()
         .await
         .unwrap();
@@ -361,22 +370,6 @@ fn fixture(name: &str) -> (Value, Vec<u32>) {
     let mut request = case["request"].clone();
     request["model"] = json!(MODEL);
     (request, ids)
-}
-
-async fn chat(f: &Fleet, body: &Value) -> (u16, String, Value) {
-    let resp = http()
-        .post(f.router.url("/v1/chat/completions"))
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    let worker = resp
-        .headers()
-        .get(WORKER_HEADER)
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    (status, worker, resp.json().await.unwrap_or(Value::Null))
 }
 
 #[tokio::test]
