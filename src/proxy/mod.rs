@@ -193,7 +193,11 @@ impl Proxy {
                 tracing::warn!(error = %e, model, "valkey unavailable; routing by consistent hash over known workers");
                 metrics::counter!("prefix_router_fallback_routes_total").increment(1);
                 Ok((
-                    self.order(&ConsistentHash, &request, self.fallback_targets(model)),
+                    self.order(
+                        &ConsistentHash::new(0.25),
+                        &request,
+                        self.fallback_targets(model),
+                    ),
                     false,
                 ))
             }

@@ -88,10 +88,7 @@ impl ModelPipelines {
     /// Serves LoRA adapter `name` (loaded from `path` on the engines) on the
     /// workers of `base`.
     pub fn insert_adapter(&mut self, name: &str, path: &str, base: &str) {
-        let key = LoraKey {
-            name: name.to_owned(),
-            path: path.to_owned(),
-        };
+        let key = LoraKey::new(name, path);
         self.adapters
             .insert(name.to_owned(), (base.to_owned(), key));
     }

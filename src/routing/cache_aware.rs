@@ -1,50 +1,56 @@
-//! [`CacheAware`]: the longest cached prefix, unless its worker is too loaded.
+//! [`CacheAware`]: the deepest cached prefix, weighted against load, under a
+//! bound on load.
 
+use super::bounded_load::{capacity, within};
 use super::{Candidate, Policy, RouteRequest, ranked_by};
 
-/// Weights of the cache-aware cost model.
+/// Parameters of the cache-aware policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CacheAwareConfig {
-    /// Prefill cost of one queued or running request, in prompt tokens: how
-    /// many uncached tokens one request ahead in the queue is worth.
+    /// Bounded load: a worker above (1 + ε) × the mean load (counting the
+    /// request being placed) is not chosen for affinity.
+    pub epsilon: f64,
+    /// Prefill cost of one request ahead in a worker's queue, in prompt
+    /// tokens: how many uncached tokens one queued request is worth.
     pub tokens_per_queued_request: f64,
     /// Extra cost, in tokens, at a full KV cache (scaled by usage above
     /// `kv_pressure_from`): a nearly full cache evicts what we route for.
     pub kv_pressure_tokens: f64,
     /// KV usage where the pressure penalty starts.
     pub kv_pressure_from: f64,
-    /// Hotspot guard: a worker more than this many requests above the least
-    /// loaded one is only used when no worker is within the gap.
-    pub max_load_gap: u64,
 }
 
 impl Default for CacheAwareConfig {
     fn default() -> Self {
         CacheAwareConfig {
+            epsilon: 0.25,
             tokens_per_queued_request: 512.0,
             kv_pressure_tokens: 2048.0,
             kv_pressure_from: 0.9,
-            max_load_gap: 8,
         }
     }
 }
 
-/// Ranks workers by an estimate of time to first token, in prompt tokens:
-/// the tokens it would have to prefill (the prompt minus what it holds) plus
-/// the requests ahead of this one, plus a penalty near a full KV cache.
-/// A prefix every request shares (a global system prompt) therefore spreads
-/// once its first holder queues up, and other workers learn it, instead of
-/// collapsing the fleet onto one worker; the load-gap guard bounds the
-/// imbalance even for very long shared prefixes.
+/// Ranks workers within the load bound by an estimate of time to first
+/// token, in prompt tokens: the part of the prompt they would prefill, plus
+/// the requests ahead of this one, plus a penalty near a full KV cache. So
+/// the deepest match wins unless its queue costs more than the match saves.
+/// Workers over the bound come last, by load. Equal costs (a miss on an idle
+/// fleet) are broken at random, never "always the first worker".
 #[derive(Debug, Clone)]
 pub struct CacheAware {
     config: CacheAwareConfig,
 }
 
 impl CacheAware {
-    /// A policy with these weights.
+    /// A policy with these parameters.
     pub fn new(config: CacheAwareConfig) -> Self {
         CacheAware { config }
+    }
+
+    /// The parameters.
+    pub fn config(&self) -> &CacheAwareConfig {
+        &self.config
     }
 
     /// The estimated cost of sending the request to `c`, in prompt tokens.
@@ -68,15 +74,21 @@ impl Policy for CacheAware {
     }
 
     fn rank(&self, request: &RouteRequest, candidates: &[Candidate]) -> Vec<usize> {
-        let min_load = candidates.iter().map(Candidate::load).min().unwrap_or(0);
-        let over_gap = |c: &Candidate| c.load() > min_load + self.config.max_load_gap;
-        // Workers over the gap go last, whatever they hold.
-        ranked_by(candidates, |c| (over_gap(c), self.cost(request, c)))
+        let cap = capacity(candidates, self.config.epsilon);
+        ranked_by(candidates, |c| {
+            if within(c, cap) {
+                (0, self.cost(request, c))
+            } else {
+                (1, c.load() as f64)
+            }
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::super::cand;
     use super::*;
 
@@ -91,49 +103,68 @@ mod tests {
         order.into_iter().map(|i| c[i].worker_id.clone()).collect()
     }
 
+    fn policy() -> CacheAware {
+        CacheAware::new(CacheAwareConfig::default())
+    }
+
     #[test]
-    fn the_longest_cached_prefix_wins_at_equal_load() {
-        let p = CacheAware::new(CacheAwareConfig::default());
+    fn the_deepest_match_wins_at_equal_load() {
         let c = vec![cand("a", 0, 1), cand("b", 4096, 1), cand("c", 1024, 1)];
-        assert_eq!(ids(&c, p.rank(&req(5000), &c)), ["b", "c", "a"]);
+        assert_eq!(ids(&c, policy().rank(&req(5000), &c)), ["b", "c", "a"]);
     }
 
     #[test]
-    fn a_loaded_holder_loses_to_an_idle_worker_when_the_queue_costs_more() {
-        let p = CacheAware::new(CacheAwareConfig::default());
+    fn a_match_is_weighed_against_the_queue_in_front_of_it() {
         // 1,024 cached tokens are worth two queued requests, not three.
-        let c = vec![cand("hot", 1024, 3), cand("idle", 0, 0)];
-        assert_eq!(ids(&c, p.rank(&req(1100), &c)), ["idle", "hot"]);
-        let c = vec![cand("hot", 1024, 1), cand("idle", 0, 0)];
-        assert_eq!(ids(&c, p.rank(&req(1100), &c)), ["hot", "idle"]);
+        let c = vec![cand("hot", 1024, 3), cand("idle", 0, 0), cand("x", 0, 3)];
+        assert_eq!(ids(&c, policy().rank(&req(1100), &c))[0], "idle");
+        let c = vec![cand("hot", 1024, 1), cand("idle", 0, 0), cand("x", 0, 1)];
+        assert_eq!(ids(&c, policy().rank(&req(1100), &c))[0], "hot");
     }
 
     #[test]
-    fn the_hotspot_guard_caps_the_load_gap_even_for_huge_shared_prefixes() {
-        let p = CacheAware::new(CacheAwareConfig::default());
-        // 100k cached tokens outweigh any queue in the cost model...
-        let c = vec![cand("holder", 100_000, 9), cand("other", 0, 0)];
-        // ...but 9 requests ahead exceeds the gap of 8.
-        assert_eq!(ids(&c, p.rank(&req(100_000), &c)), ["other", "holder"]);
-        let c = vec![cand("holder", 100_000, 8), cand("other", 0, 0)];
-        assert_eq!(ids(&c, p.rank(&req(100_000), &c)), ["holder", "other"]);
+    fn bounded_load_spreads_a_prefix_that_every_request_shares() {
+        // A huge shared prefix outweighs any queue in the cost model, but
+        // with 7 in flight its holder is over ⌈1.25 × 8 / 2⌉ = 5 and loses
+        // affinity; with 1 it is under ⌈1.25 × 2 / 2⌉ = 2 and keeps it.
+        let c = vec![cand("holder", 100_000, 7), cand("other", 0, 0)];
+        assert_eq!(
+            ids(&c, policy().rank(&req(100_000), &c)),
+            ["other", "holder"]
+        );
+        let c = vec![cand("holder", 100_000, 1), cand("other", 0, 0)];
+        assert_eq!(
+            ids(&c, policy().rank(&req(100_000), &c)),
+            ["holder", "other"]
+        );
     }
 
     #[test]
     fn a_nearly_full_kv_cache_is_penalised() {
-        let p = CacheAware::new(CacheAwareConfig::default());
         let mut full = cand("full", 512, 0);
         full.kv_usage = 1.0;
         let c = vec![full, cand("roomy", 0, 0)];
-        assert_eq!(ids(&c, p.rank(&req(1000), &c)), ["roomy", "full"]);
+        assert_eq!(ids(&c, policy().rank(&req(1000), &c)), ["roomy", "full"]);
     }
 
     #[test]
     fn reported_queues_count_when_larger_than_in_flight() {
-        let p = CacheAware::new(CacheAwareConfig::default());
         let mut busy = cand("busy", 0, 0);
         busy.waiting = 5;
         let c = vec![busy, cand("free", 0, 1)];
-        assert_eq!(ids(&c, p.rank(&req(100), &c)), ["free", "busy"]);
+        assert_eq!(ids(&c, policy().rank(&req(100), &c))[0], "free");
+    }
+
+    #[test]
+    fn misses_on_an_idle_fleet_are_spread_at_random() {
+        let c: Vec<Candidate> = (0..4).map(|i| cand(&format!("w{i}"), 0, 0)).collect();
+        let firsts: BTreeSet<String> = (0..200)
+            .map(|_| ids(&c, policy().rank(&req(500), &c))[0].clone())
+            .collect();
+        assert_eq!(
+            firsts.len(),
+            4,
+            "ties must not always pick the same worker: {firsts:?}"
+        );
     }
 }

@@ -5,14 +5,18 @@
 //! (the proxy retries down the ranking). Policies do no I/O, so they are
 //! unit-tested directly and compared side by side in the load test.
 
+mod bounded_load;
 mod cache_aware;
 mod consistent_hash;
 mod least_loaded;
+mod power_of_two;
 mod round_robin;
 
+pub use bounded_load::{capacity, within};
 pub use cache_aware::{CacheAware, CacheAwareConfig};
 pub use consistent_hash::ConsistentHash;
 pub use least_loaded::LeastLoaded;
+pub use power_of_two::PowerOfTwo;
 pub use round_robin::RoundRobin;
 
 use std::sync::Arc;
@@ -61,27 +65,33 @@ pub trait Policy: Send + Sync {
 }
 
 /// Builds the policy named `name` (`cache_aware`, `round_robin`,
-/// `least_loaded`, `consistent_hash`).
+/// `least_loaded`, `power_of_two`, `consistent_hash`).
 pub fn policy_by_name(name: &str, cache_aware: CacheAwareConfig) -> Option<Arc<dyn Policy>> {
     let p: Arc<dyn Policy> = match name {
         "cache_aware" => Arc::new(CacheAware::new(cache_aware)),
         "round_robin" => Arc::new(RoundRobin::default()),
         "least_loaded" => Arc::new(LeastLoaded),
-        "consistent_hash" => Arc::new(ConsistentHash),
+        "power_of_two" => Arc::new(PowerOfTwo),
+        "consistent_hash" => Arc::new(ConsistentHash::new(cache_aware.epsilon)),
         _ => return None,
     };
     Some(p)
 }
 
-/// Indices sorted by `key`, ties broken by worker id (stable, deterministic).
+/// Indices sorted by `key`; ties are broken at random, so that equal
+/// workers share the load instead of the first one taking it all.
 fn ranked_by<K: PartialOrd>(candidates: &[Candidate], key: impl Fn(&Candidate) -> K) -> Vec<usize> {
+    let keyed: Vec<(K, u64)> = candidates
+        .iter()
+        .map(|c| (key(c), rand::random::<u64>()))
+        .collect();
     let mut order: Vec<usize> = (0..candidates.len()).collect();
     order.sort_by(|&a, &b| {
-        let (ca, cb) = (&candidates[a], &candidates[b]);
-        key(ca)
-            .partial_cmp(&key(cb))
+        keyed[a]
+            .0
+            .partial_cmp(&keyed[b].0)
             .unwrap_or(std::cmp::Ordering::Equal)
-            .then_with(|| ca.worker_id.cmp(&cb.worker_id))
+            .then(keyed[a].1.cmp(&keyed[b].1))
     });
     order
 }
