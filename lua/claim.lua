@@ -16,17 +16,6 @@ local idx = live_idx(ARGV[2], now)
 if not idx then return redis.error_reply('ERR unknown worker') end
 local ws = worker_state(idx)
 local exp = expiry_s(now, tonumber(ARGV[3]))
-local added = {}
-for i = 5, #ARGV do
-  local h = ARGV[i]
-  local v = fwd_read(h)
-  if not holds(v, ws, h, now) then
-    fwd_write(h, with_entry(v, idx, 's', exp))
-    added[#added + 1] = h
-  end
-end
-set_call('SADD', reverse_key(idx), added)
-set_call('SADD', spec_key(idx), added)
-if ws.syncing then set_call('SADD', sync_target_key(idx), added) end
+local inserted = claim_blocks(ws, { unpack(ARGV, 5) }, exp, now)
 if ARGV[4] ~= '' then redis.call('HINCRBY', inflight_key(idx), ARGV[4], 1) end
-return #added
+return inserted

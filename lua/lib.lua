@@ -174,3 +174,48 @@ local function worker_info(idx, lease, now, routers)
     tostring(redis.call('SCARD', reverse_key(idx))), f[7] or '0',
   }
 end
+
+-- Leading blocks of the chain ARGV[first..] that each live worker holds.
+-- live = live_leases(now). Returns states, matched (per worker position) and
+-- the number of blocks scanned; stops at the first block nobody holds.
+local function match_chain(live, first, now)
+  local states, matched, active = {}, {}, {}
+  for i = 1, #live / 2 do
+    states[i] = worker_state(live[2 * i - 1])
+    matched[i] = 0
+    active[i] = i
+  end
+  local scanned = 0
+  for n = first, #ARGV do
+    if #active == 0 then break end
+    local h = ARGV[n]
+    scanned = scanned + 1
+    local v = fwd_read(h)
+    local still = {}
+    for _, i in ipairs(active) do
+      if holds(v, states[i], h, now) then
+        matched[i] = n - first + 1
+        still[#still + 1] = i
+      end
+    end
+    active = still
+  end
+  return states, matched, scanned
+end
+
+-- Speculative insert, for worker state ws, of each hash in `hashes` it does
+-- not hold yet; returns how many were inserted.
+local function claim_blocks(ws, hashes, exp, now)
+  local added = {}
+  for _, h in ipairs(hashes) do
+    local v = fwd_read(h)
+    if not holds(v, ws, h, now) then
+      fwd_write(h, with_entry(v, ws.idx, 's', exp))
+      added[#added + 1] = h
+    end
+  end
+  set_call('SADD', reverse_key(ws.idx), added)
+  set_call('SADD', spec_key(ws.idx), added)
+  if ws.syncing then set_call('SADD', sync_target_key(ws.idx), added) end
+  return #added
+end

@@ -11,27 +11,7 @@ local bad = check_hashes(2)
 if bad then return bad end
 local now = now_ms()
 local live = live_leases(now)
-local states, matched, active = {}, {}, {}
-for i = 1, #live / 2 do
-  states[i] = worker_state(live[2 * i - 1])
-  matched[i] = 0
-  active[i] = i
-end
-local scanned = 0
-for n = 2, #ARGV do
-  if #active == 0 then break end
-  local h = ARGV[n]
-  scanned = scanned + 1
-  local v = fwd_read(h)
-  local still = {}
-  for _, i in ipairs(active) do
-    if holds(v, states[i], h, now) then
-      matched[i] = n - 1
-      still[#still + 1] = i
-    end
-  end
-  active = still
-end
+local _, matched, scanned = match_chain(live, 2, now)
 local routers = live_routers(now)
 local out = { tostring(scanned) }
 for i = 1, #live / 2 do

@@ -160,10 +160,7 @@ async fn lora_requests_go_to_the_base_models_workers_under_lora_hashes() {
     );
     let pipeline = ModelPipeline::load(&tokenizer_dir(), 16, &HashSeed::Default).unwrap();
     let ids = pipeline.tokenizer.encode_plain(&prompt, true).unwrap();
-    let lora = LoraKey {
-        name: "sql-lora".into(),
-        path: "/adapters/sql-lora".into(),
-    };
+    let lora = LoraKey::new("sql-lora", "/adapters/sql-lora");
     let with_lora = pipeline.block_hashes(&ids, None, Some(lora));
     let base = pipeline.block_hashes(&ids, None, None);
     assert_ne!(with_lora[0], base[0]);

@@ -1,18 +1,20 @@
 //! Conformance: our `sha256_cbor` block hashes against the vectors produced by
 //! vLLM's own code (`shared/vllm/block_hashes.json`, see its README).
 //!
-//! For every reproducible `sha256_cbor` run of every vLLM version and
-//! `PYTHONHASHSEED` setting, each block whose extra-key shape we implement
-//! must match byte for byte: the seed string, the NONE_HASH pre-image and
+//! Every `sha256_cbor` block of every vLLM version and `PYTHONHASHSEED`
+//! setting must match byte for byte, with the extra-key format chosen from
+//! the vector's vLLM version: the seed string, the NONE_HASH pre-image and
 //! digest, and for each block the parent, the CBOR pre-image, the digest and
-//! the external u64. Everything skipped is skipped by an explicit rule, and
-//! the number of checked blocks is asserted, so the test cannot silently
-//! check nothing.
+//! the external u64. The only runs skipped are those vLLM marks as not
+//! reproducible (NONE_HASH from `os.urandom`), which hold no blocks. The
+//! exact number of checked blocks is asserted, per group and against an
+//! independent count of the file's blocks, so nothing can be skipped
+//! silently.
 
 use std::collections::BTreeMap;
 
 use prefix_router::hashing::{
-    BlockHash, BlockHasher, ExtraKeys, HashSeed, LoraKey, MultimodalItem, cbor,
+    BlockHash, BlockHasher, ExtraKeys, ExtraKeysFormat, HashSeed, LoraKey, MultimodalItem, cbor,
 };
 use serde_json::Value;
 
@@ -21,23 +23,29 @@ const VECTORS: &str = concat!(
     "/../shared/vllm/block_hashes.json"
 );
 
-/// The first vLLM release whose extra keys are tagged tuples, the only
-/// shape implemented. Older vectors with extra keys are skipped.
-const TAGGED_EXTRA_KEYS_SINCE: (u64, u64) = (0, 31);
-
-/// Blocks checked per (vLLM version, PYTHONHASHSEED) group, at least:
-/// 0.33.0 has 17 blocks per seed (8 plain + 9 with LoRA, salt or
-/// multimodal keys); the legacy versions contribute their 8 plain blocks.
-/// 0.23.0 with PYTHONHASHSEED unset is not reproducible, so it is absent.
-const EXPECTED_MIN: [(&str, &str, usize); 8] = [
-    ("0.33.0", "<unset>", 17),
+/// Blocks per reproducible (vLLM version, PYTHONHASHSEED) group: 8 plain
+/// blocks and 9 with LoRA, salt or multimodal keys. 0.23.0 with
+/// PYTHONHASHSEED unset is not reproducible, so it has no group.
+const EXPECTED: [(&str, &str, usize); 8] = [
+    ("0.23.0", "0", 17),
+    ("0.23.0", "12345", 17),
+    ("0.30.0", "0", 17),
+    ("0.30.0", "12345", 17),
+    ("0.30.0", "<unset>", 17),
     ("0.33.0", "0", 17),
     ("0.33.0", "12345", 17),
-    ("0.30.0", "<unset>", 8),
-    ("0.30.0", "0", 8),
-    ("0.30.0", "12345", 8),
-    ("0.23.0", "0", 8),
-    ("0.23.0", "12345", 8),
+    ("0.33.0", "<unset>", 17),
+];
+
+/// All `sha256_cbor` blocks in the file: 8 groups of 17.
+const EXPECTED_TOTAL: usize = 136;
+
+/// The format each vector version must map to (README, "Extra keys per
+/// block"), so a change to the version table cannot go unnoticed.
+const EXPECTED_FORMATS: [(&str, ExtraKeysFormat); 3] = [
+    ("0.23.0", ExtraKeysFormat::Untagged),
+    ("0.30.0", ExtraKeysFormat::Untagged),
+    ("0.33.0", ExtraKeysFormat::Tagged),
 ];
 
 fn str_field<'a>(v: &'a Value, key: &str) -> &'a str {
@@ -58,15 +66,17 @@ fn u64_field(v: &Value, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("{key} is not a u64 in {v}"))
 }
 
-fn major_minor(version: &str) -> (u64, u64) {
-    let mut parts = version.split('.').map(|p| p.parse::<u64>().unwrap());
-    (parts.next().unwrap(), parts.next().unwrap())
+fn format_of(version: &str) -> ExtraKeysFormat {
+    let parts: Vec<u64> = version.split('.').map(|p| p.parse().unwrap()).collect();
+    assert_eq!(parts.len(), 3, "{version}");
+    ExtraKeysFormat::for_vllm_version(parts[0], parts[1], parts[2])
+        .unwrap_or_else(|| panic!("no extra-key format for vLLM {version}"))
 }
 
 fn extra_keys(case: &Value) -> ExtraKeys {
-    let lora = case.get("lora").map(|l| LoraKey {
-        name: str_field(l, "lora_name").to_owned(),
-        path: str_field(l, "lora_path").to_owned(),
+    let lora = case.get("lora").map(|l| {
+        LoraKey::new(str_field(l, "lora_name"), str_field(l, "lora_path"))
+            .with_int_id(u64_field(l, "lora_int_id"))
     });
     let cache_salt = case
         .get("cache_salt")
@@ -97,6 +107,42 @@ fn extra_keys(case: &Value) -> ExtraKeys {
     }
 }
 
+/// Canonical CBOR of a block's recorded `extra_keys` JSON (null, strings,
+/// integers, arrays), independent of the hasher's encoder: the vector's
+/// pre-image must end with it.
+fn json_cbor(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::Null => cbor::write_null(out),
+        Value::String(s) => cbor::write_text(out, s),
+        Value::Number(n) => cbor::write_int(out, n.as_i64().unwrap()),
+        Value::Array(items) => {
+            cbor::write_array_header(out, items.len());
+            for item in items {
+                json_cbor(out, item);
+            }
+        }
+        other => panic!("unexpected extra key {other}"),
+    }
+}
+
+/// The number of `sha256_cbor` blocks in the file, counted without any of
+/// the test's rules.
+fn all_sha256_cbor_blocks(doc: &Value) -> usize {
+    let mut n = 0;
+    for variant in arr_field(doc, "variants") {
+        for by_seed in arr_field(variant, "by_pythonhashseed") {
+            for run in arr_field(by_seed, "runs") {
+                if str_field(run, "hash_algo") == "sha256_cbor" {
+                    for case in arr_field(run, "cases") {
+                        n += arr_field(case, "blocks").len();
+                    }
+                }
+            }
+        }
+    }
+    n
+}
+
 #[test]
 fn sha256_cbor_vectors_match_vllm_bit_for_bit() {
     let text = std::fs::read_to_string(VECTORS).unwrap_or_else(|e| panic!("{VECTORS}: {e}"));
@@ -105,14 +151,19 @@ fn sha256_cbor_vectors_match_vllm_bit_for_bit() {
     assert_eq!(block_size, 16);
 
     let mut verified: BTreeMap<(String, String), usize> = BTreeMap::new();
+    // Blocks of cases with LoRA, salt or multimodal inputs, and among them
+    // those whose extra keys are not null, by format.
+    let mut keyed_cases_by_format: BTreeMap<String, usize> = BTreeMap::new();
+    let mut with_keys_by_format: BTreeMap<String, usize> = BTreeMap::new();
     let mut none_hashes_verified = 0usize;
     let mut skipped_other_algo = 0usize;
-    let mut skipped_not_reproducible = 0usize;
-    let mut skipped_legacy_extra_key_blocks = 0usize;
+    let mut skipped_not_reproducible = Vec::new();
 
     for variant in arr_field(&doc, "variants") {
         let version = str_field(variant, "vllm_version");
-        let tagged = major_minor(version) >= TAGGED_EXTRA_KEYS_SINCE;
+        let format = format_of(version);
+        let want_format = EXPECTED_FORMATS.iter().find(|(v, _)| *v == version);
+        assert_eq!(want_format.map(|(_, f)| *f), Some(format), "vLLM {version}");
         for by_seed in arr_field(variant, "by_pythonhashseed") {
             let env_seed = by_seed["PYTHONHASHSEED"].as_str().map(str::to_owned);
             let seed_label = env_seed.clone().unwrap_or_else(|| "<unset>".into());
@@ -124,13 +175,13 @@ fn sha256_cbor_vectors_match_vllm_bit_for_bit() {
                     skipped_other_algo += 1;
                     continue;
                 }
+                let ctx = format!("vLLM {version}, PYTHONHASHSEED={seed_label}");
                 if !run["reproducible"].as_bool().unwrap() {
                     // NONE_HASH came from os.urandom: there is nothing to match.
-                    assert!(arr_field(run, "cases").is_empty());
-                    skipped_not_reproducible += 1;
+                    assert!(arr_field(run, "cases").is_empty(), "{ctx}");
+                    skipped_not_reproducible.push(ctx);
                     continue;
                 }
-                let ctx = format!("vLLM {version}, PYTHONHASHSEED={seed_label}");
 
                 // NONE_HASH: seed string, pre-image, digest.
                 assert_eq!(
@@ -145,7 +196,8 @@ fn sha256_cbor_vectors_match_vllm_bit_for_bit() {
                     str_field(run, "none_hash_preimage_hex"),
                     "{ctx}: NONE_HASH pre-image"
                 );
-                let hasher = BlockHasher::new(block_size, &seed).unwrap();
+                let hasher = BlockHasher::with_format(block_size, &seed, format).unwrap();
+                assert_eq!(hasher.extra_keys_format(), format);
                 assert_eq!(
                     hasher.none_hash().to_hex(),
                     str_field(run, "none_hash_hex"),
@@ -159,12 +211,8 @@ fn sha256_cbor_vectors_match_vllm_bit_for_bit() {
                 for case in arr_field(run, "cases") {
                     let name = str_field(case, "name");
                     let keys = extra_keys(case);
+                    assert_eq!(hasher.check_keys(&keys), Ok(()), "{ctx}, {name}");
                     let blocks = arr_field(case, "blocks");
-                    if keys != ExtraKeys::default() && !tagged {
-                        // Untagged pre-0.31 extra keys: not implemented.
-                        skipped_legacy_extra_key_blocks += blocks.len();
-                        continue;
-                    }
                     let tokens: Vec<u32> = arr_field(case, "token_ids")
                         .iter()
                         .map(|t| u32::try_from(t.as_u64().unwrap()).unwrap())
@@ -175,17 +223,28 @@ fn sha256_cbor_vectors_match_vllm_bit_for_bit() {
                     assert_eq!(traces.len(), want_blocks, "{ctx}, {name}: block count");
                     assert_eq!(traces.len(), blocks.len(), "{ctx}, {name}: block count");
 
-                    for (trace, want) in traces.iter().zip(blocks) {
-                        let at = format!("{ctx}, {name}, block {}", want["index"]);
+                    for (i, (trace, want)) in traces.iter().zip(blocks).enumerate() {
+                        let at = format!("{ctx}, {name}, block {i}");
+                        assert_eq!(u64_field(want, "index"), i as u64, "{at}");
+                        let range = arr_field(want, "token_range");
+                        assert_eq!(range[0].as_u64(), Some(16 * i as u64), "{at}");
+                        assert_eq!(want["parent_is_none_hash"].as_bool(), Some(i == 0), "{at}");
                         assert_eq!(
                             trace.parent.to_hex(),
                             str_field(want, "parent_hash_hex"),
                             "{at}: parent"
                         );
+                        let mut keys_cbor = Vec::new();
+                        json_cbor(&mut keys_cbor, &want["extra_keys"]);
+                        let preimage_hex = str_field(want, "preimage_hex");
+                        assert!(
+                            preimage_hex.ends_with(&hex::encode(&keys_cbor)),
+                            "{at}: the vector's pre-image does not end with its extra keys"
+                        );
                         assert_eq!(
                             hex::encode(&trace.preimage),
-                            str_field(want, "preimage_hex"),
-                            "{at}: CBOR pre-image (extra keys {})",
+                            preimage_hex,
+                            "{at}: CBOR pre-image ({format:?}, extra keys {})",
                             want["extra_keys_python_repr"]
                         );
                         assert_eq!(
@@ -204,6 +263,16 @@ fn sha256_cbor_vectors_match_vllm_bit_for_bit() {
                             "{at}: external u64 hex"
                         );
                         *count += 1;
+                        if keys != ExtraKeys::default() {
+                            *keyed_cases_by_format
+                                .entry(format!("{format:?}"))
+                                .or_default() += 1;
+                        }
+                        if !want["extra_keys"].is_null() {
+                            *with_keys_by_format
+                                .entry(format!("{format:?}"))
+                                .or_default() += 1;
+                        }
                     }
 
                     // The production paths agree with the traced one.
@@ -229,23 +298,32 @@ fn sha256_cbor_vectors_match_vllm_bit_for_bit() {
     for ((version, seed), n) in &verified {
         println!("  vLLM {version:<7} PYTHONHASHSEED={seed:<8} {n} blocks");
     }
+    println!("  in cases with extra inputs, by format: {keyed_cases_by_format:?}");
+    println!("  with non-null extra keys, by format: {with_keys_by_format:?}");
     println!(
         "NONE_HASH vectors verified: {none_hashes_verified}; skipped: {skipped_other_algo} runs of \
-         other algorithms, {skipped_not_reproducible} non-reproducible sha256_cbor runs, \
-         {skipped_legacy_extra_key_blocks} blocks with pre-0.31 extra keys"
+         other algorithms, non-reproducible sha256_cbor runs (no blocks): \
+         {skipped_not_reproducible:?}"
     );
 
-    for (version, seed, min) in EXPECTED_MIN {
-        let got = verified
-            .get(&(version.to_owned(), seed.to_owned()))
-            .copied()
-            .unwrap_or(0);
-        assert!(
-            got >= min,
-            "vLLM {version}, PYTHONHASHSEED={seed}: {got} blocks verified, expected at least {min}"
-        );
-    }
-    let expected_total: usize = EXPECTED_MIN.iter().map(|(_, _, n)| n).sum();
-    assert!(total >= expected_total, "{total} < {expected_total}");
-    assert!(none_hashes_verified >= 8, "{none_hashes_verified}");
+    let want: BTreeMap<(String, String), usize> = EXPECTED
+        .iter()
+        .map(|(v, s, n)| ((v.to_string(), s.to_string()), *n))
+        .collect();
+    assert_eq!(verified, want);
+    assert_eq!(total, EXPECTED_TOTAL);
+    assert_eq!(all_sha256_cbor_blocks(&doc), EXPECTED_TOTAL);
+    assert_eq!(none_hashes_verified, 8);
+    // Per group, 9 blocks are in cases with extra inputs, 8 of them with
+    // non-null keys (the salt is only on block 0): 3 tagged groups, 5
+    // untagged ones (the 45 blocks that used to be skipped).
+    let by_format = |tagged: usize, untagged: usize| -> BTreeMap<String, usize> {
+        [("Tagged".into(), tagged), ("Untagged".into(), untagged)].into()
+    };
+    assert_eq!(keyed_cases_by_format, by_format(27, 45));
+    assert_eq!(with_keys_by_format, by_format(24, 40));
+    assert_eq!(
+        skipped_not_reproducible,
+        ["vLLM 0.23.0, PYTHONHASHSEED=<unset>"]
+    );
 }

@@ -4,9 +4,11 @@
 mod block_hash;
 pub mod cbor;
 mod chain;
+mod digest;
+mod extra_keys;
+mod key_encoding;
 
 pub use block_hash::{BlockHash, ParseBlockHashError};
-pub use chain::{
-    BlockDigest, BlockHasher, BlockTrace, DEFAULT_BLOCK_SIZE, DEFAULT_NONE_HASH_SEED, ExtraKeys,
-    HashSeed, InvalidBlockSize, LoraKey, MultimodalItem,
-};
+pub use chain::{BlockHasher, BlockTrace, DEFAULT_BLOCK_SIZE, InvalidBlockSize};
+pub use digest::{BlockDigest, DEFAULT_NONE_HASH_SEED, HashSeed};
+pub use extra_keys::{ExtraKeys, ExtraKeysFormat, LoraKey, MissingLoraIntId, MultimodalItem};
