@@ -62,13 +62,19 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
             "no --model/--tokenizer-dir: requests are routed by load only, without prefix locality"
         );
     }
-    let policy = policy_by_name(&cfg.policy, CacheAwareConfig::default())
+    let cache_aware = CacheAwareConfig {
+        epsilon: cfg.epsilon,
+        ..CacheAwareConfig::default()
+    };
+    let policy = policy_by_name(&cfg.policy, cache_aware)
         .with_context(|| format!("unknown policy {:?}", cfg.policy))?;
     let upstream = Upstream::new(Duration::from_secs(2)).context("building the HTTP client")?;
+    let atomic = (policy.name() == "cache_aware").then_some(cache_aware);
     Ok(Proxy::new(
         store,
         pipelines,
         policy,
+        atomic,
         upstream,
         cfg.max_attempts,
     ))
@@ -104,6 +110,9 @@ pub async fn serve_on(
             InternalAuth::disabled()
         }
     };
+    if let Err(e) = store.connect().await {
+        tracing::warn!(error = %e, "routing lane not connected yet; routing falls back until it is");
+    }
     match store.load_scripts().await {
         Ok(()) => tracing::info!("scripts loaded"),
         Err(e) => tracing::warn!(error = %e, "valkey not reachable yet; will retry on demand"),

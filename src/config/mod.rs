@@ -65,7 +65,7 @@ pub struct ServeArgs {
     /// Period of the gc pass over every model [default: 1s].
     #[arg(long, env = "PREFIX_ROUTER_GC_INTERVAL", value_parser = parse_duration)]
     pub gc_interval: Option<Duration>,
-    /// Deadline of a routing call to Valkey [default: 250ms].
+    /// Deadline of a routing call to Valkey, then fallback routing [default: 20ms].
     #[arg(long, env = "PREFIX_ROUTER_VALKEY_TIMEOUT", value_parser = parse_duration)]
     pub valkey_timeout: Option<Duration>,
     /// Largest request body accepted, in bytes [default: 16777216].
@@ -83,6 +83,9 @@ pub struct ServeArgs {
     /// Workers tried per request before giving up [default: 3].
     #[arg(long, env = "PREFIX_ROUTER_MAX_ATTEMPTS")]
     pub max_attempts: Option<usize>,
+    /// Bounded load: no affinity above (1 + ε) × the mean load [default: 0.25].
+    #[arg(long, env = "PREFIX_ROUTER_EPSILON")]
+    pub epsilon: Option<f64>,
     /// A LoRA adapter `NAME=PATH` the engines serve for --model (repeatable):
     /// requests naming it are hashed with it, as vLLM does.
     #[arg(long = "lora", env = "PREFIX_ROUTER_LORAS", value_delimiter = ',')]
@@ -114,6 +117,7 @@ struct FileConfig {
     block_size: Option<usize>,
     hash_seed: Option<String>,
     max_attempts: Option<usize>,
+    epsilon: Option<f64>,
     #[serde(default)]
     loras: Vec<String>,
 }
@@ -155,6 +159,8 @@ pub struct ServeConfig {
     pub max_attempts: usize,
     /// LoRA adapters of --model: (name, path).
     pub loras: Vec<(String, String)>,
+    /// Bounded-load ε.
+    pub epsilon: f64,
 }
 
 fn file_duration(v: Option<String>, name: &str) -> anyhow::Result<Option<Duration>> {
@@ -270,6 +276,7 @@ impl ServeConfig {
             block_size: args.block_size.or(file.block_size).unwrap_or(16),
             hash_seed: args.hash_seed.or(file.hash_seed),
             max_attempts: args.max_attempts.or(file.max_attempts).unwrap_or(3),
+            epsilon: args.epsilon.or(file.epsilon).unwrap_or(0.25),
             loras: parse_loras(if args.loras.is_empty() {
                 file.loras
             } else {

@@ -6,7 +6,7 @@ use crate::routing::Candidate;
 use crate::state::{PrefixLookup, WorkerMatch};
 
 /// Worker-reported load older than this is ignored (in-flight still counts).
-const STALE_LOAD: Duration = Duration::from_secs(10);
+pub(super) const STALE_LOAD: Duration = Duration::from_secs(10);
 
 /// A worker the proxy may send to: its candidate data and its URL.
 #[derive(Debug, Clone)]
@@ -17,6 +17,8 @@ pub struct Target {
     pub url: String,
     /// Leading blocks of the request it holds.
     pub matched_blocks: usize,
+    /// Already claimed and counted in flight by the atomic routing step.
+    pub assigned: bool,
 }
 
 /// Turns a lookup into targets; `block_size` converts blocks to tokens.
@@ -41,5 +43,6 @@ fn target(w: &WorkerMatch, block_size: usize) -> Target {
         },
         url: w.info.url.clone(),
         matched_blocks: w.matched_blocks,
+        assigned: false,
     }
 }

@@ -30,9 +30,10 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::hashing::BlockHash;
-use crate::routing::{Candidate, ConsistentHash, Policy, RouteRequest};
+use crate::routing::{CacheAwareConfig, Candidate, ConsistentHash, Policy, RouteRequest};
 use crate::state::StateStore;
-use candidates::{Target, targets};
+use crate::state::{ROUTE_HEAD, RouteParams, StateError};
+use candidates::{STALE_LOAD, Target, targets};
 
 /// Which OpenAI endpoint a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +51,9 @@ pub struct Proxy {
     store: StateStore,
     pipelines: ModelPipelines,
     policy: Arc<dyn Policy>,
+    /// Set for the cache-aware policy: its first choice is made by the
+    /// atomic routing script with these parameters.
+    atomic: Option<CacheAwareConfig>,
     upstream: Upstream,
     max_attempts: usize,
     /// Last workers seen live per model: the fallback when Valkey is away.
@@ -68,6 +72,7 @@ impl Proxy {
         store: StateStore,
         pipelines: ModelPipelines,
         policy: Arc<dyn Policy>,
+        atomic: Option<CacheAwareConfig>,
         upstream: Upstream,
         max_attempts: usize,
     ) -> Self {
@@ -75,6 +80,7 @@ impl Proxy {
             store,
             pipelines,
             policy,
+            atomic,
             upstream,
             max_attempts: max_attempts.max(1),
             known: RwLock::new(HashMap::new()),
@@ -111,7 +117,7 @@ impl Proxy {
         let mut last_error = String::from("no live worker");
         for target in ranked.iter().take(self.max_attempts) {
             let worker = &target.candidate.worker_id;
-            let counted = tracked && self.assign(&model, target, &chain).await;
+            let counted = target.assigned || (tracked && self.assign(&model, target, &chain).await);
             let guard = InFlightGuard::new(self.store.clone(), &model, worker, counted);
             metrics::histogram!("prefix_router_route_seconds")
                 .record(started.elapsed().as_secs_f64());
@@ -183,12 +189,19 @@ impl Proxy {
             prompt_tokens: chain.prompt_tokens,
             prefix_key: chain.hashes.first().map_or(0, |h| h.0),
         };
-        match self.store.lookup(model, &chain.hashes).await {
-            Ok(lookup) => {
+        let shared = match &self.atomic {
+            Some(cfg) => {
+                self.route_atomic(model, chain, cfg, &request, block_size)
+                    .await
+            }
+            None => self.store.lookup(model, &chain.hashes).await.map(|lookup| {
                 let all = targets(&lookup, block_size);
                 self.remember(model, &all);
-                Ok((self.order(self.policy.as_ref(), &request, all), true))
-            }
+                self.order(self.policy.as_ref(), &request, all)
+            }),
+        };
+        match shared {
+            Ok(ranked) => Ok((ranked, true)),
             Err(e) if e.is_unavailable() => {
                 tracing::warn!(error = %e, model, "valkey unavailable; routing by consistent hash over known workers");
                 metrics::counter!("prefix_router_fallback_routes_total").increment(1);
@@ -203,6 +216,80 @@ impl Proxy {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// The cache-aware first choice, made, claimed and counted by one atomic
+    /// script call, followed by the other workers in policy order (retries).
+    async fn route_atomic(
+        &self,
+        model: &str,
+        chain: &Chain,
+        cfg: &CacheAwareConfig,
+        request: &RouteRequest,
+        block_size: usize,
+    ) -> Result<Vec<Target>, StateError> {
+        let head = chain.hashes.len().min(ROUTE_HEAD);
+        // A chain longer than one call: a read-only pass finds how far the
+        // workers holding the whole head go.
+        let hints: Vec<(String, usize)> = if chain.hashes.len() > ROUTE_HEAD {
+            let full = self.store.lookup(model, &chain.hashes).await?;
+            full.workers
+                .iter()
+                .filter(|w| w.matched_blocks > head)
+                .map(|w| (w.info.worker_id.clone(), w.matched_blocks - head))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let params = RouteParams {
+            prompt_tokens: request.prompt_tokens,
+            block_size,
+            epsilon: cfg.epsilon,
+            tokens_per_queued_request: cfg.tokens_per_queued_request,
+            kv_pressure_tokens: cfg.kv_pressure_tokens,
+            kv_pressure_from: cfg.kv_pressure_from,
+            stale_load: STALE_LOAD,
+            seed: rand::random::<u32>() % 1_000_003,
+        };
+        let outcome = self
+            .store
+            .route(model, &chain.hashes[..head], &params, &hints)
+            .await?;
+        let mut all = targets(&outcome.lookup, block_size);
+        for t in &mut all {
+            let extra = hints.iter().find(|(w, _)| *w == t.candidate.worker_id);
+            if let (true, Some((_, extra))) = (t.matched_blocks == head, extra) {
+                t.matched_blocks += extra;
+                t.candidate.cached_tokens = (t.matched_blocks * block_size) as u64;
+            }
+        }
+        self.remember(model, &all);
+        let Some(chosen) = outcome.chosen else {
+            return Ok(Vec::new());
+        };
+        let mut first = all.remove(chosen);
+        first.assigned = true;
+        // The chain's tail is claimed off the request's critical path.
+        let rest = chain
+            .hashes
+            .get(outcome.covered.max(first.matched_blocks)..)
+            .unwrap_or_default();
+        if !rest.is_empty() {
+            let (store, model, worker, rest) = (
+                self.store.clone(),
+                model.to_owned(),
+                first.candidate.worker_id.clone(),
+                rest.to_vec(),
+            );
+            tokio::spawn(async move {
+                if let Err(e) = store.claim(&model, &worker, &rest).await {
+                    tracing::debug!(error = %e, "claim of the chain's tail failed");
+                }
+            });
+        }
+        let mut ranked = vec![first];
+        ranked.extend(self.order(self.policy.as_ref(), request, all));
+        Ok(ranked)
     }
 
     fn order(
@@ -268,6 +355,7 @@ impl Proxy {
                 },
                 url,
                 matched_blocks: 0,
+                assigned: false,
             })
             .collect()
     }

@@ -2,6 +2,7 @@
 //! pool for bulk work, both with deadlines and transparent reconnection.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_redis::{Pool, Runtime};
@@ -25,11 +26,12 @@ pub struct ConnectionSettings {
 }
 
 impl ConnectionSettings {
-    /// Defaults for `url`: 250 ms routing deadline, 5 s bulk, 8 pooled.
+    /// Defaults for `url`: 20 ms routing deadline (then the router falls
+    /// back rather than keep the client waiting), 5 s bulk, 8 pooled.
     pub fn new(url: &str) -> Self {
         ConnectionSettings {
             url: url.to_owned(),
-            hot_timeout: Duration::from_millis(250),
+            hot_timeout: Duration::from_millis(20),
             bulk_timeout: Duration::from_secs(5),
             pool_size: 8,
         }
@@ -62,7 +64,7 @@ pub fn normalize_url(url: &str) -> Result<String, StateError> {
 pub(super) struct Connections {
     client: redis::Client,
     hot: RwLock<Option<ConnectionManager>>,
-    connecting: Mutex<()>,
+    connecting: Arc<Mutex<()>>,
     bulk: Pool,
     settings: ConnectionSettings,
 }
@@ -93,46 +95,70 @@ impl Connections {
         Ok(Connections {
             client,
             hot: RwLock::new(None),
-            connecting: Mutex::new(()),
+            connecting: Arc::new(Mutex::new(())),
             bulk,
             settings,
         })
     }
 
-    async fn hot_connection(&self) -> Result<ConnectionManager, StateError> {
+    /// The routing connection. Establishing it is not bounded by the routing
+    /// deadline (a TLS handshake to a remote Valkey may take longer): a
+    /// background attempt connects, and a caller waits for it only as long
+    /// as its deadline, then gets `Unavailable` (and routes by fallback).
+    async fn hot_connection(self: &Arc<Self>) -> Result<ConnectionManager, StateError> {
         if let Some(c) = self.hot.read().await.as_ref() {
             return Ok(c.clone());
         }
-        let _guard = self.connecting.lock().await;
-        if let Some(c) = self.hot.read().await.as_ref() {
-            return Ok(c.clone());
+        if let Ok(guard) = self.connecting.clone().try_lock_owned() {
+            let this = self.clone();
+            tokio::spawn(async move {
+                let _guard = guard;
+                if let Err(e) = this.connect_hot().await {
+                    tracing::warn!(error = %e, "routing lane cannot reach valkey yet");
+                }
+            });
+        }
+        // The attempt holds the lock until it is done.
+        let _ = tokio::time::timeout(self.settings.hot_timeout, self.connecting.lock()).await;
+        self.hot
+            .read()
+            .await
+            .clone()
+            .ok_or_else(|| StateError::Unavailable("routing lane connecting".into()))
+    }
+
+    /// Connects the routing lane, waiting up to the bulk deadline.
+    pub(super) async fn connect_hot(&self) -> Result<(), StateError> {
+        if self.hot.read().await.is_some() {
+            return Ok(());
         }
         let t = self.settings.hot_timeout;
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(t.max(Duration::from_millis(500))))
+            .set_connection_timeout(Some(self.settings.bulk_timeout))
             .set_response_timeout(Some(t))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_secs(1));
         let manager = tokio::time::timeout(
-            t.max(Duration::from_secs(1)),
+            self.settings.bulk_timeout,
             ConnectionManager::new_with_config(self.client.clone(), config),
         )
         .await
-        .map_err(|_| StateError::Timeout(t))?
+        .map_err(|_| StateError::Timeout(self.settings.bulk_timeout))?
         .map_err(|e| StateError::Unavailable(e.to_string()))?;
         tracing::info!("connected routing lane to valkey");
-        *self.hot.write().await = Some(manager.clone());
-        Ok(manager)
+        *self.hot.write().await = Some(manager);
+        Ok(())
     }
 
     /// Runs `f` on the routing connection within the routing deadline.
-    pub(super) async fn with_hot<T, F, Fut>(&self, f: F) -> Result<T, StateError>
+    pub(super) async fn with_hot<T, F, Fut>(self: &Arc<Self>, f: F) -> Result<T, StateError>
     where
         F: FnOnce(ConnectionManager) -> Fut,
         Fut: Future<Output = Result<T, StateError>>,
     {
+        let conn = self.hot_connection().await?;
         let t = self.settings.hot_timeout;
-        tokio::time::timeout(t, async { f(self.hot_connection().await?).await })
+        tokio::time::timeout(t, f(conn))
             .await
             .map_err(|_| StateError::Timeout(t))?
     }
@@ -156,7 +182,7 @@ impl Connections {
         .map_err(|_| StateError::Timeout(t))?
     }
 
-    pub(super) async fn ping(&self) -> Result<(), StateError> {
+    pub(super) async fn ping(self: &Arc<Self>) -> Result<(), StateError> {
         self.with_hot(|mut c| async move {
             redis::cmd("PING")
                 .query_async::<String>(&mut c)

@@ -133,7 +133,7 @@ impl StateStore {
     ) -> Result<u64, StateError> {
         let router = self.router_id().to_owned();
         self.run(
-            Lane::Hot,
+            Lane::Bulk,
             ScriptName::RouterLease,
             model,
             &[&router, &ms(lease)],
@@ -153,7 +153,7 @@ impl StateStore {
         let router = self.router_id().to_owned();
         let delta = delta.to_string();
         self.run(
-            Lane::Hot,
+            Lane::Bulk,
             ScriptName::Inflight,
             model,
             &[&router, worker_id, &delta],

@@ -70,14 +70,41 @@ fn ser_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::
 
 const INFO_FIELDS: usize = 10;
 
-fn bad_reply(script: ScriptName, detail: impl Into<String>) -> StateError {
+/// Decodes `scanned` and the per-worker (matched, info) fields of a reply.
+pub(super) fn parse_matches(
+    script: ScriptName,
+    scanned: &str,
+    rest: &[String],
+) -> Result<PrefixLookup, StateError> {
+    if !rest.len().is_multiple_of(INFO_FIELDS + 1) {
+        return Err(bad_reply(
+            script,
+            format!("{} fields after the count", rest.len()),
+        ));
+    }
+    let workers = rest
+        .chunks(INFO_FIELDS + 1)
+        .map(|w| {
+            Ok(WorkerMatch {
+                matched_blocks: num(script, &w[0])?,
+                info: parse_info(script, &w[1..])?,
+            })
+        })
+        .collect::<Result<_, StateError>>()?;
+    Ok(PrefixLookup {
+        scanned_blocks: num(script, scanned)?,
+        workers,
+    })
+}
+
+pub(super) fn bad_reply(script: ScriptName, detail: impl Into<String>) -> StateError {
     StateError::Script {
         script: script.file(),
         detail: detail.into(),
     }
 }
 
-fn num<T: std::str::FromStr>(script: ScriptName, s: &str) -> Result<T, StateError> {
+pub(super) fn num<T: std::str::FromStr>(script: ScriptName, s: &str) -> Result<T, StateError> {
     s.parse()
         .map_err(|_| bad_reply(script, format!("not a number: {s:?}")))
 }
@@ -151,25 +178,7 @@ impl StateStore {
         let (first, rest) = reply
             .split_first()
             .ok_or_else(|| bad_reply(S, "empty reply"))?;
-        if !rest.len().is_multiple_of(INFO_FIELDS + 1) {
-            return Err(bad_reply(
-                S,
-                format!("{} fields after the count", rest.len()),
-            ));
-        }
-        let workers = rest
-            .chunks(INFO_FIELDS + 1)
-            .map(|w| {
-                Ok(WorkerMatch {
-                    matched_blocks: num(S, &w[0])?,
-                    info: parse_info(S, &w[1..])?,
-                })
-            })
-            .collect::<Result<_, StateError>>()?;
-        Ok(PrefixLookup {
-            scanned_blocks: num(S, first)?,
-            workers,
-        })
+        parse_matches(S, first, rest)
     }
 
     /// Every incarnation of `model`: live, expired and draining.

@@ -12,6 +12,7 @@ mod gc;
 mod keys;
 mod leases;
 mod lookup;
+mod route;
 mod scripts;
 mod sync;
 mod ttl;
@@ -23,6 +24,7 @@ pub use gc::GcReport;
 pub use keys::{KeySpace, MAX_NAME_LEN, check_name};
 pub use leases::{WorkerHeartbeat, WorkerLease, WorkerLoad};
 pub use lookup::{PrefixLookup, WorkerInfo, WorkerMatch, WorkerStatus};
+pub use route::{ROUTE_CLAIM, ROUTE_HEAD, RouteOutcome, RouteParams};
 pub use scripts::{ScriptName, ScriptSet};
 pub use sync::SyncOutcome;
 pub use ttl::{BatchLimits, StateTtls};
@@ -40,7 +42,7 @@ pub struct StateStore {
 
 struct Inner {
     keys: KeySpace,
-    conns: Connections,
+    conns: Arc<Connections>,
     scripts: ScriptSet,
     ttls: StateTtls,
     limits: BatchLimits,
@@ -70,7 +72,7 @@ impl StateStore {
         Ok(StateStore {
             inner: Arc::new(Inner {
                 keys: KeySpace::new(key_prefix)?,
-                conns: Connections::new(settings)?,
+                conns: Arc::new(Connections::new(settings)?),
                 scripts: ScriptSet::new(),
                 ttls,
                 limits,
@@ -97,6 +99,12 @@ impl StateStore {
     /// This router's id (its in-flight gauges and lease are kept under it).
     pub fn router_id(&self) -> &str {
         &self.inner.router_id
+    }
+
+    /// Connects the routing lane now, waiting up to the bulk deadline
+    /// (routing calls never wait for a connection: they fall back).
+    pub async fn connect(&self) -> Result<(), StateError> {
+        self.inner.conns.connect_hot().await
     }
 
     /// PING on the routing connection: is Valkey reachable now?

@@ -40,11 +40,13 @@ pub enum ScriptName {
     Lookup,
     /// Read-only listing of a model's workers.
     Workers,
+    /// Match, choose and claim in one atomic call.
+    Route,
 }
 
 impl ScriptName {
     /// Every script, in a fixed order.
-    pub const ALL: [ScriptName; 14] = [
+    pub const ALL: [ScriptName; 15] = [
         ScriptName::Heartbeat,
         ScriptName::Deregister,
         ScriptName::Claim,
@@ -59,6 +61,7 @@ impl ScriptName {
         ScriptName::Inflight,
         ScriptName::Lookup,
         ScriptName::Workers,
+        ScriptName::Route,
     ];
 
     /// The script's file name in `lua/`, also its metric label.
@@ -78,6 +81,7 @@ impl ScriptName {
             ScriptName::Inflight => "inflight.lua",
             ScriptName::Lookup => "lookup.lua",
             ScriptName::Workers => "workers.lua",
+            ScriptName::Route => "route.lua",
         }
     }
 
@@ -97,6 +101,7 @@ impl ScriptName {
             ScriptName::Inflight => include_str!("../../lua/inflight.lua"),
             ScriptName::Lookup => include_str!("../../lua/lookup.lua"),
             ScriptName::Workers => include_str!("../../lua/workers.lua"),
+            ScriptName::Route => include_str!("../../lua/route.lua"),
         }
     }
 

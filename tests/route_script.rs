@@ -1,0 +1,250 @@
+//! The atomic routing script: its choice is the Rust cache-aware policy's,
+//! concurrent routers agree on one worker for a new prefix, bounded load
+//! spreads a hot prefix, and hints extend matches past one call's head.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use prefix_router::hashing::BlockHash;
+use prefix_router::routing::{
+    CacheAware, CacheAwareConfig, Candidate, RouteRequest, capacity, within,
+};
+use prefix_router::state::{
+    RouteOutcome, RouteParams, StateStore, StateTtls, WorkerHeartbeat, WorkerLoad,
+};
+use proptest::prelude::*;
+use support::{Valkey, store};
+
+const M: &str = "m";
+const BS: usize = 16;
+
+fn chain(n: u64, salt: u64) -> Vec<BlockHash> {
+    (0..n)
+        .map(|i| BlockHash(salt.wrapping_mul(0x9e37_79b9) ^ (i + 1)))
+        .collect()
+}
+
+fn params(prompt_tokens: u64, epsilon: f64, seed: u32) -> RouteParams {
+    let d = CacheAwareConfig::default();
+    RouteParams {
+        prompt_tokens,
+        block_size: BS,
+        epsilon,
+        tokens_per_queued_request: d.tokens_per_queued_request,
+        kv_pressure_tokens: d.kv_pressure_tokens,
+        kv_pressure_from: d.kv_pressure_from,
+        stale_load: Duration::from_secs(10),
+        seed,
+    }
+}
+
+fn ttls() -> StateTtls {
+    StateTtls {
+        worker_lease: Duration::from_secs(120),
+        router_lease: Duration::from_secs(120),
+        ..StateTtls::default()
+    }
+}
+
+async fn worker(s: &StateStore, id: &str, load: Option<WorkerLoad>) {
+    let hb = WorkerHeartbeat {
+        worker_id: id.into(),
+        url: "http://127.0.0.1:9".into(),
+        load,
+    };
+    s.heartbeat(M, &hb).await.unwrap();
+}
+
+/// The candidates the Rust policy would see in the script's snapshot.
+fn candidates(o: &RouteOutcome) -> Vec<Candidate> {
+    o.lookup
+        .workers
+        .iter()
+        .map(|w| Candidate {
+            worker_id: w.info.worker_id.clone(),
+            cached_tokens: (w.matched_blocks * BS) as u64,
+            in_flight: w.info.in_flight,
+            waiting: w.info.load.num_requests_waiting,
+            kv_usage: w.info.load.kv_cache_usage_perc,
+        })
+        .collect()
+}
+
+/// Workers the Rust policy ranks equal-best (ties are broken by the seed).
+fn rust_best(c: &[Candidate], prompt_tokens: u64, epsilon: f64) -> BTreeSet<String> {
+    let policy = CacheAware::new(CacheAwareConfig {
+        epsilon,
+        ..CacheAwareConfig::default()
+    });
+    let req = RouteRequest {
+        prompt_tokens,
+        prefix_key: 0,
+    };
+    let cap = capacity(c, epsilon);
+    let key = |x: &Candidate| {
+        if within(x, cap) {
+            (0, policy.cost(&req, x))
+        } else {
+            (1, x.load() as f64)
+        }
+    };
+    let best = c
+        .iter()
+        .map(key)
+        .fold((2, f64::INFINITY), |a, b| if b < a { b } else { a });
+    c.iter()
+        .filter(|x| key(x) == best)
+        .map(|x| x.worker_id.clone())
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+struct WorkerSpec {
+    held: u64,
+    in_flight: u64,
+    waiting: u64,
+    kv: f64,
+}
+
+fn spec() -> impl Strategy<Value = WorkerSpec> {
+    (0..40u64, 0..6u64, 0..4u64, 0..=100u32).prop_map(|(held, in_flight, waiting, kv)| WorkerSpec {
+        held,
+        in_flight,
+        waiting,
+        kv: f64::from(kv) / 100.0,
+    })
+}
+
+#[test]
+fn the_scripts_choice_is_the_rust_policys_choice() {
+    let v = Valkey::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cfg = ProptestConfig {
+        cases: 64,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    proptest!(cfg, |(workers in prop::collection::vec(spec(), 1..5), prompt_blocks in 1..48u64,
+                     eps in prop::sample::select(vec![0.0, 0.25, 1.0]), seed in 0..1_000_003u32)| {
+        rt.block_on(async {
+            let _: () = redis::cmd("FLUSHALL").query(&mut v.conn()).unwrap();
+            let s = store(&v, "rs", "router-a", ttls());
+            s.router_lease(M, Duration::from_secs(120)).await.unwrap();
+            let c = chain(prompt_blocks, 7);
+            for (i, w) in workers.iter().enumerate() {
+                let id = format!("w{i}");
+                let load = WorkerLoad { num_requests_waiting: w.waiting, num_requests_running: 0, kv_cache_usage_perc: w.kv };
+                worker(&s, &id, Some(load)).await;
+                s.stored(M, &id, &chain(w.held, 7)).await.unwrap();
+                s.add_in_flight(M, &id, w.in_flight as i64).await.unwrap();
+            }
+            let prompt_tokens = prompt_blocks * BS as u64 + 5;
+            let o = s.route(M, &c, &params(prompt_tokens, eps, seed), &[]).await.unwrap();
+            let chosen = &o.lookup.workers[o.chosen.unwrap()].info.worker_id;
+            let best = rust_best(&candidates(&o), prompt_tokens, eps);
+            assert!(best.contains(chosen), "script chose {chosen}, Rust's best are {best:?}");
+        });
+    });
+}
+
+#[tokio::test]
+async fn concurrent_routers_agree_on_one_worker_for_a_new_prefix() {
+    let v = Valkey::start();
+    let (a, b) = (
+        store(&v, "rs", "router-a", ttls()),
+        store(&v, "rs", "router-b", ttls()),
+    );
+    for i in 0..3 {
+        worker(&a, &format!("w{i}"), None).await;
+    }
+    let c = chain(20, 99);
+    let mut tasks = Vec::new();
+    for i in 0..32u32 {
+        let s = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let c = c.clone();
+        // Locality only (no queue cost, no load bound): this test is about
+        // the script serialising concurrent choices, not about spreading.
+        let mut p = params(330, 1000.0, i * 7919);
+        p.tokens_per_queued_request = 0.0;
+        tasks.push(tokio::spawn(async move {
+            let o = s.route(M, &c, &p, &[]).await.unwrap();
+            o.lookup.workers[o.chosen.unwrap()].info.worker_id.clone()
+        }));
+    }
+    let mut chosen = BTreeSet::new();
+    for t in tasks {
+        chosen.insert(t.await.unwrap());
+    }
+    assert_eq!(
+        chosen.len(),
+        1,
+        "routers split a new prefix over {chosen:?}"
+    );
+}
+
+#[tokio::test]
+async fn bounded_load_spreads_a_prefix_every_request_shares() {
+    let v = Valkey::start();
+    let s = store(&v, "rs", "router-a", ttls());
+    for i in 0..4 {
+        worker(&s, &format!("w{i}"), None).await;
+    }
+    let system_prompt = chain(30, 5);
+    let mut per_worker = std::collections::BTreeMap::<String, u32>::new();
+    for i in 0..40u32 {
+        // Requests stay in flight: the load builds up.
+        let o = s
+            .route(M, &system_prompt, &params(500, 0.25, i), &[])
+            .await
+            .unwrap();
+        *per_worker
+            .entry(o.lookup.workers[o.chosen.unwrap()].info.worker_id.clone())
+            .or_default() += 1;
+    }
+    let max = *per_worker.values().max().unwrap();
+    assert_eq!(per_worker.len(), 4, "{per_worker:?}");
+    assert!(
+        max <= 13,
+        "one worker took {max} of 40 (bound ⌈1.25 × 40 / 4⌉ = 13): {per_worker:?}"
+    );
+}
+
+#[tokio::test]
+async fn hints_extend_matches_beyond_one_calls_head() {
+    let v = Valkey::start();
+    let s = store(&v, "rs", "router-a", ttls());
+    let long = chain(700, 3);
+    for (id, held) in [("short", 520usize), ("long", 690)] {
+        worker(&s, id, None).await;
+        s.stored(M, id, &long[..held]).await.unwrap();
+    }
+    let head = &long[..512];
+    let p = params(700 * BS as u64, 0.25, 1);
+    let without = s.route(M, head, &p, &[]).await.unwrap();
+    assert_eq!(
+        without
+            .lookup
+            .workers
+            .iter()
+            .map(|w| w.matched_blocks)
+            .max(),
+        Some(512)
+    );
+    let _ = s
+        .add_in_flight(
+            M,
+            &without.lookup.workers[without.chosen.unwrap()]
+                .info
+                .worker_id,
+            -1,
+        )
+        .await;
+    let hints = vec![("short".to_owned(), 8), ("long".to_owned(), 178)];
+    let with = s.route(M, head, &p, &hints).await.unwrap();
+    assert_eq!(
+        with.lookup.workers[with.chosen.unwrap()].info.worker_id,
+        "long"
+    );
+}
