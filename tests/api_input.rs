@@ -31,6 +31,7 @@ async fn every_guarded_route_requires_the_exact_bearer_token() {
         ("POST", "/internal/sync"),
         ("DELETE", "/internal/workers/w"),
         ("GET", "/admin/workers"),
+        ("POST", "/admin/explain"),
     ];
     for (method, path) in routes {
         for token in [None, Some("wrong"), Some("test-token-"), Some("")] {

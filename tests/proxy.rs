@@ -447,3 +447,57 @@ async fn chat_the_router_cannot_reproduce_is_routed_by_load_and_invalid_chat_is_
         "the invalid request reached a worker"
     );
 }
+
+#[tokio::test]
+async fn explain_shows_the_decision_without_changing_state() {
+    let f = fleet(3).await;
+    let doc = long_prompt("explanations");
+    let (_, holder, _) = complete(&f, json!({"model": MODEL, "prompt": format!("{doc}Q1")})).await;
+    assert!(wait_no_in_flight(&f.store).await);
+    let before = support::raw_state(&f.valkey, "pr", MODEL);
+    let prompt = format!("{doc}Q2");
+    let resp = http()
+        .post(f.router.url("/admin/explain"))
+        .bearer_auth(support::TOKEN)
+        .json(&json!({"model": MODEL, "prompt": prompt}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let e: Value = resp.json().await.unwrap();
+    assert_eq!(
+        support::raw_state(&f.valkey, "pr", MODEL),
+        before,
+        "explain changed the state"
+    );
+    assert_eq!(e["chosen"]["worker_id"], holder.as_str(), "{e}");
+    assert!(
+        e["chosen"]["reason"].as_str().unwrap().starts_with("hit"),
+        "{e}"
+    );
+    assert_eq!(e["candidates"].as_array().unwrap().len(), 3);
+    let pipeline = ModelPipeline::load(&tokenizer_dir(), 16, &HashSeed::Default).unwrap();
+    let ids = pipeline.tokenizer.encode_plain(&prompt, true).unwrap();
+    let want: Vec<String> = pipeline
+        .block_hashes(&ids, None, None)
+        .iter()
+        .map(|h| h.to_hex())
+        .collect();
+    assert_eq!(e["block_hashes"], json!(want));
+    assert_eq!(e["prompt_tokens"], ids.len());
+    let metrics = http()
+        .get(f.router.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "prefix_router_decisions_total",
+        "prefix_router_route_phase_seconds",
+        "prefix_router_upstream_responses_total",
+    ] {
+        assert!(metrics.contains(name), "{name} missing from /metrics");
+    }
+}

@@ -49,6 +49,7 @@ pub fn router(app: AppState, auth: InternalAuth, max_body_bytes: usize) -> Route
             delete(internal::deregister),
         )
         .route("/admin/workers", get(admin::workers))
+        .route("/admin/explain", post(openai::explain))
         .route_layer(middleware::from_fn_with_state(auth, auth::require_token));
     Router::new()
         .merge(guarded)

@@ -93,3 +93,12 @@ pub async fn models(State(app): State<AppState>) -> Result<Json<serde_json::Valu
     }
     Ok(Json(json!({ "object": "list", "data": data })))
 }
+
+/// `POST /admin/explain`: the routing decision for a request, without
+/// changing any state.
+pub async fn explain(
+    State(app): State<AppState>,
+    body: Bytes,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    Ok(Json(app.proxy.explain(&body).await?))
+}

@@ -9,6 +9,7 @@
 
 mod candidates;
 mod error;
+mod explain;
 mod forward;
 mod inflight;
 mod models;
@@ -97,23 +98,12 @@ impl Proxy {
         body: Bytes,
     ) -> Result<Response, ProxyError> {
         let started = Instant::now();
-        let json: Value = if body.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&body)
-                .map_err(|e| ProxyError::InvalidRequest(format!("invalid JSON body: {e}")))?
-        };
-        let model = json
-            .get("model")
-            .and_then(Value::as_str)
-            .ok_or_else(|| ProxyError::InvalidRequest("\"model\" is required".into()))?
-            .to_owned();
-        crate::state::check_name("model", &model)
-            .map_err(|e| ProxyError::InvalidRequest(e.to_string()))?;
-        let resolved = self.pipelines.resolve(&model);
-        let chain = self.chain(endpoint, &resolved, &json, &body)?;
-        let model = resolved.route_model.to_owned();
+        let (model, chain) = self.parse(endpoint, &body)?;
+        let valkey = Instant::now();
         let (ranked, tracked) = self.rank(&model, &chain).await?;
+        phase("valkey", valkey);
+        metrics::counter!("prefix_router_decisions_total", "outcome" => decision(&ranked, tracked))
+            .increment(1);
         let mut last_error = String::from("no live worker");
         for target in ranked.iter().take(self.max_attempts) {
             let worker = &target.candidate.worker_id;
@@ -144,6 +134,25 @@ impl Proxy {
         })
     }
 
+    /// The routed model (the base of a LoRA adapter) and the prompt's chain.
+    fn parse(&self, endpoint: Endpoint, body: &[u8]) -> Result<(String, Chain), ProxyError> {
+        let json: Value = if body.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(body)
+                .map_err(|e| ProxyError::InvalidRequest(format!("invalid JSON body: {e}")))?
+        };
+        let model = json
+            .get("model")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ProxyError::InvalidRequest("\"model\" is required".into()))?;
+        crate::state::check_name("model", model)
+            .map_err(|e| ProxyError::InvalidRequest(e.to_string()))?;
+        let resolved = self.pipelines.resolve(model);
+        let chain = self.chain(endpoint, &resolved, &json, body)?;
+        Ok((resolved.route_model.to_owned(), chain))
+    }
+
     /// The prompt's block hashes, when the model's pipeline can compute them.
     fn chain(
         &self,
@@ -159,6 +168,7 @@ impl Proxy {
         let Some(pipeline) = resolved.pipeline else {
             return Ok(none);
         };
+        let tokenize = Instant::now();
         let tokens = match endpoint {
             Endpoint::Completions => match completion_prompt(json)? {
                 CompletionPrompt::Text(t) => pipeline.tokenizer.encode(&t, true)?,
@@ -170,8 +180,11 @@ impl Proxy {
             },
             Endpoint::Other => return Ok(none),
         };
+        phase("tokenize", tokenize);
+        let hash = Instant::now();
         let hashes =
             pipeline.block_hashes(&tokens, prompt::cache_salt(json), resolved.lora.clone());
+        phase("hash", hash);
         Ok(Chain {
             hashes,
             prompt_tokens: tokens.len() as u64,
@@ -375,6 +388,33 @@ fn chat_tokens(pipeline: &ModelPipeline, body: &[u8]) -> Result<Option<Vec<u32>>
         Err(e) if e.is_client_error() => Err(ProxyError::InvalidRequest(e.to_string())),
         Err(_) => Ok(None),
     }
+}
+
+/// How a decision went: `hit` (the chosen worker holds part of the prompt),
+/// `spill` (another worker held more, but load ruled it out), `miss`
+/// (nobody held any), `fallback` (Valkey unreachable).
+fn decision(ranked: &[Target], tracked: bool) -> &'static str {
+    let Some(first) = ranked.first() else {
+        return "no_worker";
+    };
+    if !tracked {
+        "fallback"
+    } else if ranked
+        .iter()
+        .any(|t| t.matched_blocks > first.matched_blocks)
+    {
+        "spill"
+    } else if first.matched_blocks > 0 {
+        "hit"
+    } else {
+        "miss"
+    }
+}
+
+/// Records the time of one routing phase since `since`.
+fn phase(name: &'static str, since: Instant) {
+    metrics::histogram!("prefix_router_route_phase_seconds", "phase" => name)
+        .record(since.elapsed().as_secs_f64());
 }
 
 fn record_outcome(model: &str, target: &Target, chain: &Chain) {

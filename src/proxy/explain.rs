@@ -1,0 +1,82 @@
+//! [`Proxy::explain`]: what the router would do with a request, and why,
+//! without changing any state.
+
+use serde_json::{Value, json};
+
+use super::candidates::targets;
+use super::{Endpoint, Proxy, ProxyError};
+use crate::routing::{CacheAware, Candidate, RouteRequest, capacity, within};
+
+impl Proxy {
+    /// The routing decision for `body` (a completions or chat request,
+    /// told apart by `messages`), from a read-only lookup: the prompt's
+    /// blocks, every candidate with its match, load and score, and the choice.
+    pub async fn explain(&self, body: &[u8]) -> Result<Value, ProxyError> {
+        let json: Value = serde_json::from_slice(body)
+            .map_err(|e| ProxyError::InvalidRequest(format!("invalid JSON body: {e}")))?;
+        let endpoint = if json.get("messages").is_some() {
+            Endpoint::ChatCompletions
+        } else {
+            Endpoint::Completions
+        };
+        let (model, chain) = self.parse(endpoint, body)?;
+        let block_size = self
+            .pipelines
+            .get(&model)
+            .map_or(16, |p| p.hasher.block_size());
+        let lookup = self.store.lookup(&model, &chain.hashes).await?;
+        let all = targets(&lookup, block_size);
+        let candidates: Vec<Candidate> = all.iter().map(|t| t.candidate.clone()).collect();
+        let request = RouteRequest {
+            prompt_tokens: chain.prompt_tokens,
+            prefix_key: chain.hashes.first().map_or(0, |h| h.0),
+        };
+        let cfg = self.atomic.unwrap_or_default();
+        let scorer = CacheAware::new(cfg);
+        let cap = capacity(&candidates, cfg.epsilon);
+        let order = self.policy.rank(&request, &candidates);
+        let rows: Vec<Value> = order
+            .iter()
+            .enumerate()
+            .map(|(rank, &i)| {
+                let (t, c) = (&all[i], &candidates[i]);
+                json!({
+                    "rank": rank + 1,
+                    "worker_id": c.worker_id,
+                    "url": t.url,
+                    "matched_blocks": t.matched_blocks,
+                    "matched_tokens": c.cached_tokens,
+                    "in_flight": c.in_flight,
+                    "waiting": c.waiting,
+                    "kv_cache_usage_perc": c.kv_usage,
+                    "load": c.load(),
+                    "within_load_bound": within(c, cap),
+                    "score_tokens": scorer.cost(&request, c),
+                })
+            })
+            .collect();
+        let chosen = order.first().map(|&i| {
+            let (t, c) = (&all[i], &candidates[i]);
+            let deeper = all.iter().map(|o| o.matched_blocks).max().unwrap_or(0);
+            let reason = if deeper > t.matched_blocks {
+                format!("spill: a worker holding {deeper} blocks is over the load bound or costs more; this one holds {}", t.matched_blocks)
+            } else if t.matched_blocks > 0 {
+                format!("hit: the deepest cached prefix ({} tokens) at an acceptable load", c.cached_tokens)
+            } else {
+                "miss: no worker holds the prompt's first block; chosen by load".to_owned()
+            };
+            json!({ "worker_id": c.worker_id, "reason": reason })
+        });
+        Ok(json!({
+            "model": model,
+            "endpoint": if endpoint == Endpoint::ChatCompletions { "chat" } else { "completions" },
+            "policy": self.policy.name(),
+            "prompt_tokens": chain.prompt_tokens,
+            "block_size": block_size,
+            "block_hashes": chain.hashes.iter().map(|h| h.to_hex()).collect::<Vec<_>>(),
+            "load_bound": cap,
+            "candidates": rows,
+            "chosen": chosen,
+        }))
+    }
+}
