@@ -6,7 +6,7 @@
 -- Returns {blocks scanned, then per worker 11 strings: matched blocks, then
 -- worker_info's 10 fields (see lib.lua)}.
 -- Complexity: O(matched blocks x live workers holding them + live workers);
--- callers send at most 256 hashes per call.
+-- callers send at most 1024 hashes per call.
 local bad = check_hashes(2)
 if bad then return bad end
 local now = now_ms()

@@ -16,7 +16,7 @@
 -- (the caller's lease is extended, so its in-flight counts always count),
 -- ARGV[14] = n hints, then n pairs (worker id, blocks it holds beyond the
 -- hashes given here, from a read-only lookup of a longer chain), then the
--- block hashes (at most 512).
+-- block hashes (at most 1024).
 -- Returns {blocks scanned, chosen worker position (1-based, 0 if none),
 -- leading blocks the chosen worker now holds (matched or claimed here),
 -- then per worker 11 strings as lookup.lua}.

@@ -215,13 +215,13 @@ async fn bounded_load_spreads_a_prefix_every_request_shares() {
 async fn hints_extend_matches_beyond_one_calls_head() {
     let v = Valkey::start();
     let s = store(&v, "rs", "router-a", ttls());
-    let long = chain(700, 3);
-    for (id, held) in [("short", 520usize), ("long", 690)] {
+    let long = chain(1300, 3);
+    for (id, held) in [("short", 1030usize), ("long", 1290)] {
         worker(&s, id, None).await;
         s.stored(M, id, &long[..held]).await.unwrap();
     }
-    let head = &long[..512];
-    let p = params(700 * BS as u64, 0.25, 1);
+    let head = &long[..1024];
+    let p = params(1300 * BS as u64, 0.25, 1);
     let without = s.route(M, head, &p, &[]).await.unwrap();
     assert_eq!(
         without
@@ -230,7 +230,7 @@ async fn hints_extend_matches_beyond_one_calls_head() {
             .iter()
             .map(|w| w.matched_blocks)
             .max(),
-        Some(512)
+        Some(1024)
     );
     let _ = s
         .add_in_flight(
@@ -241,7 +241,7 @@ async fn hints_extend_matches_beyond_one_calls_head() {
             -1,
         )
         .await;
-    let hints = vec![("short".to_owned(), 8), ("long".to_owned(), 178)];
+    let hints = vec![("short".to_owned(), 6), ("long".to_owned(), 266)];
     let with = s.route(M, head, &p, &hints).await.unwrap();
     assert_eq!(
         with.lookup.workers[with.chosen.unwrap()].info.worker_id,

@@ -55,7 +55,7 @@ impl Default for BatchLimits {
     fn default() -> Self {
         BatchLimits {
             hashes_per_call: 64,
-            lookup_per_call: 256,
+            lookup_per_call: 1024,
             stage_per_call: 512,
             step_budget: 128,
             sweep_budget: 128,

@@ -1,0 +1,213 @@
+//! The routing decision's cost: tokenize + hash + the atomic Valkey call,
+//! for 1k, 8k and 32k-token prompts, cold (a prefix never seen) and warm
+//! (a seen prefix, new question), plus Valkey server time per routed request.
+//!
+//! `cargo bench --bench route_bench`
+
+#[path = "state_bench/server.rs"]
+mod server;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use prefix_router::hashing::HashSeed;
+use prefix_router::proxy::ModelPipeline;
+use prefix_router::routing::CacheAwareConfig;
+use prefix_router::state::{
+    BatchLimits, ConnectionSettings, ROUTE_HEAD, RouteParams, StateStore, StateTtls,
+    WorkerHeartbeat,
+};
+
+const MODEL: &str = "bench";
+const RUNS: usize = 41;
+
+fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
+    v.sort();
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Varied text of `lines` lines, distinct per `seed`.
+fn text(lines: usize, seed: usize) -> String {
+    let words = [
+        "cache", "prefix", "router", "token", "block", "worker", "valkey", "stream", "latency",
+        "hash",
+    ];
+    let mut out = String::new();
+    let mut i = 0;
+    while i < lines {
+        out.push_str(&format!(
+            "Line {seed}-{i}: the {} of the {} is {}.\n",
+            words[(i + seed) % 10],
+            words[(i * 3) % 10],
+            i * 7 + seed
+        ));
+        i += 1;
+    }
+    out
+}
+
+/// Wall time of one decision and of its phases.
+#[derive(Clone, Copy)]
+struct Timing {
+    total: Duration,
+    tokenize: Duration,
+    hash: Duration,
+}
+
+/// One routing decision as the proxy makes it.
+async fn decide(store: &StateStore, pipeline: &ModelPipeline, prompt: &str) -> Result<Timing> {
+    let t = Instant::now();
+    let ids = pipeline.tokenizer.encode(prompt, true)?;
+    let tokenize = t.elapsed();
+    let hashes = pipeline.block_hashes(&ids, None, None);
+    let hash = t.elapsed() - tokenize;
+    let head = hashes.len().min(ROUTE_HEAD);
+    let hints: Vec<(String, usize)> = if hashes.len() > ROUTE_HEAD {
+        let full = store.lookup(MODEL, &hashes).await?;
+        full.workers
+            .iter()
+            .filter(|w| w.matched_blocks > head)
+            .map(|w| (w.info.worker_id.clone(), w.matched_blocks - head))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let d = CacheAwareConfig::default();
+    let params = RouteParams {
+        prompt_tokens: ids.len() as u64,
+        block_size: 16,
+        epsilon: 1000.0,
+        tokens_per_queued_request: d.tokens_per_queued_request,
+        kv_pressure_tokens: d.kv_pressure_tokens,
+        kv_pressure_from: d.kv_pressure_from,
+        stale_load: Duration::from_secs(10),
+        seed: 1,
+    };
+    let o = store.route(MODEL, &hashes[..head], &params, &hints).await?;
+    let total = t.elapsed();
+    // What the proxy does off the critical path: the tail claim; the
+    // request's end releases the in-flight count.
+    if let Some(i) = o.chosen {
+        let worker = o.lookup.workers[i].info.worker_id.clone();
+        let tail = &hashes[o.covered.min(hashes.len())..];
+        if !tail.is_empty() {
+            store.claim(MODEL, &worker, tail).await?;
+        }
+        store.add_in_flight(MODEL, &worker, -1).await?;
+    }
+    Ok(Timing {
+        total,
+        tokenize,
+        hash,
+    })
+}
+
+async fn evalsha_usec(url: &str) -> Result<f64> {
+    let mut c = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut c)
+        .await?;
+    let line = info
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .unwrap_or("");
+    let field = |k: &str| -> f64 {
+        line.split(',')
+            .find_map(|kv| {
+                kv.split_once('=')
+                    .filter(|(a, _)| a.ends_with(k))
+                    .map(|(_, v)| v)
+            })
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    Ok(field("usec_per_call"))
+}
+
+async fn reset_stats(url: &str) -> Result<()> {
+    let mut c = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut c)
+        .await?;
+    Ok(())
+}
+
+async fn run() -> Result<()> {
+    let valkey = server::ValkeyGuard::start()?;
+    let url = valkey.url();
+    let mut settings = ConnectionSettings::new(&url);
+    settings.hot_timeout = Duration::from_secs(2);
+    let ttls = StateTtls {
+        worker_lease: Duration::from_secs(3600),
+        ..StateTtls::default()
+    };
+    let store = StateStore::new(settings, "rb", "bench-router", ttls, BatchLimits::default())?;
+    store.router_lease(MODEL, Duration::from_secs(3600)).await?;
+    for i in 0..8 {
+        let hb = WorkerHeartbeat {
+            worker_id: format!("w{i}"),
+            url: "http://127.0.0.1:9".into(),
+            load: None,
+        };
+        store.heartbeat(MODEL, &hb).await?;
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tokenizers/qwen3");
+    let pipeline = ModelPipeline::load(&dir, 16, &HashSeed::Default)?;
+    println!(
+        "| prompt | prefix | p50 | p99 | p50 tokenize | p50 hash | p50 Valkey calls | server time per EVALSHA |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    // Lines per prompt size, calibrated with the tokenizer.
+    let per_line = pipeline.tokenizer.encode_plain(&text(100, 1), true)?.len() as f64 / 100.0;
+    for tokens in [1024usize, 8192, 32768] {
+        let lines = (tokens as f64 / per_line) as usize;
+        for warm in [false, true] {
+            let shared = text(lines, 999_999);
+            if warm {
+                decide(&store, &pipeline, &format!("{shared}Warm-up question\n")).await?;
+            }
+            reset_stats(&url).await?;
+            let mut times = Vec::new();
+            for r in 0..RUNS {
+                let prompt = if warm {
+                    format!("{shared}Question {r}?\n")
+                } else {
+                    text(lines, r * 31 + tokens)
+                };
+                times.push(decide(&store, &pipeline, &prompt).await?);
+            }
+            let usec = evalsha_usec(&url).await?;
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            let of = |f: fn(&Timing) -> Duration| times.iter().map(f).collect::<Vec<_>>();
+            println!(
+                "| {}k tokens | {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {usec:.0} µs |",
+                tokens / 1024,
+                if warm {
+                    "seen before (warm)"
+                } else {
+                    "new (cold)"
+                },
+                ms(pct(of(|t| t.total), 0.5)),
+                ms(pct(of(|t| t.total), 0.99)),
+                ms(pct(of(|t| t.tokenize), 0.5)),
+                ms(pct(of(|t| t.hash), 0.5)),
+                ms(pct(of(|t| t.total - t.tokenize - t.hash), 0.5)),
+            );
+        }
+    }
+    println!(
+        "\n{RUNS} decisions per row; 8 live workers; commandstats covers every EVALSHA of the row (route, plus lookups for chains over {ROUTE_HEAD} blocks and tail claims), divided per call."
+    );
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    tokio::runtime::Runtime::new()?.block_on(run())
+}
