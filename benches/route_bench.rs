@@ -78,6 +78,7 @@ async fn decide(store: &StateStore, pipeline: &ModelPipeline, prompt: &str) -> R
         prompt_tokens: ids.len() as u64,
         block_size: 16,
         epsilon: 1000.0,
+        load_slack: d.load_slack,
         tokens_per_queued_request: d.tokens_per_queued_request,
         kv_pressure_tokens: d.kv_pressure_tokens,
         kv_pressure_from: d.kv_pressure_from,

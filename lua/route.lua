@@ -4,7 +4,7 @@
 -- here, so the second sees the first's claim and follows it.
 -- The choice is the cache_aware policy of src/routing/cache_aware.rs (the
 -- two are kept equal by tests/route_script.rs): among workers within the
--- bounded load ceil((1+eps) * (total load + 1) / workers), the least
+-- bounded load ceil((1+eps) * (total load + 1) / workers) + slack, the least
 -- estimated time to first token in tokens: uncached prompt tokens + load x
 -- tokens_per_queued + KV pressure; else the least loaded. Ties by `seed`.
 -- KEYS[1] = <base>:ids
@@ -14,20 +14,21 @@
 -- ARGV[9] = kv pressure from, ARGV[10] = stale load ms, ARGV[11] = seed,
 -- ARGV[12] = most blocks claimed in this call, ARGV[13] = router lease ms
 -- (the caller's lease is extended, so its in-flight counts always count),
--- ARGV[14] = n hints, then n pairs (worker id, blocks it holds beyond the
+-- ARGV[14] = load slack (requests always allowed on top of the bound),
+-- ARGV[15] = n hints, then n pairs (worker id, blocks it holds beyond the
 -- hashes given here, from a read-only lookup of a longer chain), then the
 -- block hashes (at most 1024).
 -- Returns {blocks scanned, chosen worker position (1-based, 0 if none),
 -- leading blocks the chosen worker now holds (matched or claimed here),
 -- then per worker 11 strings as lookup.lua}.
 -- Complexity: O(matched blocks x holders + workers + claimed blocks).
-local nhints = tonumber(ARGV[14])
-local first = 15 + 2 * nhints
+local nhints = tonumber(ARGV[15])
+local first = 16 + 2 * nhints
 local bad = check_hashes(first)
 if bad then return bad end
 local now = now_ms()
 local hints = {}
-for i = 15, first - 1, 2 do hints[ARGV[i]] = tonumber(ARGV[i + 1]) end
+for i = 16, first - 1, 2 do hints[ARGV[i]] = tonumber(ARGV[i + 1]) end
 redis.call('ZADD', BASE .. ':routers', 'GT', now + tonumber(ARGV[13]), ARGV[2])
 local prompt, block_size = tonumber(ARGV[4]), tonumber(ARGV[5])
 local eps, per_queued = tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -48,7 +49,7 @@ for i = 1, n do
   loads[i] = math.max(tonumber(info[3]), fresh and tonumber(info[4]) or 0)
   total = total + loads[i]
 end
-local cap = math.ceil((1 + eps) * (total + 1) / math.max(n, 1))
+local cap = math.ceil((1 + eps) * (total + 1) / math.max(n, 1)) + tonumber(ARGV[14])
 local best, best_key = 0, nil
 for i = 1, n do
   local info = infos[i]

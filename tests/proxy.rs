@@ -189,6 +189,7 @@ async fn token_id_prompts_are_routed_on_their_blocks() {
     let f = fleet(2).await;
     let ids: Vec<u32> = (1000..1400).collect();
     let (_, first, _) = complete(&f, json!({"model": MODEL, "prompt": ids})).await;
+    assert!(wait_no_in_flight(&f.store).await);
     let mut longer = ids.clone();
     longer.extend(5000..5100);
     let (st, again, _) = complete(&f, json!({"model": MODEL, "prompt": [longer]})).await;

@@ -3,92 +3,20 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use prefix_router::hashing::BlockHash;
 use prefix_router::state::{StateTtls, WorkerHeartbeat};
 use serde_json::{Value, json};
-use support::{TOKEN, Valkey, free_port, http, store};
+use support::router_process::RouterProcess;
+use support::{Valkey, store};
 
 const M: &str = "m";
-
-/// A `prefix-router serve` child process; killed on drop.
-struct RouterProcess {
-    child: Child,
-    base: String,
-}
-
-impl RouterProcess {
-    async fn start(valkey_url: &str) -> RouterProcess {
-        let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_prefix-router"))
-            .args([
-                "serve",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--valkey",
-                valkey_url,
-            ])
-            .env("PREFIX_ROUTER_INTERNAL_TOKEN", TOKEN)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn prefix-router");
-        let r = RouterProcess {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-        };
-        for _ in 0..100 {
-            if http()
-                .get(format!("{}/health", r.base))
-                .send()
-                .await
-                .is_ok()
-            {
-                return r;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("router did not come up");
-    }
-
-    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        let resp = http()
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(TOKEN)
-            .json(&body)
-            .send()
-            .await
-            .expect("request");
-        (
-            resp.status().as_u16(),
-            resp.json().await.unwrap_or(Value::Null),
-        )
-    }
-
-    async fn get(&self, path: &str) -> String {
-        let resp = http()
-            .get(format!("{}{path}", self.base))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .expect("request");
-        resp.text().await.expect("body")
-    }
-}
-
-impl Drop for RouterProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 #[tokio::test]
 async fn the_state_outlives_a_killed_router() {
     let v = Valkey::start();
-    let first = RouterProcess::start(&v.url()).await;
+    let first = RouterProcess::start(&v.url(), &[]).await;
     let (st, _) = first
         .post(
             "/internal/heartbeat",
@@ -104,7 +32,7 @@ async fn the_state_outlives_a_killed_router() {
         .await;
     assert_eq!(st, 200);
     drop(first); // SIGKILL
-    let second = RouterProcess::start(&v.url()).await;
+    let second = RouterProcess::start(&v.url(), &[]).await;
     let listing: Value = serde_json::from_str(&second.get("/admin/workers").await).unwrap();
     assert_eq!(listing["workers"][0]["worker_id"], "w");
     assert_eq!(listing["workers"][0]["blocks"], 3);
@@ -127,7 +55,7 @@ async fn the_state_outlives_a_killed_router() {
 #[tokio::test]
 async fn after_valkey_restarts_empty_the_next_heartbeats_and_syncs_rebuild_the_state() {
     let mut v = Valkey::start();
-    let r = RouterProcess::start(&v.url()).await;
+    let r = RouterProcess::start(&v.url(), &[]).await;
     let register = json!({"worker_id": "w", "url": "http://127.0.0.1:9", "model": M});
     assert_eq!(r.post("/internal/heartbeat", register.clone()).await.0, 200);
     assert_eq!(

@@ -32,6 +32,7 @@ fn params(prompt_tokens: u64, epsilon: f64, seed: u32) -> RouteParams {
         prompt_tokens,
         block_size: BS,
         epsilon,
+        load_slack: d.load_slack,
         tokens_per_queued_request: d.tokens_per_queued_request,
         kv_pressure_tokens: d.kv_pressure_tokens,
         kv_pressure_from: d.kv_pressure_from,
@@ -82,7 +83,7 @@ fn rust_best(c: &[Candidate], prompt_tokens: u64, epsilon: f64) -> BTreeSet<Stri
         prompt_tokens,
         prefix_key: 0,
     };
-    let cap = capacity(c, epsilon);
+    let cap = capacity(c, epsilon, CacheAwareConfig::default().load_slack);
     let key = |x: &Candidate| {
         if within(x, cap) {
             (0, policy.cost(&req, x))
@@ -206,8 +207,8 @@ async fn bounded_load_spreads_a_prefix_every_request_shares() {
     let max = *per_worker.values().max().unwrap();
     assert_eq!(per_worker.len(), 4, "{per_worker:?}");
     assert!(
-        max <= 13,
-        "one worker took {max} of 40 (bound ⌈1.25 × 40 / 4⌉ = 13): {per_worker:?}"
+        max <= 15,
+        "one worker took {max} of 40 (bound ⌈1.25 × 40 / 4⌉ + 2 = 15): {per_worker:?}"
     );
 }
 

@@ -86,6 +86,10 @@ pub struct ServeArgs {
     /// Bounded load: no affinity above (1 + ε) × the mean load [default: 0.25].
     #[arg(long, env = "PREFIX_ROUTER_EPSILON")]
     pub epsilon: Option<f64>,
+    /// What one request ahead in a worker's queue costs, in prompt tokens to
+    /// prefill: the weight of load against locality [default: 512].
+    #[arg(long, env = "PREFIX_ROUTER_QUEUE_COST_TOKENS")]
+    pub queue_cost_tokens: Option<f64>,
     /// A LoRA adapter `NAME=PATH` the engines serve for --model (repeatable):
     /// requests naming it are hashed with it, as vLLM does.
     #[arg(long = "lora", env = "PREFIX_ROUTER_LORAS", value_delimiter = ',')]
@@ -118,6 +122,7 @@ struct FileConfig {
     hash_seed: Option<String>,
     max_attempts: Option<usize>,
     epsilon: Option<f64>,
+    queue_cost_tokens: Option<f64>,
     #[serde(default)]
     loras: Vec<String>,
 }
@@ -161,6 +166,8 @@ pub struct ServeConfig {
     pub loras: Vec<(String, String)>,
     /// Bounded-load ε.
     pub epsilon: f64,
+    /// Cost of one queued request, in prompt tokens.
+    pub queue_cost_tokens: f64,
 }
 
 fn file_duration(v: Option<String>, name: &str) -> anyhow::Result<Option<Duration>> {
@@ -277,6 +284,10 @@ impl ServeConfig {
             hash_seed: args.hash_seed.or(file.hash_seed),
             max_attempts: args.max_attempts.or(file.max_attempts).unwrap_or(3),
             epsilon: args.epsilon.or(file.epsilon).unwrap_or(0.25),
+            queue_cost_tokens: args
+                .queue_cost_tokens
+                .or(file.queue_cost_tokens)
+                .unwrap_or(512.0),
             loras: parse_loras(if args.loras.is_empty() {
                 file.loras
             } else {

@@ -33,7 +33,7 @@ impl Proxy {
         };
         let cfg = self.atomic.unwrap_or_default();
         let scorer = CacheAware::new(cfg);
-        let cap = capacity(&candidates, cfg.epsilon);
+        let cap = capacity(&candidates, cfg.epsilon, cfg.load_slack);
         let order = self.policy.rank(&request, &candidates);
         let rows: Vec<Value> = order
             .iter()

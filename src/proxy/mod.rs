@@ -258,6 +258,7 @@ impl Proxy {
             prompt_tokens: request.prompt_tokens,
             block_size,
             epsilon: cfg.epsilon,
+            load_slack: cfg.load_slack,
             tokens_per_queued_request: cfg.tokens_per_queued_request,
             kv_pressure_tokens: cfg.kv_pressure_tokens,
             kv_pressure_from: cfg.kv_pressure_from,

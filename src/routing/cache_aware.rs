@@ -1,7 +1,7 @@
 //! [`CacheAware`]: the deepest cached prefix, weighted against load, under a
 //! bound on load.
 
-use super::bounded_load::{capacity, within};
+use super::bounded_load::{DEFAULT_LOAD_SLACK, capacity, within};
 use super::{Candidate, Policy, RouteRequest, ranked_by};
 
 /// Parameters of the cache-aware policy.
@@ -10,6 +10,8 @@ pub struct CacheAwareConfig {
     /// Bounded load: a worker above (1 + ε) × the mean load (counting the
     /// request being placed) is not chosen for affinity.
     pub epsilon: f64,
+    /// Requests always allowed on top of the proportional bound.
+    pub load_slack: u64,
     /// Prefill cost of one request ahead in a worker's queue, in prompt
     /// tokens: how many uncached tokens one queued request is worth.
     pub tokens_per_queued_request: f64,
@@ -24,6 +26,7 @@ impl Default for CacheAwareConfig {
     fn default() -> Self {
         CacheAwareConfig {
             epsilon: 0.25,
+            load_slack: DEFAULT_LOAD_SLACK,
             tokens_per_queued_request: 512.0,
             kv_pressure_tokens: 2048.0,
             kv_pressure_from: 0.9,
@@ -74,7 +77,7 @@ impl Policy for CacheAware {
     }
 
     fn rank(&self, request: &RouteRequest, candidates: &[Candidate]) -> Vec<usize> {
-        let cap = capacity(candidates, self.config.epsilon);
+        let cap = capacity(candidates, self.config.epsilon, self.config.load_slack);
         ranked_by(candidates, |c| {
             if within(c, cap) {
                 (0, self.cost(request, c))
@@ -125,8 +128,8 @@ mod tests {
     #[test]
     fn bounded_load_spreads_a_prefix_that_every_request_shares() {
         // A huge shared prefix outweighs any queue in the cost model, but
-        // with 7 in flight its holder is over ⌈1.25 × 8 / 2⌉ = 5 and loses
-        // affinity; with 1 it is under ⌈1.25 × 2 / 2⌉ = 2 and keeps it.
+        // with 7 in flight its holder is over ⌈1.25 × 8 / 2⌉ + 2 = 7 and
+        // loses affinity; with 1 it is under ⌈1.25 × 2 / 2⌉ + 2 = 4.
         let c = vec![cand("holder", 100_000, 7), cand("other", 0, 0)];
         assert_eq!(
             ids(&c, policy().rank(&req(100_000), &c)),

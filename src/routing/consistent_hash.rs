@@ -1,6 +1,6 @@
 //! [`ConsistentHash`]: the same prefix always goes to the same worker.
 
-use super::bounded_load::{capacity, within};
+use super::bounded_load::{DEFAULT_LOAD_SLACK, capacity, within};
 use super::{Candidate, Policy, RouteRequest};
 
 /// Rendezvous (highest random weight) hashing of the prompt's first block
@@ -37,7 +37,7 @@ impl Policy for ConsistentHash {
     }
 
     fn rank(&self, request: &RouteRequest, candidates: &[Candidate]) -> Vec<usize> {
-        let cap = capacity(candidates, self.epsilon);
+        let cap = capacity(candidates, self.epsilon, DEFAULT_LOAD_SLACK);
         let mut order: Vec<usize> = (0..candidates.len()).collect();
         order.sort_by_key(|&i| {
             let c = &candidates[i];

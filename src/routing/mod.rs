@@ -12,7 +12,7 @@ mod least_loaded;
 mod power_of_two;
 mod round_robin;
 
-pub use bounded_load::{capacity, within};
+pub use bounded_load::{DEFAULT_LOAD_SLACK, capacity, within};
 pub use cache_aware::{CacheAware, CacheAwareConfig};
 pub use consistent_hash::ConsistentHash;
 pub use least_loaded::LeastLoaded;

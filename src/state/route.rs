@@ -22,6 +22,8 @@ pub struct RouteParams {
     pub block_size: usize,
     /// Bounded-load ε.
     pub epsilon: f64,
+    /// Requests always allowed on top of the bound.
+    pub load_slack: u64,
     /// Cost of one queued request, in tokens.
     pub tokens_per_queued_request: f64,
     /// Cost of a full KV cache, in tokens.
@@ -74,6 +76,7 @@ impl StateStore {
             params.seed.to_string(),
             ROUTE_CLAIM.to_string(),
             ms(self.ttls().router_lease),
+            params.load_slack.to_string(),
             hints.len().to_string(),
         ];
         let hint_args: Vec<String> = hints

@@ -25,6 +25,9 @@ pub struct Shared {
     pub stream_cancelled: AtomicBool,
     /// Status of non-streamed answers (200 unless set).
     pub status: Mutex<Option<StatusCode>>,
+    /// When set, the worker drops every connection before answering, as a
+    /// crashed worker would.
+    pub crashed: AtomicBool,
     /// Each message releases the next SSE chunk of a streamed answer.
     pub release: Mutex<Option<mpsc::UnboundedReceiver<()>>>,
 }
@@ -95,6 +98,9 @@ async fn handle(
     _headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    if shared.crashed.load(Ordering::SeqCst) {
+        panic!("crashed worker: the connection drops before any byte");
+    }
     shared.hits.fetch_add(1, Ordering::SeqCst);
     shared.paths.lock().unwrap().push(uri.path().to_owned());
     let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);

@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod fake_worker;
+pub mod router_process;
 
 use prefix_router::config::{ServeArgs, ServeConfig};
 use prefix_router::state::{BatchLimits, ConnectionSettings, StateStore, StateTtls};
