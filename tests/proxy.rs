@@ -502,3 +502,41 @@ async fn explain_shows_the_decision_without_changing_state() {
         assert!(metrics.contains(name), "{name} missing from /metrics");
     }
 }
+
+#[tokio::test]
+async fn worker_load_is_read_from_vllms_orca_header() {
+    let f = fleet(1).await;
+    f.workers[0].shared.orca_waiting.store(3, Ordering::SeqCst);
+    let resp = http()
+        .post(f.router.url("/v1/completions"))
+        .json(&json!({"model": MODEL, "prompt": "load report please"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert!(
+        resp.headers().get("endpoint-load-metrics").is_none(),
+        "the router's own ORCA request leaked to the client"
+    );
+    let mut seen = None;
+    for _ in 0..50 {
+        let l = f.store.lookup(MODEL, &[]).await.unwrap();
+        let load = l.workers[0].info.load;
+        if load.num_requests_waiting == 3 {
+            seen = Some(load);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let load = seen.expect("ORCA load not recorded");
+    assert!((load.kv_cache_usage_perc - 0.4).abs() < 1e-9);
+    // A client that asks for the header itself gets it.
+    let resp = http()
+        .post(f.router.url("/v1/completions"))
+        .header("endpoint-load-metrics-format", "TEXT")
+        .json(&json!({"model": MODEL, "prompt": "mine"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.headers().get("endpoint-load-metrics").is_some());
+}

@@ -19,7 +19,7 @@ impl Proxy {
         } else {
             Endpoint::Completions
         };
-        let (model, chain) = self.parse(endpoint, body)?;
+        let (model, chain, _) = self.parse(endpoint, body)?;
         let block_size = self
             .pipelines
             .get(&model)

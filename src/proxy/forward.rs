@@ -74,12 +74,18 @@ impl Upstream {
 
 /// The worker's response as ours: status and headers as they came, the body
 /// streamed chunk by chunk, unchanged; `guard` lives until the body ends.
-pub fn relay(resp: reqwest::Response, worker_id: &str, guard: InFlightGuard) -> Response {
+/// `strip` names a header to drop (one the router asked for itself).
+pub fn relay(
+    resp: reqwest::Response,
+    worker_id: &str,
+    guard: InFlightGuard,
+    strip: Option<&str>,
+) -> Response {
     metrics::counter!("prefix_router_upstream_responses_total", "status" => resp.status().as_u16().to_string()).increment(1);
     let mut builder = Response::builder().status(resp.status());
     if let Some(headers) = builder.headers_mut() {
         for (name, value) in resp.headers() {
-            if forwardable(name) {
+            if forwardable(name) && Some(name.as_str()) != strip {
                 headers.append(name, value.clone());
             }
         }

@@ -13,6 +13,7 @@ mod explain;
 mod forward;
 mod inflight;
 mod models;
+mod orca;
 mod prompt;
 
 pub use error::ProxyError;
@@ -98,7 +99,18 @@ impl Proxy {
         body: Bytes,
     ) -> Result<Response, ProxyError> {
         let started = Instant::now();
-        let (model, chain) = self.parse(endpoint, &body)?;
+        let (model, chain, streamed) = self.parse(endpoint, &body)?;
+        // Ask non-streamed completions for vLLM's load report (ORCA),
+        // unless the client asked itself.
+        let asked_orca =
+            endpoint != Endpoint::Other && !streamed && !headers.contains_key(orca::ORCA_REQUEST);
+        let mut headers = headers.clone();
+        if asked_orca {
+            headers.insert(
+                orca::ORCA_REQUEST,
+                axum::http::HeaderValue::from_static("TEXT"),
+            );
+        }
         let valkey = Instant::now();
         let (ranked, tracked) = self.rank(&model, &chain).await?;
         phase("valkey", valkey);
@@ -113,12 +125,14 @@ impl Proxy {
                 .record(started.elapsed().as_secs_f64());
             match self
                 .upstream
-                .send(method, &target.url, path_and_query, headers, body.clone())
+                .send(method, &target.url, path_and_query, &headers, body.clone())
                 .await
             {
                 Ok(resp) => {
                     record_outcome(&model, target, &chain);
-                    return Ok(forward::relay(resp, worker, guard));
+                    self.record_orca_load(&model, worker, &resp);
+                    let strip = asked_orca.then_some(orca::ORCA_RESPONSE);
+                    return Ok(forward::relay(resp, worker, guard, strip));
                 }
                 Err(e) => {
                     tracing::warn!(worker, error = %e, "worker failed before answering; trying the next");
@@ -134,8 +148,9 @@ impl Proxy {
         })
     }
 
-    /// The routed model (the base of a LoRA adapter) and the prompt's chain.
-    fn parse(&self, endpoint: Endpoint, body: &[u8]) -> Result<(String, Chain), ProxyError> {
+    /// The routed model (the base of a LoRA adapter), the prompt's chain, and
+    /// whether the response is streamed.
+    fn parse(&self, endpoint: Endpoint, body: &[u8]) -> Result<(String, Chain, bool), ProxyError> {
         let json: Value = if body.is_empty() {
             Value::Null
         } else {
@@ -150,7 +165,11 @@ impl Proxy {
             .map_err(|e| ProxyError::InvalidRequest(e.to_string()))?;
         let resolved = self.pipelines.resolve(model);
         let chain = self.chain(endpoint, &resolved, &json, body)?;
-        Ok((resolved.route_model.to_owned(), chain))
+        Ok((
+            resolved.route_model.to_owned(),
+            chain,
+            json["stream"] == true,
+        ))
     }
 
     /// The prompt's block hashes, when the model's pipeline can compute them.
@@ -229,6 +248,28 @@ impl Proxy {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Records the load a worker reported in its response, off the request path.
+    fn record_orca_load(&self, model: &str, worker: &str, resp: &reqwest::Response) {
+        let Some(load) = resp
+            .headers()
+            .get(orca::ORCA_RESPONSE)
+            .and_then(|h| h.to_str().ok())
+            .and_then(orca::parse)
+        else {
+            return;
+        };
+        let (store, model, worker) = (self.store.clone(), model.to_owned(), worker.to_owned());
+        tokio::spawn(async move {
+            let waiting = load.num_requests_waiting.map(|w| w.round() as u64);
+            if let Err(e) = store
+                .report_load(&model, &worker, waiting, load.kv_cache_usage_perc)
+                .await
+            {
+                tracing::debug!(error = %e, "ORCA load not recorded");
+            }
+        });
     }
 
     /// The cache-aware first choice, made, claimed and counted by one atomic

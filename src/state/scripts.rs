@@ -42,11 +42,13 @@ pub enum ScriptName {
     Workers,
     /// Match, choose and claim in one atomic call.
     Route,
+    /// Load reported in a response header.
+    Load,
 }
 
 impl ScriptName {
     /// Every script, in a fixed order.
-    pub const ALL: [ScriptName; 15] = [
+    pub const ALL: [ScriptName; 16] = [
         ScriptName::Heartbeat,
         ScriptName::Deregister,
         ScriptName::Claim,
@@ -62,6 +64,7 @@ impl ScriptName {
         ScriptName::Lookup,
         ScriptName::Workers,
         ScriptName::Route,
+        ScriptName::Load,
     ];
 
     /// The script's file name in `lua/`, also its metric label.
@@ -82,6 +85,7 @@ impl ScriptName {
             ScriptName::Lookup => "lookup.lua",
             ScriptName::Workers => "workers.lua",
             ScriptName::Route => "route.lua",
+            ScriptName::Load => "load.lua",
         }
     }
 
@@ -102,6 +106,7 @@ impl ScriptName {
             ScriptName::Lookup => include_str!("../../lua/lookup.lua"),
             ScriptName::Workers => include_str!("../../lua/workers.lua"),
             ScriptName::Route => include_str!("../../lua/route.lua"),
+            ScriptName::Load => include_str!("../../lua/load.lua"),
         }
     }
 

@@ -28,6 +28,8 @@ pub struct Shared {
     /// When set, the worker drops every connection before answering, as a
     /// crashed worker would.
     pub crashed: AtomicBool,
+    /// The queue length its ORCA load reports give.
+    pub orca_waiting: AtomicUsize,
     /// Each message releases the next SSE chunk of a streamed answer.
     pub release: Mutex<Option<mpsc::UnboundedReceiver<()>>>,
 }
@@ -95,7 +97,7 @@ impl FakeWorker {
 async fn handle(
     State((shared, name)): State<(Arc<Shared>, String)>,
     uri: Uri,
-    _headers: HeaderMap,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     if shared.crashed.load(Ordering::SeqCst) {
@@ -151,7 +153,20 @@ async fn handle(
     }
     let status = shared.status.lock().unwrap().unwrap_or(StatusCode::OK);
     let answer = serde_json::json!({ "worker": name, "path": uri.path(), "echo": json });
-    (status, [("x-fake-worker", name)], axum::Json(answer)).into_response()
+    let mut resp = (status, [("x-fake-worker", name)], axum::Json(answer)).into_response();
+    // vLLM's ORCA load report, when asked (only TEXT here).
+    let asked = headers
+        .get("endpoint-load-metrics-format")
+        .and_then(|v| v.to_str().ok());
+    if asked.is_some_and(|f| f.eq_ignore_ascii_case("text")) {
+        let waiting = shared.orca_waiting.load(Ordering::SeqCst);
+        let report = format!(
+            "TEXT named_metrics.num_requests_waiting={waiting}.0, named_metrics.kv_cache_usage_perc=0.4"
+        );
+        resp.headers_mut()
+            .insert("endpoint-load-metrics", report.parse().unwrap());
+    }
+    resp
 }
 
 fn tokio_stream_from(
