@@ -20,7 +20,9 @@ pub struct OrcaLoad {
 /// maximum. Anything else is `None`.
 pub fn parse(header: &str) -> Option<OrcaLoad> {
     let mut load = OrcaLoad::default();
+    let mut ok = true;
     let mut add = |key: &str, value: f64| match key {
+        _ if !(value.is_finite() && value >= 0.0) => ok = false,
         "num_requests_waiting" => *load.num_requests_waiting.get_or_insert(0.0) += value,
         "kv_cache_usage_perc" => {
             let kv = load.kv_cache_usage_perc.get_or_insert(0.0);
@@ -44,8 +46,7 @@ pub fn parse(header: &str) -> Option<OrcaLoad> {
     } else {
         return None;
     }
-    let valid = |x: Option<f64>| x.is_none_or(|v| v.is_finite() && v >= 0.0);
-    (valid(load.num_requests_waiting) && valid(load.kv_cache_usage_perc)).then_some(load)
+    ok.then_some(load)
 }
 
 #[cfg(test)]
