@@ -15,6 +15,7 @@ mod inflight;
 mod models;
 mod orca;
 mod prompt;
+mod ranking;
 
 pub use error::ProxyError;
 pub use forward::{Upstream, WORKER_HEADER};
@@ -32,10 +33,10 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::hashing::BlockHash;
-use crate::routing::{CacheAwareConfig, Candidate, ConsistentHash, Policy, RouteRequest};
+use crate::routing::{CacheAwareConfig, Policy};
 use crate::state::StateStore;
-use crate::state::{ROUTE_HEAD, RouteParams, StateError};
-use candidates::{STALE_LOAD, Target, targets};
+
+use candidates::Target;
 
 /// Which OpenAI endpoint a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,46 +211,6 @@ impl Proxy {
         })
     }
 
-    /// Ranked targets, and whether they came from the shared state (else
-    /// from the fallback, where nothing is claimed or counted).
-    async fn rank(&self, model: &str, chain: &Chain) -> Result<(Vec<Target>, bool), ProxyError> {
-        let block_size = self
-            .pipelines
-            .get(model)
-            .map_or(16, |p| p.hasher.block_size());
-        let request = RouteRequest {
-            prompt_tokens: chain.prompt_tokens,
-            prefix_key: chain.hashes.first().map_or(0, |h| h.0),
-        };
-        let shared = match &self.atomic {
-            Some(cfg) => {
-                self.route_atomic(model, chain, cfg, &request, block_size)
-                    .await
-            }
-            None => self.store.lookup(model, &chain.hashes).await.map(|lookup| {
-                let all = targets(&lookup, block_size);
-                self.remember(model, &all);
-                self.order(self.policy.as_ref(), &request, all)
-            }),
-        };
-        match shared {
-            Ok(ranked) => Ok((ranked, true)),
-            Err(e) if e.is_unavailable() => {
-                tracing::warn!(error = %e, model, "valkey unavailable; routing by consistent hash over known workers");
-                metrics::counter!("prefix_router_fallback_routes_total").increment(1);
-                Ok((
-                    self.order(
-                        &ConsistentHash::new(0.25),
-                        &request,
-                        self.fallback_targets(model),
-                    ),
-                    false,
-                ))
-            }
-            Err(e) => Err(e.into()),
-        }
-    }
-
     /// Records the load a worker reported in its response, off the request path.
     fn record_orca_load(&self, model: &str, worker: &str, resp: &reqwest::Response) {
         let Some(load) = resp
@@ -272,96 +233,6 @@ impl Proxy {
         });
     }
 
-    /// The cache-aware first choice, made, claimed and counted by one atomic
-    /// script call, followed by the other workers in policy order (retries).
-    async fn route_atomic(
-        &self,
-        model: &str,
-        chain: &Chain,
-        cfg: &CacheAwareConfig,
-        request: &RouteRequest,
-        block_size: usize,
-    ) -> Result<Vec<Target>, StateError> {
-        let head = chain.hashes.len().min(ROUTE_HEAD);
-        // A chain longer than one call: a read-only pass finds how far the
-        // workers holding the whole head go.
-        let hints: Vec<(String, usize)> = if chain.hashes.len() > ROUTE_HEAD {
-            let full = self.store.lookup(model, &chain.hashes).await?;
-            full.workers
-                .iter()
-                .filter(|w| w.matched_blocks > head)
-                .map(|w| (w.info.worker_id.clone(), w.matched_blocks - head))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let params = RouteParams {
-            prompt_tokens: request.prompt_tokens,
-            block_size,
-            epsilon: cfg.epsilon,
-            load_slack: cfg.load_slack,
-            tokens_per_queued_request: cfg.tokens_per_queued_request,
-            kv_pressure_tokens: cfg.kv_pressure_tokens,
-            kv_pressure_from: cfg.kv_pressure_from,
-            stale_load: STALE_LOAD,
-            seed: rand::random::<u32>() % 1_000_003,
-        };
-        let outcome = self
-            .store
-            .route(model, &chain.hashes[..head], &params, &hints)
-            .await?;
-        let mut all = targets(&outcome.lookup, block_size);
-        for t in &mut all {
-            let extra = hints.iter().find(|(w, _)| *w == t.candidate.worker_id);
-            if let (true, Some((_, extra))) = (t.matched_blocks == head, extra) {
-                t.matched_blocks += extra;
-                t.candidate.cached_tokens = (t.matched_blocks * block_size) as u64;
-            }
-        }
-        self.remember(model, &all);
-        let Some(chosen) = outcome.chosen else {
-            return Ok(Vec::new());
-        };
-        let mut first = all.remove(chosen);
-        first.assigned = true;
-        // The chain's tail is claimed off the request's critical path.
-        let rest = chain
-            .hashes
-            .get(outcome.covered.max(first.matched_blocks)..)
-            .unwrap_or_default();
-        if !rest.is_empty() {
-            let (store, model, worker, rest) = (
-                self.store.clone(),
-                model.to_owned(),
-                first.candidate.worker_id.clone(),
-                rest.to_vec(),
-            );
-            tokio::spawn(async move {
-                if let Err(e) = store.claim(&model, &worker, &rest).await {
-                    tracing::debug!(error = %e, "claim of the chain's tail failed");
-                }
-            });
-        }
-        let mut ranked = vec![first];
-        ranked.extend(self.order(self.policy.as_ref(), request, all));
-        Ok(ranked)
-    }
-
-    fn order(
-        &self,
-        policy: &dyn Policy,
-        request: &RouteRequest,
-        targets: Vec<Target>,
-    ) -> Vec<Target> {
-        let candidates: Vec<Candidate> = targets.iter().map(|t| t.candidate.clone()).collect();
-        let mut slots: Vec<Option<Target>> = targets.into_iter().map(Some).collect();
-        policy
-            .rank(request, &candidates)
-            .into_iter()
-            .filter_map(|i| slots.get_mut(i).and_then(Option::take))
-            .collect()
-    }
-
     /// Claims the blocks the target does not hold and counts the request;
     /// false when that failed (the request still goes, untracked).
     async fn assign(&self, model: &str, target: &Target, chain: &Chain) -> bool {
@@ -380,39 +251,6 @@ impl Proxy {
                 false
             }
         }
-    }
-
-    fn remember(&self, model: &str, targets: &[Target]) {
-        let workers = targets
-            .iter()
-            .map(|t| (t.candidate.worker_id.clone(), t.url.clone()))
-            .collect();
-        if let Ok(mut known) = self.known.write() {
-            known.insert(model.to_owned(), workers);
-        }
-    }
-
-    fn fallback_targets(&self, model: &str) -> Vec<Target> {
-        let known = self
-            .known
-            .read()
-            .map(|k| k.get(model).cloned().unwrap_or_default())
-            .unwrap_or_default();
-        known
-            .into_iter()
-            .map(|(worker_id, url)| Target {
-                candidate: Candidate {
-                    worker_id,
-                    cached_tokens: 0,
-                    in_flight: 0,
-                    waiting: 0,
-                    kv_usage: 0.0,
-                },
-                url,
-                matched_blocks: 0,
-                assigned: false,
-            })
-            .collect()
     }
 }
 
