@@ -16,7 +16,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex};
 
 /// Chunks shorter than this are merged with the next one.
-pub const DEFAULT_CHUNK_BYTES: usize = 1024;
+pub const DEFAULT_CHUNK_BYTES: usize = 256;
 
 /// Splits `text` at safe boundaries into chunks of at least `min_bytes`
 /// (except the last); concatenating the chunks gives `text` back.
