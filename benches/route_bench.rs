@@ -15,8 +15,7 @@ use prefix_router::hashing::HashSeed;
 use prefix_router::proxy::ModelPipeline;
 use prefix_router::routing::CacheAwareConfig;
 use prefix_router::state::{
-    BatchLimits, ConnectionSettings, ROUTE_HEAD, RouteParams, StateStore, StateTtls,
-    WorkerHeartbeat,
+    BatchLimits, ConnectionSettings, ROUTE_HEAD, StateStore, StateTtls, WorkerHeartbeat,
 };
 
 const MODEL: &str = "bench";
@@ -73,18 +72,11 @@ async fn decide(store: &StateStore, pipeline: &ModelPipeline, prompt: &str) -> R
     } else {
         Vec::new()
     };
-    let d = CacheAwareConfig::default();
-    let params = RouteParams {
-        prompt_tokens: ids.len() as u64,
-        block_size: 16,
+    let params = CacheAwareConfig {
         epsilon: 1000.0,
-        load_slack: d.load_slack,
-        tokens_per_queued_request: d.tokens_per_queued_request,
-        kv_pressure_tokens: d.kv_pressure_tokens,
-        kv_pressure_from: d.kv_pressure_from,
-        stale_load: Duration::from_secs(10),
-        seed: 1,
-    };
+        ..CacheAwareConfig::default()
+    }
+    .route_params(ids.len() as u64, 16, 1);
     let o = store.route(MODEL, &hashes[..head], &params, &hints).await?;
     let total = t.elapsed();
     // What the proxy does off the critical path: the tail claim; the

@@ -27,18 +27,11 @@ fn chain(n: u64, salt: u64) -> Vec<BlockHash> {
 }
 
 fn params(prompt_tokens: u64, epsilon: f64, seed: u32) -> RouteParams {
-    let d = CacheAwareConfig::default();
-    RouteParams {
-        prompt_tokens,
-        block_size: BS,
+    CacheAwareConfig {
         epsilon,
-        load_slack: d.load_slack,
-        tokens_per_queued_request: d.tokens_per_queued_request,
-        kv_pressure_tokens: d.kv_pressure_tokens,
-        kv_pressure_from: d.kv_pressure_from,
-        stale_load: Duration::from_secs(10),
-        seed,
+        ..CacheAwareConfig::default()
     }
+    .route_params(prompt_tokens, BS, seed)
 }
 
 fn ttls() -> StateTtls {

@@ -1,12 +1,7 @@
 //! From the shared state's view of the workers to the policy's candidates.
 
-use std::time::Duration;
-
-use crate::routing::Candidate;
+use crate::routing::{Candidate, STALE_LOAD};
 use crate::state::{PrefixLookup, WorkerMatch};
-
-/// Worker-reported load older than this is ignored (in-flight still counts).
-pub(super) const STALE_LOAD: Duration = Duration::from_secs(10);
 
 /// A worker the proxy may send to: its candidate data and its URL.
 #[derive(Debug, Clone)]

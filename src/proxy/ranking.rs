@@ -1,10 +1,10 @@
 //! Ranking the workers for a request: the atomic cache-aware step, the
 //! other policies over a read-only lookup, and the fallback without Valkey.
 
-use super::candidates::{STALE_LOAD, Target, targets};
+use super::candidates::{Target, targets};
 use super::{Chain, Proxy, ProxyError};
 use crate::routing::{CacheAwareConfig, Candidate, ConsistentHash, Policy, RouteRequest};
-use crate::state::{ROUTE_HEAD, RouteParams, StateError};
+use crate::state::{ROUTE_HEAD, StateError};
 
 impl Proxy {
     /// Ranked targets, and whether they came from the shared state (else
@@ -74,17 +74,11 @@ impl Proxy {
         } else {
             Vec::new()
         };
-        let params = RouteParams {
-            prompt_tokens: request.prompt_tokens,
+        let params = cfg.route_params(
+            request.prompt_tokens,
             block_size,
-            epsilon: cfg.epsilon,
-            load_slack: cfg.load_slack,
-            tokens_per_queued_request: cfg.tokens_per_queued_request,
-            kv_pressure_tokens: cfg.kv_pressure_tokens,
-            kv_pressure_from: cfg.kv_pressure_from,
-            stale_load: STALE_LOAD,
-            seed: rand::random::<u32>() % 1_000_003,
-        };
+            rand::random::<u32>() % 1_000_003,
+        );
         let outcome = self
             .store
             .route(model, &chain.hashes[..head], &params, &hints)

@@ -1,8 +1,14 @@
 //! [`CacheAware`]: the deepest cached prefix, weighted against load, under a
 //! bound on load.
 
+use std::time::Duration;
+
 use super::bounded_load::{DEFAULT_LOAD_SLACK, capacity, within};
 use super::{Candidate, Policy, RouteRequest, ranked_by};
+use crate::state::RouteParams;
+
+/// Worker-reported load older than this is ignored (in-flight still counts).
+pub const STALE_LOAD: Duration = Duration::from_secs(10);
 
 /// Parameters of the cache-aware policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -30,6 +36,24 @@ impl Default for CacheAwareConfig {
             tokens_per_queued_request: 512.0,
             kv_pressure_tokens: 2048.0,
             kv_pressure_from: 0.9,
+        }
+    }
+}
+
+impl CacheAwareConfig {
+    /// The inputs of `lua/route.lua`, which makes this policy's choice inside
+    /// Valkey; the one place the two are wired together.
+    pub fn route_params(&self, prompt_tokens: u64, block_size: usize, seed: u32) -> RouteParams {
+        RouteParams {
+            prompt_tokens,
+            block_size,
+            epsilon: self.epsilon,
+            load_slack: self.load_slack,
+            tokens_per_queued_request: self.tokens_per_queued_request,
+            kv_pressure_tokens: self.kv_pressure_tokens,
+            kv_pressure_from: self.kv_pressure_from,
+            stale_load: STALE_LOAD,
+            seed,
         }
     }
 }
