@@ -15,7 +15,8 @@ use prefix_router::hashing::HashSeed;
 use prefix_router::proxy::ModelPipeline;
 use prefix_router::routing::CacheAwareConfig;
 use prefix_router::state::{
-    BatchLimits, ConnectionSettings, ROUTE_HEAD, StateStore, StateTtls, WorkerHeartbeat,
+    BatchLimits, ConnectionSettings, ROUTE_HEAD, ScriptName, ScriptSet, StateStore, StateTtls,
+    WorkerHeartbeat,
 };
 
 const MODEL: &str = "bench";
@@ -96,40 +97,71 @@ async fn decide(store: &StateStore, pipeline: &ModelPipeline, prompt: &str) -> R
     })
 }
 
-async fn evalsha_usec(url: &str) -> Result<f64> {
-    let mut c = redis::Client::open(url)?
-        .get_multiplexed_async_connection()
-        .await?;
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut c)
-        .await?;
-    let line = info
-        .lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .unwrap_or("");
-    let field = |k: &str| -> f64 {
-        line.split(',')
-            .find_map(|kv| {
-                kv.split_once('=')
-                    .filter(|(a, _)| a.ends_with(k))
-                    .map(|(_, v)| v)
-            })
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0)
-    };
-    Ok(field("usec_per_call"))
+/// Per-call server time from the slow log (threshold 0 logs every call):
+/// the route script's calls, and every EVALSHA of the row.
+struct ServerTimes {
+    route_usec: Vec<u64>,
+    all_usec: u64,
 }
 
-async fn reset_stats(url: &str) -> Result<()> {
+async fn slowlog_reset(url: &str) -> Result<()> {
     let mut c = redis::Client::open(url)?
         .get_multiplexed_async_connection()
         .await?;
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
+    for (k, v) in [
+        ("slowlog-log-slower-than", "0"),
+        ("slowlog-max-len", "200000"),
+    ] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(k)
+            .arg(v)
+            .query_async(&mut c)
+            .await?;
+    }
+    let _: () = redis::cmd("SLOWLOG")
+        .arg("RESET")
         .query_async(&mut c)
         .await?;
     Ok(())
+}
+
+async fn slowlog_times(url: &str, route_sha: &str) -> Result<ServerTimes> {
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let mut c = redis::Client::open(url)?
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(-1)
+        .query_async(&mut c)
+        .await?;
+    let mut out = ServerTimes {
+        route_usec: Vec::new(),
+        all_usec: 0,
+    };
+    for e in entries {
+        let redis::Value::Array(fields) = e else {
+            continue;
+        };
+        let (Some(redis::Value::Int(usec)), Some(redis::Value::Array(args))) =
+            (fields.get(2), fields.get(3))
+        else {
+            continue;
+        };
+        let arg = |i: usize| match args.get(i) {
+            Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).to_lowercase(),
+            _ => String::new(),
+        };
+        if !arg(0).starts_with("evalsha") {
+            continue;
+        }
+        out.all_usec += *usec as u64;
+        if arg(1) == route_sha {
+            out.route_usec.push(*usec as u64);
+        }
+    }
+    Ok(out)
 }
 
 async fn run() -> Result<()> {
@@ -153,10 +185,13 @@ async fn run() -> Result<()> {
     }
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tokenizers/qwen3");
     let pipeline = ModelPipeline::load(&dir, 16, &HashSeed::Default)?;
+    let route_sha = redis::Script::new(ScriptSet::new().source(ScriptName::Route))
+        .get_hash()
+        .to_owned();
     println!(
-        "| prompt | prefix | p50 | p99 | p50 tokenize | p50 hash | p50 Valkey calls | server time per EVALSHA |"
+        "| prompt | prefix | p50 | p99 | p50 tokenize | p50 hash | p50 Valkey call | route.lua server p50 | server time per request |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
     // Lines per prompt size, calibrated with the tokenizer.
     let per_line = pipeline.tokenizer.encode_plain(&text(100, 1), true)?.len() as f64 / 100.0;
     for tokens in [1024usize, 8192, 32768] {
@@ -166,7 +201,7 @@ async fn run() -> Result<()> {
             if warm {
                 decide(&store, &pipeline, &format!("{shared}Warm-up question\n")).await?;
             }
-            reset_stats(&url).await?;
+            slowlog_reset(&url).await?;
             let mut times = Vec::new();
             for r in 0..RUNS {
                 let prompt = if warm {
@@ -176,11 +211,15 @@ async fn run() -> Result<()> {
                 };
                 times.push(decide(&store, &pipeline, &prompt).await?);
             }
-            let usec = evalsha_usec(&url).await?;
+            let server = slowlog_times(&url, &route_sha).await?;
+            let mut route_usec = server.route_usec.clone();
+            route_usec.sort_unstable();
+            let route_p50 = route_usec.get(route_usec.len() / 2).copied().unwrap_or(0);
+            let per_request = server.all_usec as f64 / RUNS as f64;
             let ms = |d: Duration| d.as_secs_f64() * 1e3;
             let of = |f: fn(&Timing) -> Duration| times.iter().map(f).collect::<Vec<_>>();
             println!(
-                "| {}k tokens | {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {usec:.0} µs |",
+                "| {}k tokens | {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {route_p50} µs | {per_request:.0} µs |",
                 tokens / 1024,
                 if warm {
                     "seen before (warm)"
@@ -196,7 +235,7 @@ async fn run() -> Result<()> {
         }
     }
     println!(
-        "\n{RUNS} decisions per row; 8 live workers; commandstats covers every EVALSHA of the row (route, plus lookups for chains over {ROUTE_HEAD} blocks and tail claims), divided per call."
+        "\n{RUNS} decisions per row; 8 live workers. Server times from SLOWLOG with a 0 µs threshold: the route script's median, and every EVALSHA of the row (route, tail claims, in-flight release, lookups for chains over {ROUTE_HEAD} blocks) per request."
     );
     Ok(())
 }

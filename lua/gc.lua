@@ -26,7 +26,7 @@ end
 local live = live_leases(now)
 local dead_routers = redis.call('ZRANGEBYSCORE', BASE .. ':routers', '-inf', now, 'LIMIT', 0, 16)
 for _, r in ipairs(dead_routers) do
-  for i = 1, #live, 2 do redis.call('HDEL', inflight_key(live[i]), r) end
+  for i = 1, #live, 2 do redis.call('HDEL', worker_key(live[i]), inflight_field(r)) end
   redis.call('ZREM', BASE .. ':routers', r)
 end
 

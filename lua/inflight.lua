@@ -6,10 +6,10 @@
 -- Complexity: O(1).
 local idx = redis.call('HGET', KEYS[1], ARGV[3])
 if not idx then return 0 end
-local key = inflight_key(idx)
-local n = redis.call('HINCRBY', key, ARGV[2], tonumber(ARGV[4]))
+local key, field = worker_key(idx), inflight_field(ARGV[2])
+local n = redis.call('HINCRBY', key, field, tonumber(ARGV[4]))
 if n <= 0 then
-  redis.call('HDEL', key, ARGV[2])
+  redis.call('HDEL', key, field)
   return 0
 end
 return n

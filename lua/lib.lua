@@ -37,7 +37,9 @@ local function worker_key(idx) return BASE .. ':w:' .. idx end
 local function reverse_key(idx) return BASE .. ':r:' .. idx end
 local function spec_key(idx) return BASE .. ':sp:' .. idx end
 local function sync_target_key(idx) return BASE .. ':s:' .. idx end
-local function inflight_key(idx) return BASE .. ':inflight:' .. idx end
+-- A router's in-flight count for a worker is a field of the worker's
+-- record, so that one HGETALL reads a worker's whole state.
+local function inflight_field(router) return 'if:' .. router end
 
 -- idx's entry in a forward value: kind, expiry, and its span in ',' .. v.
 local function entry_of(v, idx)
@@ -156,22 +158,33 @@ local function live_leases(now)
   return redis.call('ZRANGEBYSCORE', BASE .. ':leases', '(' .. now, '+inf', 'WITHSCORES')
 end
 
+-- A worker record (HGETALL reply) as a table of field -> value.
+local function record_of(flat)
+  local rec = {}
+  for i = 1, #flat, 2 do rec[flat[i]] = flat[i + 1] end
+  return rec
+end
+
 -- Everything routing and operators need to know about one incarnation, as a
 -- flat array of 10 strings: id, url, inflight, waiting, running, kv_usage,
--- load_age_ms (-1 if never reported), lease_left_ms, blocks, syncing.
-local function worker_info(idx, lease, now, routers)
-  local f = redis.call('HMGET', worker_key(idx), 'id', 'url', 'waiting', 'running', 'kv_usage', 'load_ms', 'syncing')
+-- load_age_ms (-1 if never reported), lease_left_ms, blocks (-1 when
+-- count_blocks is false: routing does not need it), syncing. `rec`, when
+-- given, is the record already read (see worker_record).
+local function worker_info(idx, lease, now, routers, rec, count_blocks)
+  rec = rec or record_of(redis.call('HGETALL', worker_key(idx)))
   local inflight = 0
-  local counts = redis.call('HGETALL', inflight_key(idx))
-  for i = 1, #counts, 2 do
-    if routers[counts[i]] then inflight = inflight + math.max(0, tonumber(counts[i + 1]) or 0) end
+  for k, v in pairs(rec) do
+    if string.sub(k, 1, 3) == 'if:' and routers[string.sub(k, 4)] then
+      inflight = inflight + math.max(0, tonumber(v) or 0)
+    end
   end
-  local load_ms = tonumber(f[6])
+  local load_ms = tonumber(rec.load_ms)
+  local blocks = '-1'
+  if count_blocks ~= false then blocks = tostring(redis.call('SCARD', reverse_key(idx))) end
   return {
-    f[1] or '', f[2] or '', tostring(inflight), f[3] or '0', f[4] or '0', f[5] or '0',
-    load_ms and tostring(now - load_ms) or '-1',
-    lease and tostring(lease - now) or '-1',
-    tostring(redis.call('SCARD', reverse_key(idx))), f[7] or '0',
+    rec.id or '', rec.url or '', tostring(inflight), rec.waiting or '0', rec.running or '0',
+    rec.kv_usage or '0', load_ms and tostring(now - load_ms) or '-1',
+    lease and tostring(lease - now) or '-1', blocks, rec.syncing or '0',
   }
 end
 
@@ -201,6 +214,70 @@ local function match_chain(live, first, now)
     active = still
   end
   return states, matched, scanned
+end
+
+-- worker_state and the whole record (for worker_info) in one HGETALL.
+local function worker_record(idx)
+  local rec = record_of(redis.call('HGETALL', worker_key(idx)))
+  return { idx = idx, synced_until = tonumber(rec.synced_until) or 0, syncing = rec.syncing == '1', rec = rec }
+end
+
+-- The i-th hash (1-based) of a chain packed as one string of 16-hex hashes.
+local function packed_hash(chain, i)
+  return string.sub(chain, 16 * i - 15, 16 * i)
+end
+
+-- Leading blocks of the packed chain that each live worker holds, found by
+-- probing O(log n) blocks per distinct depth instead of scanning them all.
+-- Sound because holdings are prefix-closed: a block's hash chains its
+-- parent, vLLM frees a request's blocks tail first so LRU evicts a prefix's
+-- tail before its head, and claims cover a contiguous run. lookup.lua scans
+-- every block (exact, for explain and operators). Probe order: the tip (a
+-- warm prompt is done in one probe), then block 1 (a cold one in two), then
+-- a binary search per group of workers. Returns states, matched, probes, or
+-- nil and the bad position if a probed hash is malformed.
+local function probe_chain(live, chain, now)
+  local n = math.floor(#chain / 16)
+  local states, matched, all = {}, {}, {}
+  for i = 1, #live / 2 do
+    states[i] = worker_record(live[2 * i - 1])
+    matched[i] = 0
+    all[i] = i
+  end
+  local probes, bad = 0, nil
+  local function split(pos, set)
+    local h = packed_hash(chain, pos)
+    if not valid_hash(h) then bad = bad or pos; return {}, {} end
+    probes = probes + 1
+    local v = fwd_read(h)
+    local yes, no = {}, {}
+    for _, i in ipairs(set) do
+      if holds(v, states[i], h, now) then yes[#yes + 1] = i else no[#no + 1] = i end
+    end
+    return yes, no
+  end
+  -- Every worker of `set` holds block lo (or lo == 0) and not block hi + 1.
+  local function search(set, lo, hi)
+    if #set == 0 then return end
+    if lo == hi then
+      for _, i in ipairs(set) do matched[i] = lo end
+      return
+    end
+    local mid = math.floor((lo + hi + 1) / 2)
+    local yes, no = split(mid, set)
+    search(yes, mid, hi)
+    search(no, lo, mid - 1)
+  end
+  if n > 0 and #all > 0 then
+    local tip, rest = split(n, all)
+    for _, i in ipairs(tip) do matched[i] = n end
+    if #rest > 0 and n > 1 then
+      local head = split(1, rest)
+      search(head, 1, n - 1)
+    end
+  end
+  if bad then return nil, bad end
+  return states, matched, probes
 end
 
 -- Speculative insert, for worker state ws, of each hash in `hashes` it does

@@ -17,32 +17,39 @@
 -- ARGV[14] = load slack (requests always allowed on top of the bound),
 -- ARGV[15] = n hints, then n pairs (worker id, blocks it holds beyond the
 -- hashes given here, from a read-only lookup of a longer chain), then the
--- block hashes (at most 1024).
--- Returns {blocks scanned, chosen worker position (1-based, 0 if none),
+-- chain: its block hashes packed into one string of 16-hex hashes.
+-- Returns {blocks probed, chosen worker position (1-based, 0 if none),
 -- leading blocks the chosen worker now holds (matched or claimed here),
--- then per worker 11 strings as lookup.lua}.
--- Complexity: O(matched blocks x holders + workers + claimed blocks).
+-- then per worker 11 strings as lookup.lua, blocks given as -1}.
+-- Matching probes blocks instead of scanning them (probe_chain in lib.lua):
+-- one probe for a warm prompt, two for a cold one.
+-- Complexity: O(workers x log blocks + claimed blocks); no O(prompt) step.
 local nhints = tonumber(ARGV[15])
 local first = 16 + 2 * nhints
-local bad = check_hashes(first)
-if bad then return bad end
+local chain = ARGV[first]
+if not chain or #chain % 16 ~= 0 or #ARGV ~= first then
+  return redis.error_reply('ERR the chain must be one string of 16-hex hashes, last')
+end
 local now = now_ms()
 local hints = {}
 for i = 16, first - 1, 2 do hints[ARGV[i]] = tonumber(ARGV[i + 1]) end
-redis.call('ZADD', BASE .. ':routers', 'GT', now + tonumber(ARGV[13]), ARGV[2])
 local prompt, block_size = tonumber(ARGV[4]), tonumber(ARGV[5])
 local eps, per_queued = tonumber(ARGV[6]), tonumber(ARGV[7])
 local kv_tokens, kv_from = tonumber(ARGV[8]), tonumber(ARGV[9])
 local stale_ms, seed = tonumber(ARGV[10]), tonumber(ARGV[11])
-local head = #ARGV - first + 1
+local head = #chain / 16
 
 local live = live_leases(now)
-local states, matched, scanned = match_chain(live, first, now)
+local states, matched, probes = probe_chain(live, chain, now)
+if not states then
+  return redis.error_reply('ERR bad block hash at chain position ' .. matched)
+end
 local routers = live_routers(now)
+routers[ARGV[2]] = true -- its lease is extended below
 local n = #live / 2
 local infos, loads, total = {}, {}, 0
 for i = 1, n do
-  local info = worker_info(live[2 * i - 1], tonumber(live[2 * i]), now, routers)
+  local info = worker_info(live[2 * i - 1], tonumber(live[2 * i]), now, routers, states[i].rec, false)
   infos[i] = info
   local age = tonumber(info[7])
   local fresh = age >= 0 and age <= stale_ms
@@ -74,14 +81,20 @@ end
 local covered = 0
 if best > 0 then
   local ws = states[best]
-  local from = first + matched[best]
-  local to = math.min(#ARGV, from + tonumber(ARGV[12]) - 1)
-  local exp = expiry_s(now, tonumber(ARGV[3]))
-  if to >= from then claim_blocks(ws, { unpack(ARGV, from, to) }, exp, now) end
-  redis.call('HINCRBY', inflight_key(ws.idx), ARGV[2], 1)
-  covered = to - first + 1
+  local from = matched[best] + 1
+  local to = math.min(head, from + tonumber(ARGV[12]) - 1)
+  local claim = {}
+  for pos = from, to do
+    local h = packed_hash(chain, pos)
+    if not valid_hash(h) then return redis.error_reply('ERR bad block hash at chain position ' .. pos) end
+    claim[#claim + 1] = h
+  end
+  if #claim > 0 then claim_blocks(ws, claim, expiry_s(now, tonumber(ARGV[3])), now) end
+  redis.call('HINCRBY', worker_key(ws.idx), inflight_field(ARGV[2]), 1)
+  covered = to
 end
-local out = { tostring(scanned), tostring(best), tostring(covered) }
+redis.call('ZADD', BASE .. ':routers', 'GT', now + tonumber(ARGV[13]), ARGV[2])
+local out = { tostring(probes), tostring(best), tostring(covered) }
 for i = 1, n do
   out[#out + 1] = tostring(matched[i])
   for _, v in ipairs(infos[i]) do out[#out + 1] = v end

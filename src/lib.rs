@@ -7,8 +7,10 @@
 pub mod api;
 pub mod config;
 pub mod hashing;
+pub mod kv_events;
 pub mod proxy;
 pub mod routing;
 pub mod serve;
+pub mod sim;
 pub mod state;
 pub mod tokenize;

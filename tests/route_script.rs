@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use prefix_router::hashing::BlockHash;
@@ -135,7 +135,14 @@ fn the_scripts_choice_is_the_rust_policys_choice() {
                 s.add_in_flight(M, &id, w.in_flight as i64).await.unwrap();
             }
             let prompt_tokens = prompt_blocks * BS as u64 + 5;
+            // The exact scan, before the route claims anything.
+            let exact = s.lookup(M, &c).await.unwrap();
             let o = s.route(M, &c, &params(prompt_tokens, eps, seed), &[]).await.unwrap();
+            // Probing (route.lua) finds the depths the full scan finds.
+            let depths = |l: &prefix_router::state::PrefixLookup| -> BTreeMap<String, usize> {
+                l.workers.iter().map(|w| (w.info.worker_id.clone(), w.matched_blocks)).collect()
+            };
+            assert_eq!(depths(&o.lookup), depths(&exact));
             let chosen = &o.lookup.workers[o.chosen.unwrap()].info.worker_id;
             let best = rust_best(&candidates(&o), prompt_tokens, eps);
             assert!(best.contains(chosen), "script chose {chosen}, Rust's best are {best:?}");

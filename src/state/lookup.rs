@@ -23,8 +23,10 @@ pub struct WorkerInfo {
     pub load_age: Option<Duration>,
     /// Time left on its lease in ms (negative once expired).
     pub lease_left_ms: i64,
-    /// Entries in its reverse map.
-    pub blocks: u64,
+    /// Entries in its reverse map; `None` in a routing step's reply, which
+    /// skips counting them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<u64>,
     /// True while a committed sync is being applied.
     pub syncing: bool,
 }
@@ -123,7 +125,7 @@ fn parse_info(script: ScriptName, f: &[String]) -> Result<WorkerInfo, StateError
         },
         load_age: u64::try_from(load_age_ms).ok().map(Duration::from_millis),
         lease_left_ms: num(script, &f[7])?,
-        blocks: num(script, &f[8])?,
+        blocks: u64::try_from(num::<i64>(script, &f[8])?).ok(),
         syncing: f[9] == "1",
     })
 }
