@@ -17,5 +17,5 @@ if not idx then return redis.error_reply('ERR unknown worker') end
 local ws = worker_state(idx)
 local exp = expiry_s(now, tonumber(ARGV[3]))
 local inserted = claim_blocks(ws, { unpack(ARGV, 5) }, exp, now)
-if ARGV[4] ~= '' then redis.call('HINCRBY', worker_key(idx), inflight_field(ARGV[4]), 1) end
+if ARGV[4] ~= '' then redis.call('HINCRBY', view_key(), inflight_field(idx, ARGV[4]), 1) end
 return inserted

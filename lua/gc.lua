@@ -26,7 +26,11 @@ end
 local live = live_leases(now)
 local dead_routers = redis.call('ZRANGEBYSCORE', BASE .. ':routers', '-inf', now, 'LIMIT', 0, 16)
 for _, r in ipairs(dead_routers) do
-  for i = 1, #live, 2 do redis.call('HDEL', worker_key(live[i]), inflight_field(r)) end
+  local fields = {}
+  for _, k in ipairs(redis.call('HKEYS', view_key())) do
+    if not string.find(k, ':', 1, true) then fields[#fields + 1] = inflight_field(k, r) end
+  end
+  set_call('HDEL', view_key(), fields)
   redis.call('ZREM', BASE .. ':routers', r)
 end
 

@@ -27,4 +27,5 @@ if ARGV[5] == '1' then
   redis.call('HSET', worker_key(idx), 'waiting', ARGV[6], 'running', ARGV[7], 'kv_usage', ARGV[8], 'load_ms', now)
 end
 redis.call('ZADD', BASE .. ':leases', now + lease_ms, idx)
+view_refresh(idx)
 return { tonumber(idx), lease_ms, is_new }

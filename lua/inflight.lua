@@ -6,7 +6,7 @@
 -- Complexity: O(1).
 local idx = redis.call('HGET', KEYS[1], ARGV[3])
 if not idx then return 0 end
-local key, field = worker_key(idx), inflight_field(ARGV[2])
+local key, field = view_key(), inflight_field(idx, ARGV[2])
 local n = redis.call('HINCRBY', key, field, tonumber(ARGV[4]))
 if n <= 0 then
   redis.call('HDEL', key, field)

@@ -37,9 +37,29 @@ local function worker_key(idx) return BASE .. ':w:' .. idx end
 local function reverse_key(idx) return BASE .. ':r:' .. idx end
 local function spec_key(idx) return BASE .. ':sp:' .. idx end
 local function sync_target_key(idx) return BASE .. ':s:' .. idx end
--- A router's in-flight count for a worker is a field of the worker's
--- record, so that one HGETALL reads a worker's whole state.
-local function inflight_field(router) return 'if:' .. router end
+-- The routing view: one hash that routing reads with a single HGETALL.
+-- Field <idx> = the routing part of the worker's record (VIEW_FIELDS,
+-- newline-joined; ids and URLs hold no white space); field <idx>:<router> =
+-- that router's in-flight count for <idx>. The record stays the source of
+-- truth; every script that changes a viewed field calls view_refresh.
+local VIEW_FIELDS = { 'id', 'url', 'waiting', 'running', 'kv_usage', 'load_ms', 'syncing', 'synced_until' }
+local function view_key() return BASE .. ':view' end
+local function inflight_field(idx, router) return idx .. ':' .. router end
+
+local function view_refresh(idx)
+  local f = redis.call('HMGET', worker_key(idx), unpack(VIEW_FIELDS))
+  if not f[1] then return end -- purged
+  for i = 1, #VIEW_FIELDS do f[i] = f[i] or '' end
+  redis.call('HSET', view_key(), idx, table.concat(f, '\n'))
+end
+
+-- Removes idx and its in-flight counts from the view.
+local function view_drop(idx)
+  local res = redis.call('HSCAN', view_key(), 0, 'MATCH', idx .. ':*', 'COUNT', 100000)
+  local fields = { idx }
+  for i = 1, #res[2], 2 do fields[#fields + 1] = res[2][i] end
+  redis.call('HDEL', view_key(), unpack(fields))
+end
 
 -- idx's entry in a forward value: kind, expiry, and its span in ',' .. v.
 local function entry_of(v, idx)
@@ -158,33 +178,57 @@ local function live_leases(now)
   return redis.call('ZRANGEBYSCORE', BASE .. ':leases', '(' .. now, '+inf', 'WITHSCORES')
 end
 
--- A worker record (HGETALL reply) as a table of field -> value.
-local function record_of(flat)
-  local rec = {}
-  for i = 1, #flat, 2 do rec[flat[i]] = flat[i + 1] end
+-- The routing view of every worker in one HGETALL: recs[idx] = record
+-- fields by name, inflight[idx] = in flight summed over live routers.
+local function fleet_view(routers)
+  local flat = redis.call('HGETALL', view_key())
+  local recs, inflight = {}, {}
+  for i = 1, #flat, 2 do
+    local k, v = flat[i], flat[i + 1]
+    local idx, router = string.match(k, '^(%d+):(.+)$')
+    if idx then
+      if routers[router] then inflight[idx] = (inflight[idx] or 0) + math.max(0, tonumber(v) or 0) end
+    else
+      local rec, j = {}, 1
+      for part in string.gmatch(v .. '\n', '([^\n]*)\n') do
+        rec[VIEW_FIELDS[j]] = part
+        j = j + 1
+      end
+      recs[k] = rec
+    end
+  end
+  return { recs = recs, inflight = inflight }
+end
+
+-- idx's record from the view, else (not yet viewed) from the record itself.
+local function view_record(view, idx)
+  local rec = view.recs[idx]
+  if rec then return rec end
+  local f = redis.call('HMGET', worker_key(idx), unpack(VIEW_FIELDS))
+  rec = {}
+  for i = 1, #VIEW_FIELDS do rec[VIEW_FIELDS[i]] = f[i] or '' end
+  view.recs[idx] = rec
   return rec
+end
+
+local function blank(v, default)
+  if v == nil or v == '' then return default end
+  return v
 end
 
 -- Everything routing and operators need to know about one incarnation, as a
 -- flat array of 10 strings: id, url, inflight, waiting, running, kv_usage,
 -- load_age_ms (-1 if never reported), lease_left_ms, blocks (-1 when
--- count_blocks is false: routing does not need it), syncing. `rec`, when
--- given, is the record already read (see worker_record).
-local function worker_info(idx, lease, now, routers, rec, count_blocks)
-  rec = rec or record_of(redis.call('HGETALL', worker_key(idx)))
-  local inflight = 0
-  for k, v in pairs(rec) do
-    if string.sub(k, 1, 3) == 'if:' and routers[string.sub(k, 4)] then
-      inflight = inflight + math.max(0, tonumber(v) or 0)
-    end
-  end
+-- count_blocks is false: routing does not need it), syncing.
+local function worker_info(idx, lease, now, view, count_blocks)
+  local rec = view_record(view, idx)
   local load_ms = tonumber(rec.load_ms)
   local blocks = '-1'
   if count_blocks ~= false then blocks = tostring(redis.call('SCARD', reverse_key(idx))) end
   return {
-    rec.id or '', rec.url or '', tostring(inflight), rec.waiting or '0', rec.running or '0',
-    rec.kv_usage or '0', load_ms and tostring(now - load_ms) or '-1',
-    lease and tostring(lease - now) or '-1', blocks, rec.syncing or '0',
+    rec.id or '', rec.url or '', tostring(view.inflight[idx] or 0), blank(rec.waiting, '0'),
+    blank(rec.running, '0'), blank(rec.kv_usage, '0'), load_ms and tostring(now - load_ms) or '-1',
+    lease and tostring(lease - now) or '-1', blocks, blank(rec.syncing, '0'),
   }
 end
 
@@ -216,10 +260,10 @@ local function match_chain(live, first, now)
   return states, matched, scanned
 end
 
--- worker_state and the whole record (for worker_info) in one HGETALL.
-local function worker_record(idx)
-  local rec = record_of(redis.call('HGETALL', worker_key(idx)))
-  return { idx = idx, synced_until = tonumber(rec.synced_until) or 0, syncing = rec.syncing == '1', rec = rec }
+-- worker_state from the routing view.
+local function view_state(view, idx)
+  local rec = view_record(view, idx)
+  return { idx = idx, synced_until = tonumber(rec.synced_until) or 0, syncing = rec.syncing == '1' }
 end
 
 -- The i-th hash (1-based) of a chain packed as one string of 16-hex hashes.
@@ -236,11 +280,11 @@ end
 -- warm prompt is done in one probe), then block 1 (a cold one in two), then
 -- a binary search per group of workers. Returns states, matched, probes, or
 -- nil and the bad position if a probed hash is malformed.
-local function probe_chain(live, chain, now)
+local function probe_chain(live, chain, now, view)
   local n = math.floor(#chain / 16)
   local states, matched, all = {}, {}, {}
   for i = 1, #live / 2 do
-    states[i] = worker_record(live[2 * i - 1])
+    states[i] = view_state(view, live[2 * i - 1])
     matched[i] = 0
     all[i] = i
   end

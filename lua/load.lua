@@ -12,4 +12,5 @@ local key = worker_key(idx)
 if ARGV[3] ~= '' then redis.call('HSET', key, 'waiting', ARGV[3]) end
 if ARGV[4] ~= '' then redis.call('HSET', key, 'kv_usage', ARGV[4]) end
 redis.call('HSET', key, 'load_ms', now)
+view_refresh(idx)
 return 1

@@ -12,11 +12,11 @@ if bad then return bad end
 local now = now_ms()
 local live = live_leases(now)
 local _, matched, scanned = match_chain(live, 2, now)
-local routers = live_routers(now)
+local view = fleet_view(live_routers(now))
 local out = { tostring(scanned) }
 for i = 1, #live / 2 do
   out[#out + 1] = tostring(matched[i])
-  for _, v in ipairs(worker_info(live[2 * i - 1], tonumber(live[2 * i]), now, routers)) do
+  for _, v in ipairs(worker_info(live[2 * i - 1], tonumber(live[2 * i]), now, view)) do
     out[#out + 1] = v
   end
 end

@@ -17,6 +17,7 @@ while budget > 0 do
   budget = budget - #batch
   if redis.call('EXISTS', reverse_key(idx)) == 0 then
     redis.call('DEL', worker_key(idx), spec_key(idx), sync_target_key(idx))
+    view_drop(idx)
     redis.call('SREM', BASE .. ':purge', idx)
   end
   budget = budget - 1

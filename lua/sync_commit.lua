@@ -26,4 +26,5 @@ else
 end
 redis.call('HSET', worker_key(idx), 'syncing', 1, 'patch_phase', 'add', 'patch_cursor', '0',
   'patch_ms', now, 'synced_until', now + tonumber(ARGV[4]))
+view_refresh(idx)
 return { 1, redis.call('SCARD', target), tonumber(idx) }

@@ -62,6 +62,7 @@ if res[1] == '0' then
   redis.call('DEL', target)
   redis.call('HSET', wkey, 'syncing', 0, 'patch_ms', now)
   redis.call('HDEL', wkey, 'patch_phase', 'patch_cursor')
+  view_refresh(idx)
   return { 1, redis.call('SCARD', reverse) }
 end
 redis.call('HSET', wkey, 'patch_cursor', res[1], 'patch_ms', now)

@@ -6,12 +6,12 @@
 -- then worker_info's 10 fields (see lib.lua).
 -- Complexity: O(workers + routers).
 local now = now_ms()
-local routers = live_routers(now)
+local view = fleet_view(live_routers(now))
 local out = {}
 local function emit(idx, status, lease)
   out[#out + 1] = idx
   out[#out + 1] = status
-  for _, v in ipairs(worker_info(idx, lease, now, routers)) do out[#out + 1] = v end
+  for _, v in ipairs(worker_info(idx, lease, now, view)) do out[#out + 1] = v end
 end
 local z = redis.call('ZRANGE', BASE .. ':leases', 0, -1, 'WITHSCORES')
 for i = 1, #z, 2 do

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use crate::api::{self, AppState, InternalAuth};
 use crate::config::ServeConfig;
 use crate::hashing::HashSeed;
+use crate::load_scrape::{ScrapeSettings, scrape_loop};
 use crate::proxy::{ModelPipeline, ModelPipelines, Proxy, Upstream};
 use crate::routing::{CacheAwareConfig, policy_by_name};
 use crate::state::{StateStore, WorkerHeartbeat};
@@ -46,22 +47,36 @@ pub fn build_store(cfg: &ServeConfig) -> anyhow::Result<StateStore> {
     .context("configuring the valkey store")
 }
 
-/// The routing path: the configured model's pipeline, policy and client.
-fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
+/// Every configured model's pipeline (tokenizer, block size, seed) and
+/// LoRA adapters.
+fn build_pipelines(cfg: &ServeConfig) -> anyhow::Result<ModelPipelines> {
     let mut pipelines = ModelPipelines::default();
-    if let (Some(model), Some(dir)) = (&cfg.model, &cfg.tokenizer_dir) {
-        let seed = HashSeed::from_env_value(cfg.hash_seed.clone());
-        let pipeline = ModelPipeline::load(dir, cfg.block_size, &seed)
-            .with_context(|| format!("loading the tokenizer of {model} from {}", dir.display()))?;
-        pipelines.insert(model, pipeline);
-        for (name, path) in &cfg.loras {
-            pipelines.insert_adapter(name, path, model);
+    for m in &cfg.models {
+        let seed = HashSeed::from_env_value(m.hash_seed.clone());
+        let pipeline =
+            ModelPipeline::load(&m.tokenizer_dir, m.block_size, &seed).with_context(|| {
+                format!(
+                    "loading the tokenizer of {} from {}",
+                    m.name,
+                    m.tokenizer_dir.display()
+                )
+            })?;
+        pipelines.insert(&m.name, pipeline);
+        for (name, path) in &m.loras {
+            pipelines.insert_adapter(name, path, &m.name);
         }
-    } else {
+    }
+    if cfg.models.is_empty() {
         tracing::warn!(
-            "no --model/--tokenizer-dir: requests are routed by load only, without prefix locality"
+            "no --model/--tokenizer-dir nor [[models]]: requests are routed by load only, without prefix locality"
         );
     }
+    Ok(pipelines)
+}
+
+/// The routing path: the configured models' pipelines, policy and client.
+fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
+    let pipelines = build_pipelines(cfg)?;
     let cache_aware = CacheAwareConfig {
         epsilon: cfg.epsilon,
         tokens_per_queued_request: cfg.queue_cost_tokens,
@@ -124,10 +139,18 @@ pub async fn serve_on(
         metrics: metrics_handle()?,
         proxy: Arc::new(build_proxy(&cfg, store.clone())?),
     };
-    let tasks = [
+    let mut tasks = vec![
         tokio::spawn(lease_loop(store.clone(), cfg.clone(), stop.clone())),
         tokio::spawn(gc_loop(store.clone(), cfg.gc_interval, stop.clone())),
     ];
+    if let Some(interval) = cfg.scrape_metrics_interval {
+        let settings = ScrapeSettings::every(interval);
+        tasks.push(tokio::spawn(scrape_loop(
+            store.clone(),
+            settings,
+            stop.clone(),
+        )));
+    }
     tracing::info!(listen = %listener.local_addr()?, router_id = %cfg.router_id, "serving");
     let routes = api::router(app, auth, cfg.max_body_bytes);
     let listener = listener.tap_io(|tcp| {

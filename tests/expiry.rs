@@ -89,6 +89,16 @@ async fn an_expired_worker_leaves_lookups_at_once_and_gc_purges_it() {
     assert_eq!(r.expired_workers, 1);
     assert_eq!(r.purged_entries, 300);
     assert!(raw_state(&v, "ex", M).forward.is_empty());
+    // The routing view forgets the purged incarnation and its counts.
+    let view: Vec<String> = redis::cmd("HKEYS")
+        .arg(format!("ex:{{{M}}}:view"))
+        .query(&mut v.conn())
+        .unwrap();
+    let gone = first.incarnation.to_string();
+    assert!(
+        !view.iter().any(|f| *f == gone || f.starts_with(&format!("{gone}:"))),
+        "view still names the purged worker: {view:?}"
+    );
     // Coming back is a new incarnation with an empty cache view.
     let again = s.heartbeat(M, &hb("w")).await.unwrap();
     assert!(again.new && again.incarnation != first.incarnation);
@@ -123,6 +133,15 @@ async fn a_crashed_routers_in_flight_share_expires_with_its_lease() {
         "router-2 crashed; its 3 must not count"
     );
     assert_eq!(r1.gc(M, 10).await.unwrap().dead_routers, 1);
+    let view: Vec<String> = redis::cmd("HKEYS")
+        .arg(format!("ex:{{{M}}}:view"))
+        .query(&mut v.conn())
+        .unwrap();
+    assert!(
+        !view.iter().any(|f| f.ends_with(":router-2")),
+        "the dead router's counts are left: {view:?}"
+    );
+    assert!(view.iter().any(|f| f.ends_with(":router-1")));
 }
 
 #[tokio::test]

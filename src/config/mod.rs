@@ -2,9 +2,11 @@
 //! (`PREFIX_ROUTER_*`) < command-line flags.
 
 mod duration;
+mod models;
 mod static_worker;
 
 pub use duration::parse_duration;
+pub use models::ModelConfig;
 pub use static_worker::StaticWorker;
 
 use std::net::SocketAddr;
@@ -94,6 +96,10 @@ pub struct ServeArgs {
     /// requests naming it are hashed with it, as vLLM does.
     #[arg(long = "lora", env = "PREFIX_ROUTER_LORAS", value_delimiter = ',')]
     pub loras: Vec<String>,
+    /// Scrape every live worker's `/metrics` for its load this often
+    /// [default: off].
+    #[arg(long, env = "PREFIX_ROUTER_SCRAPE_METRICS_INTERVAL", value_parser = parse_duration)]
+    pub scrape_metrics_interval: Option<Duration>,
 }
 
 /// The TOML file: the same settings as the flags, durations as strings.
@@ -125,6 +131,10 @@ struct FileConfig {
     queue_cost_tokens: Option<f64>,
     #[serde(default)]
     loras: Vec<String>,
+    scrape_metrics_interval: Option<String>,
+    /// More base models, each with its own tokenizer (`[[models]]`).
+    #[serde(default)]
+    models: Vec<models::FileModel>,
 }
 
 /// Resolved configuration of `serve`.
@@ -164,6 +174,12 @@ pub struct ServeConfig {
     pub max_attempts: usize,
     /// LoRA adapters of --model: (name, path).
     pub loras: Vec<(String, String)>,
+    /// Every model this router hashes prompts for: `--model` with
+    /// `--tokenizer-dir` (and the top-level block size, seed and LoRAs)
+    /// first, then the file's `[[models]]`. Names are unique.
+    pub models: Vec<ModelConfig>,
+    /// Period of the workers' `/metrics` scrape; `None` when off.
+    pub scrape_metrics_interval: Option<Duration>,
     /// Bounded-load ε.
     pub epsilon: f64,
     /// Cost of one queued request, in prompt tokens.
@@ -251,6 +267,32 @@ impl ServeConfig {
             .router_id
             .or(file.router_id)
             .unwrap_or_else(default_router_id);
+        let tokenizer_dir = args.tokenizer_dir.or(file.tokenizer_dir);
+        let block_size = args.block_size.or(file.block_size).unwrap_or(16);
+        let hash_seed = args.hash_seed.or(file.hash_seed);
+        let loras = parse_loras(if args.loras.is_empty() {
+            file.loras
+        } else {
+            args.loras
+        })?;
+        let single = match (&model, &tokenizer_dir) {
+            (Some(name), Some(dir)) => Some(ModelConfig {
+                name: name.clone(),
+                tokenizer_dir: dir.clone(),
+                block_size,
+                hash_seed: hash_seed.clone(),
+                loras: loras.clone(),
+            }),
+            _ if !loras.is_empty() => bail!(
+                "--lora needs --model and --tokenizer-dir (or put `loras` in a [[models]] entry)"
+            ),
+            _ => None,
+        };
+        let defaults = models::ModelDefaults {
+            block_size,
+            hash_seed: hash_seed.clone(),
+        };
+        let models = models::resolve_models(single, file.models, &defaults)?;
         Ok(ServeConfig {
             listen: args
                 .listen
@@ -263,7 +305,7 @@ impl ServeConfig {
                 .unwrap_or_else(|| "pr".into()),
             workers,
             model,
-            tokenizer_dir: args.tokenizer_dir.or(file.tokenizer_dir),
+            tokenizer_dir,
             internal_token,
             router_id,
             ttls,
@@ -280,19 +322,20 @@ impl ServeConfig {
                 .policy
                 .or(file.policy)
                 .unwrap_or_else(|| "cache_aware".into()),
-            block_size: args.block_size.or(file.block_size).unwrap_or(16),
-            hash_seed: args.hash_seed.or(file.hash_seed),
+            block_size,
+            hash_seed,
             max_attempts: args.max_attempts.or(file.max_attempts).unwrap_or(3),
             epsilon: args.epsilon.or(file.epsilon).unwrap_or(0.25),
             queue_cost_tokens: args
                 .queue_cost_tokens
                 .or(file.queue_cost_tokens)
                 .unwrap_or(512.0),
-            loras: parse_loras(if args.loras.is_empty() {
-                file.loras
-            } else {
-                args.loras
-            })?,
+            loras,
+            models,
+            scrape_metrics_interval: args.scrape_metrics_interval.or(file_duration(
+                file.scrape_metrics_interval,
+                "scrape_metrics_interval",
+            )?),
         })
     }
 }

@@ -14,6 +14,7 @@
 pub mod cache;
 pub mod engine;
 pub mod events;
+pub mod server;
 pub mod timing;
 
 pub use cache::{Allocation, CacheError, CacheStats, PrefixCache};

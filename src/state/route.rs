@@ -76,7 +76,6 @@ impl StateStore {
             ms(params.stale_load),
             params.seed.to_string(),
             ROUTE_CLAIM.to_string(),
-            ms(self.ttls().router_lease),
             params.load_slack.to_string(),
             hints.len().to_string(),
         ];

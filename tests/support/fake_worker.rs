@@ -1,9 +1,11 @@
 //! A fake OpenAI-compatible worker over real HTTP: records what it gets,
-//! answers JSON or streams Server-Sent Events chunk by chunk on command.
+//! answers JSON or streams Server-Sent Events chunk by chunk on command,
+//! and serves `GET /metrics` as the test sets it.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -32,6 +34,12 @@ pub struct Shared {
     pub orca_waiting: AtomicUsize,
     /// Each message releases the next SSE chunk of a streamed answer.
     pub release: Mutex<Option<mpsc::UnboundedReceiver<()>>>,
+    /// What `GET /metrics` answers (404 while unset).
+    pub metrics: Mutex<Option<(StatusCode, String)>>,
+    /// How long `GET /metrics` stalls before answering.
+    pub metrics_delay: Mutex<Option<Duration>>,
+    /// `GET /metrics` requests received (not counted in `hits`).
+    pub metrics_hits: AtomicUsize,
 }
 
 /// The SSE chunks a streamed answer sends, in order.
@@ -92,6 +100,29 @@ impl FakeWorker {
     pub fn hits(&self) -> usize {
         self.shared.hits.load(Ordering::SeqCst)
     }
+
+    /// Makes `GET /metrics` answer `status` with `body`.
+    pub fn set_metrics(&self, status: StatusCode, body: impl Into<String>) {
+        *self.shared.metrics.lock().unwrap() = Some((status, body.into()));
+    }
+}
+
+async fn metrics(shared: &Shared) -> Response {
+    shared.metrics_hits.fetch_add(1, Ordering::SeqCst);
+    let delay = *shared.metrics_delay.lock().unwrap();
+    if let Some(d) = delay {
+        tokio::time::sleep(d).await;
+    }
+    let answer = shared.metrics.lock().unwrap().clone();
+    match answer {
+        Some((status, body)) => (
+            status,
+            [("content-type", "text/plain; version=0.0.4")],
+            body,
+        )
+            .into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
 }
 
 async fn handle(
@@ -102,6 +133,9 @@ async fn handle(
 ) -> Response {
     if shared.crashed.load(Ordering::SeqCst) {
         panic!("crashed worker: the connection drops before any byte");
+    }
+    if uri.path() == "/metrics" {
+        return metrics(&shared).await;
     }
     shared.hits.fetch_add(1, Ordering::SeqCst);
     shared.paths.lock().unwrap().push(uri.path().to_owned());
