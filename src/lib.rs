@@ -11,6 +11,7 @@ pub mod kv_events;
 pub mod load_scrape;
 pub mod proxy;
 pub mod push;
+pub mod reporter;
 pub mod routing;
 pub mod serve;
 pub mod sim;

@@ -147,12 +147,46 @@ impl BlockHasher {
         out
     }
 
+    /// Digests of the full blocks of `tokens` when they continue a chain
+    /// after `parent` (`None`: they start it). This is how an engine's KV
+    /// events are re-hashed: a `BlockStored` event gives its blocks' tokens
+    /// and its parent, not the whole prompt. A continuing run starts at a
+    /// block index of at least 1, so `cache_salt` (block 0 only) does not
+    /// apply to it; multimodal offsets are taken relative to the run.
+    pub fn continue_digests(
+        &self,
+        parent: Option<&BlockDigest>,
+        tokens: &[u32],
+        keys: &ExtraKeys,
+    ) -> Vec<BlockDigest> {
+        let mut out = Vec::with_capacity(self.full_blocks(tokens.len()));
+        let (start, first) = match parent {
+            Some(p) => (*p, self.block_size as u64),
+            None => (self.none_hash, 0),
+        };
+        self.for_each_block_from(start, first, tokens, keys, |_, _, digest| out.push(digest));
+        out
+    }
+
     /// The hashing loop shared by the public methods: calls `f(parent,
     /// preimage, digest)` for each full block, reusing one pre-image buffer.
     /// Calls nothing if `keys` cannot be hashed (see
     /// [`check_keys`](Self::check_keys)).
     fn for_each_block(
         &self,
+        tokens: &[u32],
+        keys: &ExtraKeys,
+        f: impl FnMut(&BlockDigest, &[u8], BlockDigest),
+    ) {
+        self.for_each_block_from(self.none_hash, 0, tokens, keys, f);
+    }
+
+    /// [`for_each_block`](Self::for_each_block) from a given parent, the
+    /// first block starting at token position `first_start`.
+    fn for_each_block_from(
+        &self,
+        start_parent: BlockDigest,
+        first_start: u64,
         tokens: &[u32],
         keys: &ExtraKeys,
         mut f: impl FnMut(&BlockDigest, &[u8], BlockDigest),
@@ -164,10 +198,10 @@ impl BlockHasher {
         // 3 (outer header, bytes header) + 32 (parent) + 3 (tokens header)
         // + at most 5 bytes per u32 token, + room for typical extra keys.
         let mut buf = Vec::with_capacity(38 + 5 * self.block_size + 64);
-        let mut parent = self.none_hash;
+        let mut parent = start_parent;
         for (i, block) in tokens.chunks_exact(self.block_size).enumerate() {
             // i * block_size <= tokens.len(), so neither can overflow.
-            let start = (i * self.block_size) as u64;
+            let start = first_start + (i * self.block_size) as u64;
             let end = start + self.block_size as u64;
 
             buf.clear();
@@ -222,6 +256,20 @@ mod tests {
         assert!(d[0].to_hex().starts_with("4be2efbf"));
         assert_eq!(d[0].external(), BlockHash(0x7219_bff9_b083_37ef));
         assert_eq!(BlockHash::from(d[0]), BlockHash(0x7219_bff9_b083_37ef));
+    }
+
+    #[test]
+    fn a_continued_run_hashes_like_the_whole_chain() {
+        let h = BlockHasher::default();
+        let keys = ExtraKeys {
+            lora: Some(LoraKey::new("sql", "/adapters/sql")),
+            ..ExtraKeys::default()
+        };
+        let all = tokens(80);
+        let whole = h.block_digests(&all, &keys);
+        let head = h.continue_digests(None, &all[..32], &keys);
+        let tail = h.continue_digests(Some(&head[1]), &all[32..], &keys);
+        assert_eq!([head, tail].concat(), whole);
     }
 
     #[test]
