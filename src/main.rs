@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use prefix_router::config::{ServeArgs, ServeConfig};
+use prefix_router::reporter::ReporterArgs;
 use tracing_subscriber::EnvFilter;
 
 /// Stateless, cache-aware routers for LLM inference sharing one prefix index in Valkey.
@@ -16,6 +17,8 @@ struct Cli {
 enum Command {
     /// Run a router: the worker push API and the fleet's shared state.
     Serve(ServeArgs),
+    /// Run beside a stock vLLM engine: report its KV cache to the fleet.
+    Reporter(ReporterArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -31,6 +34,13 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => {
             let cfg = ServeConfig::resolve(args)?;
             runtime.block_on(prefix_router::serve::run(cfg))
+        }
+        Command::Reporter(args) => {
+            let cfg = args.into_config().map_err(anyhow::Error::msg)?;
+            runtime.block_on(async {
+                prefix_router::reporter::run(cfg, prefix_router::serve::wait_for_signal()).await
+            })?;
+            Ok(())
         }
     }
 }

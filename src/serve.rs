@@ -169,7 +169,8 @@ pub async fn serve_on(
     Ok(())
 }
 
-async fn wait_for_signal() {
+/// Ctrl-C or SIGTERM: how every long-running command is stopped.
+pub async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

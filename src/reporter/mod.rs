@@ -4,9 +4,14 @@
 //! [`EngineBlocks`]), fills sequence gaps from the engine's replay socket,
 //! and reports through the worker push protocol.
 
+mod args;
 mod engine_blocks;
+mod run;
 mod sequence;
 mod session;
+
+pub use args::ReporterArgs;
+pub use run::{ReporterConfig, ReporterError, run};
 
 pub use engine_blocks::{Applied, BlockDelta, EngineBlocks, Unmappable};
 pub use sequence::{SeqStep, SeqTracker};
