@@ -53,6 +53,9 @@ pub struct ReporterArgs {
     /// LoRA adapters as NAME=PATH (vLLM hashes the path; events carry only the name).
     #[arg(long = "lora", env = "PREFIX_ROUTER_LORAS", value_delimiter = ',')]
     pub loras: Vec<String>,
+    /// Serve the reporter's Prometheus metrics at http://ADDR/metrics.
+    #[arg(long, env = "PREFIX_ROUTER_METRICS_LISTEN")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// Most engine blocks remembered (bounds memory at roughly 100 bytes each).
     #[arg(long, env = "PREFIX_ROUTER_MAX_BLOCKS", default_value_t = 4_000_000)]
     pub max_blocks: usize,
@@ -93,6 +96,7 @@ impl ReporterArgs {
             hash_seed: HashSeed::from_env_value(self.hash_seed),
             loras,
             max_blocks: self.max_blocks,
+            metrics_listen: self.metrics_listen,
         })
     }
 }

@@ -45,6 +45,8 @@ pub struct ReporterConfig {
     pub loras: HashMap<String, LoraKey>,
     /// Most engine blocks kept (bounded memory).
     pub max_blocks: usize,
+    /// Where to serve `/metrics`, if anywhere.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// Why a reporter could not start.
@@ -56,6 +58,9 @@ pub enum ReporterError {
     /// The fleet client could not be built.
     #[error("fleet client: {0}")]
     Push(#[from] PushError),
+    /// The metrics listener could not be bound.
+    #[error("metrics listener: {0}")]
+    Listen(#[from] std::io::Error),
     /// The metrics client could not be built.
     #[error("engine metrics client: {0}")]
     Scrape(#[from] crate::load_scrape::ScrapeError),
@@ -103,6 +108,10 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ReporterError> {
     let hasher = BlockHasher::new(cfg.block_size, &cfg.hash_seed)?;
+    let exporter = match cfg.metrics_listen {
+        Some(addr) => Some(serve_metrics(tokio::net::TcpListener::bind(addr).await?)),
+        None => None,
+    };
     let blocks = Arc::new(Mutex::new(EngineBlocks::new(
         hasher,
         cfg.loras.clone(),
@@ -177,8 +186,8 @@ pub async fn run(
             },
         }
     }
-    if let Some(s) = scraper {
-        s.abort();
+    for task in [scraper, exporter].into_iter().flatten() {
+        task.abort();
     }
     tracing::info!(stats = ?session.stats(), "reporter stopping; deregistering the worker");
     if let Err(e) = pusher.shutdown(true).await {
@@ -213,4 +222,25 @@ async fn scrape_loop(
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = scraped;
     }
+}
+
+/// Serves the process's metrics (the same recorder as the router's).
+fn serve_metrics(listener: tokio::net::TcpListener) -> tokio::task::JoinHandle<()> {
+    let handle = crate::serve::metrics_handle();
+    tokio::spawn(async move {
+        let Ok(handle) = handle else {
+            tracing::warn!("metrics recorder unavailable");
+            return;
+        };
+        let app = axum::Router::new().route(
+            "/metrics",
+            axum::routing::get(move || {
+                let handle = handle.clone();
+                async move { handle.render() }
+            }),
+        );
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::warn!(error = %e, "metrics listener stopped");
+        }
+    })
 }
