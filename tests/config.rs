@@ -32,6 +32,7 @@ workers = ["a=http://127.0.0.1:9001"]
 internal_token = "file-token"
 speculative_ttl = "5s"
 worker_lease = "20s"
+scrape_metrics_interval = "2s"
 "#
     )
     .unwrap();
@@ -41,6 +42,7 @@ worker_lease = "20s"
     unsafe {
         std::env::set_var("PREFIX_ROUTER_KEY_PREFIX", "fromenv");
         std::env::set_var("PREFIX_ROUTER_WORKER_LEASE", "30s");
+        std::env::set_var("PREFIX_ROUTER_SCRAPE_METRICS_INTERVAL", "3s");
     }
     let cfg = resolve(&[
         "--config",
@@ -64,16 +66,39 @@ worker_lease = "20s"
     assert_eq!(cfg.ttls.confirmed, Duration::from_secs(600), "default");
     assert_eq!(cfg.workers[0].id, "a");
     assert_eq!(cfg.internal_token.as_deref(), Some("file-token"));
+    assert_eq!(
+        cfg.scrape_metrics_interval,
+        Some(Duration::from_secs(3)),
+        "env over file"
+    );
+    let flagged = resolve(&["--config", &path, "--scrape-metrics-interval", "250ms"]).unwrap();
+    assert_eq!(
+        flagged.scrape_metrics_interval,
+        Some(Duration::from_millis(250)),
+        "flag over env"
+    );
     unsafe {
         std::env::remove_var("PREFIX_ROUTER_KEY_PREFIX");
         std::env::remove_var("PREFIX_ROUTER_WORKER_LEASE");
+        std::env::remove_var("PREFIX_ROUTER_SCRAPE_METRICS_INTERVAL");
     }
+    let from_file = resolve(&["--config", &path]).unwrap();
+    assert_eq!(
+        from_file.scrape_metrics_interval,
+        Some(Duration::from_secs(2))
+    );
 
     // No token anywhere: refused, unless explicitly allowed.
     let err = resolve(&[]).unwrap_err().to_string();
     assert!(err.contains("internal token"), "{err}");
     let open = resolve(&["--allow-unauthenticated-internal"]).unwrap();
     assert!(open.internal_token.is_none());
+    assert_eq!(
+        open.scrape_metrics_interval, None,
+        "scraping is off by default"
+    );
+    assert!(open.models.is_empty());
+    assert!(resolve(&["--internal-token", "t", "--scrape-metrics-interval", "0s"]).is_err());
     // Static workers need a model; unknown file keys and bad durations are errors.
     assert!(resolve(&["--internal-token", "t", "--worker", "http://127.0.0.1:1"]).is_err());
     assert!(resolve(&["--internal-token", "t", "--speculative-ttl", "soon"]).is_err());

@@ -30,19 +30,23 @@ fn vllm_metrics(engines: &[(u32, u32, f64)]) -> String {
          # TYPE python_gc_objects_collected_total counter\n\
          python_gc_objects_collected_total{generation=\"0\"} 1252.0\n",
     );
-    let gauges: [(&str, fn(&(u32, u32, f64)) -> String); 3] = [
-        ("vllm:num_requests_waiting", |e| format!("{}.0", e.0)),
-        ("vllm:num_requests_running", |e| format!("{}.0", e.1)),
-        ("vllm:kv_cache_usage_perc", |e| e.2.to_string()),
+    let gauges = [
+        "vllm:num_requests_waiting",
+        "vllm:num_requests_running",
+        "vllm:kv_cache_usage_perc",
     ];
-    for (name, value) in gauges {
+    for (g, name) in gauges.into_iter().enumerate() {
         out.push_str(&format!(
             "# HELP {name} A vLLM gauge.\n# TYPE {name} gauge\n"
         ));
-        for (i, e) in engines.iter().enumerate() {
+        for (i, &(waiting, running, kv)) in engines.iter().enumerate() {
+            let value = match g {
+                0 => format!("{waiting}.0"),
+                1 => format!("{running}.0"),
+                _ => kv.to_string(),
+            };
             out.push_str(&format!(
-                "{name}{{engine=\"{i}\",model_name=\"{MODEL}\"}} {}\n",
-                value(e)
+                "{name}{{engine=\"{i}\",model_name=\"{MODEL}\"}} {value}\n"
             ));
         }
     }
@@ -96,9 +100,10 @@ async fn wait_for(r: &Router, id: &str, want: impl Fn(&Value) -> bool) -> Value 
     panic!("worker {id} never reached the expected state; last: {last}");
 }
 
-fn has_load(waiting: u64, kv: f64) -> impl Fn(&Value) -> bool {
+fn has_load(waiting: u64, running: u64, kv: f64) -> impl Fn(&Value) -> bool {
     move |w| {
         w["load"]["num_requests_waiting"] == waiting
+            && w["load"]["num_requests_running"] == running
             && w["load"]["kv_cache_usage_perc"].as_f64() == Some(kv)
             && w["load_age"].as_u64().is_some_and(|age| age < 5_000)
     }
@@ -148,8 +153,8 @@ async fn scraped_gauges_reach_the_shared_state_and_steer_cold_prompts() {
     register(&probe, &idle).await;
     let router = scraping_router(&valkey).await;
 
-    wait_for(&router, "busy", has_load(7, 0.8)).await;
-    wait_for(&router, "idle", has_load(0, 0.1)).await;
+    wait_for(&router, "busy", has_load(7, 16, 0.8)).await;
+    wait_for(&router, "idle", has_load(0, 1, 0.1)).await;
     for i in 0..8 {
         let (st, w) = cold(&router, i).await;
         assert_eq!((st, w.as_str()), (200, "idle"), "cold prompt {i}");
@@ -159,8 +164,8 @@ async fn scraped_gauges_reach_the_shared_state_and_steer_cold_prompts() {
     // The loads turn around; so does routing, after a few intervals.
     busy.set_metrics(StatusCode::OK, vllm_metrics(&[(0, 0, 0.05)]));
     idle.set_metrics(StatusCode::OK, vllm_metrics(&[(6, 8, 0.7), (5, 8, 0.95)]));
-    wait_for(&router, "busy", has_load(0, 0.05)).await;
-    wait_for(&router, "idle", has_load(11, 0.95)).await;
+    wait_for(&router, "busy", has_load(0, 0, 0.05)).await;
+    wait_for(&router, "idle", has_load(11, 16, 0.95)).await;
     for i in 8..14 {
         let (st, w) = cold(&router, i).await;
         assert_eq!((st, w.as_str()), (200, "busy"), "cold prompt {i}");
@@ -239,10 +244,10 @@ async fn workers_with_broken_metrics_are_skipped_without_disturbing_routing() {
     let router = scraping_router(&valkey).await;
 
     // A stalled worker costs a round one timeout, not its 30 s.
-    wait_for(&router, "busy", has_load(9, 0.9)).await;
-    wait_for(&router, "good", has_load(0, 0.2)).await;
+    wait_for(&router, "busy", has_load(9, 9, 0.9)).await;
+    wait_for(&router, "good", has_load(0, 0, 0.2)).await;
     good.set_metrics(StatusCode::OK, vllm_metrics(&[(2, 1, 0.3)]));
-    wait_for(&router, "good", has_load(2, 0.3)).await;
+    wait_for(&router, "good", has_load(2, 1, 0.3)).await;
     for broken in ["erroring", "html", "hung", "huge"] {
         let w = wait_for(&router, broken, |w| w["status"] == "live").await;
         assert!(w["load_age"].is_null(), "{broken} got a load: {w}");

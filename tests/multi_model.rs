@@ -145,7 +145,7 @@ async fn each_model_goes_to_its_workers_with_its_own_hashes() {
     )
     .await;
     assert_eq!(st, 404, "{answer}");
-    assert_eq!(answer["error"]["code"], "model_not_found", "{answer}");
+    assert_eq!(answer["error"]["type"], "model_not_found", "{answer}");
     router.stop().await;
 }
 

@@ -36,7 +36,9 @@ pub(super) struct FileModel {
 
 /// The top-level settings a `[[models]]` entry falls back to.
 pub(super) struct ModelDefaults {
+    /// The top-level `block_size` (16 unless set).
     pub block_size: usize,
+    /// The top-level `hash_seed`.
     pub hash_seed: Option<String>,
 }
 

@@ -215,12 +215,9 @@ fn finish<'a>(
     })
 }
 
-/// A float as Go's `ParseFloat` and Prometheus write it: decimals,
-/// exponents, `NaN`, `+Inf`, `-Inf`.
+/// A float as Prometheus writes it: decimals, exponents, `NaN`, `+Inf`,
+/// `-Inf` (Rust's parser takes all of these, case-insensitively).
 fn parse_value(s: &str) -> Option<f64> {
-    if s.is_empty() || s.contains('_') {
-        return None;
-    }
     s.parse().ok()
 }
 

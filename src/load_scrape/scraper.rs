@@ -113,13 +113,13 @@ impl Scraper {
     async fn scrape(&self, model: &str, worker: &str, url: &str) -> Result<(), ScrapeError> {
         let text = self.client.fetch(url).await?;
         let gauges = parse_vllm_gauges(&text, Some(model));
-        let (waiting, kv) = (gauges.waiting(), gauges.kv_usage());
+        let (waiting, running, kv) = (gauges.waiting(), gauges.running(), gauges.kv_usage());
         if waiting.is_none() && kv.is_none() {
             // Recording nothing would still mark the old load as fresh.
             return Err(ScrapeError::NoGauges);
         }
         // False only when the lease ended meanwhile: nothing to record then.
-        self.store.report_load(model, worker, waiting, kv).await?;
+        self.store.report_load(model, worker, waiting, running, kv).await?;
         Ok(())
     }
 }

@@ -225,7 +225,7 @@ impl Proxy {
         tokio::spawn(async move {
             let waiting = load.num_requests_waiting.map(|w| w.round() as u64);
             if let Err(e) = store
-                .report_load(&model, &worker, waiting, load.kv_cache_usage_perc)
+                .report_load(&model, &worker, waiting, None, load.kv_cache_usage_perc)
                 .await
             {
                 tracing::debug!(error = %e, "ORCA load not recorded");

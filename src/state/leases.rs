@@ -125,17 +125,20 @@ impl StateStore {
         Ok(idx != 0)
     }
 
-    /// Records load a worker reported in a response (ORCA header): queue
-    /// and KV usage, when given. False when the worker has no live lease.
+    /// Records load a worker reported outside heartbeats (the ORCA header,
+    /// a scrape of its `/metrics`): queue, running requests and KV usage,
+    /// each when given. False when the worker has no live lease.
     pub async fn report_load(
         &self,
         model: &str,
         worker_id: &str,
         waiting: Option<u64>,
+        running: Option<u64>,
         kv_cache_usage_perc: Option<f64>,
     ) -> Result<bool, StateError> {
         check_name("worker_id", worker_id)?;
         let waiting = waiting.map(|w| w.to_string()).unwrap_or_default();
+        let running = running.map(|r| r.to_string()).unwrap_or_default();
         let kv = kv_cache_usage_perc
             .map(|k| k.clamp(0.0, 1.0).to_string())
             .unwrap_or_default();
@@ -144,7 +147,7 @@ impl StateStore {
                 Lane::Bulk,
                 ScriptName::Load,
                 model,
-                &[worker_id, &waiting, &kv],
+                &[worker_id, &waiting, &kv, &running],
             )
             .await?;
         Ok(recorded == 1)
