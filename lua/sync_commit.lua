@@ -5,6 +5,8 @@
 -- it as the worker's membership, and sync_patch.lua brings the forward and
 -- reverse maps in line with it in bounded steps. Every confirmed entry the
 -- snapshot keeps is refreshed through the worker's synced_until.
+-- A sync_id already committed (the record's last_sync) is not committed
+-- again: a retried commit returns {1, blocks held, idx} and changes nothing.
 -- Returns {1, target size, idx} when committed, {0, 0, idx} when the previous
 -- sync is still being patched (run sync_patch.lua, then retry), or
 -- "ERR unknown worker".
@@ -15,6 +17,10 @@ end
 local now = now_ms()
 local idx = live_idx(ARGV[2], now)
 if not idx then return redis.error_reply('ERR unknown worker') end
+-- Committing the same sync twice (a retry after a lost reply) is a no-op.
+if redis.call('HGET', worker_key(idx), 'last_sync') == ARGV[3] then
+  return { 1, redis.call('SCARD', reverse_key(idx)), tonumber(idx) }
+end
 if worker_state(idx).syncing then return { 0, 0, tonumber(idx) } end
 local stage = BASE .. ':stage:' .. idx .. ':' .. ARGV[3]
 local target = sync_target_key(idx)
@@ -24,7 +30,7 @@ if redis.call('EXISTS', stage) == 1 then
 else
   redis.call('DEL', target)
 end
-redis.call('HSET', worker_key(idx), 'syncing', 1, 'patch_phase', 'add', 'patch_cursor', '0',
+redis.call('HSET', worker_key(idx), 'last_sync', ARGV[3], 'syncing', 1, 'patch_phase', 'add', 'patch_cursor', '0',
   'patch_ms', now, 'synced_until', now + tonumber(ARGV[4]))
 view_refresh(idx)
 return { 1, redis.call('SCARD', target), tonumber(idx) }

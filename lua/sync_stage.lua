@@ -5,7 +5,8 @@
 -- ARGV[4] = staging ttl_ms (an abandoned sync disappears by itself),
 -- ARGV[5] = most hashes a snapshot may have; ARGV[6..] = block hashes (16 hex digits).
 -- Returns the number of hashes staged so far, "ERR unknown worker", or
--- "ERR sync too large" (the staged snapshot is then dropped whole).
+-- "ERR sync too large" (the staged snapshot is then dropped whole); 0, staging
+-- nothing, for a sync_id the worker already committed (a retried chunk).
 -- Complexity: O(n) for n hashes; callers send at most 512 per call.
 local bad = check_hashes(6)
 if bad then return bad end
@@ -14,6 +15,9 @@ if not string.match(ARGV[3], '^[%w_%-]+$') or #ARGV[3] > 64 then
 end
 local idx = live_idx(ARGV[2], now_ms())
 if not idx then return redis.error_reply('ERR unknown worker') end
+-- A chunk of a sync already committed (a retry after a lost reply) must
+-- not start a new stage that a retried commit would then apply.
+if redis.call('HGET', worker_key(idx), 'last_sync') == ARGV[3] then return 0 end
 local stage = BASE .. ':stage:' .. idx .. ':' .. ARGV[3]
 for i = 6, #ARGV, 512 do
   redis.call('SADD', stage, unpack(ARGV, i, math.min(i + 511, #ARGV)))

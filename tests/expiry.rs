@@ -96,7 +96,9 @@ async fn an_expired_worker_leaves_lookups_at_once_and_gc_purges_it() {
         .unwrap();
     let gone = first.incarnation.to_string();
     assert!(
-        !view.iter().any(|f| *f == gone || f.starts_with(&format!("{gone}:"))),
+        !view
+            .iter()
+            .any(|f| *f == gone || f.starts_with(&format!("{gone}:"))),
         "view still names the purged worker: {view:?}"
     );
     // Coming back is a new incarnation with an empty cache view.

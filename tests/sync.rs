@@ -109,6 +109,26 @@ fn observer(s: StateStore, done: Arc<AtomicBool>) -> tokio::task::JoinHandle<(us
     })
 }
 
+#[tokio::test]
+async fn a_retried_last_chunk_and_commit_change_nothing() {
+    let v = Valkey::start();
+    let s = store(&v, "sy", "r1", ttls());
+    register(&s, "w").await;
+    let hs: Vec<BlockHash> = (1..=6).map(BlockHash).collect();
+    s.sync_stage(M, "w", "snap-r", &hs[..3]).await.unwrap();
+    s.sync_stage(M, "w", "snap-r", &hs[3..]).await.unwrap();
+    assert_eq!(s.sync_commit(M, "w", "snap-r").await.unwrap().active, 6);
+    // The reply was lost; the worker sends its last chunk again.
+    s.sync_stage(M, "w", "snap-r", &hs[3..]).await.unwrap();
+    assert_eq!(s.sync_commit(M, "w", "snap-r").await.unwrap().active, 6);
+    let raw = raw_state(&v, "sy", M);
+    assert_eq!(raw.forward.len(), 6, "a retry must not replace the set");
+    assert_eq!(raw.forward_pairs(), raw.reverse_pairs());
+    // A new sync id is a new snapshot.
+    s.sync_stage(M, "w", "snap-s", &hs[..1]).await.unwrap();
+    assert_eq!(s.sync_commit(M, "w", "snap-s").await.unwrap().active, 1);
+}
+
 /// A worker holding the old set; returns the new set to sync to.
 async fn worker_with_old_set() -> (Valkey, StateStore, Vec<BlockHash>) {
     let v = Valkey::start();

@@ -119,7 +119,9 @@ impl Scraper {
             return Err(ScrapeError::NoGauges);
         }
         // False only when the lease ended meanwhile: nothing to record then.
-        self.store.report_load(model, worker, waiting, running, kv).await?;
+        self.store
+            .report_load(model, worker, waiting, running, kv)
+            .await?;
         Ok(())
     }
 }

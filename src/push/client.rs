@@ -13,10 +13,11 @@
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode, Url};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::error::PushError;
 use super::retry::Backoff;
+use super::wire::{EvictionBody, HeartbeatBody, HeartbeatReply, StoredBody, SyncBody, SyncReply};
 use crate::hashing::BlockHash;
 use crate::state::WorkerLoad;
 
@@ -81,62 +82,6 @@ impl FleetClientConfig {
             sync_chunk: 32_768,
         }
     }
-}
-
-/// What the fleet answered to a heartbeat.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct HeartbeatReply {
-    /// The worker's incarnation; a different number than last time means
-    /// the fleet forgot the worker (lease expired or drained) in between.
-    pub incarnation: u64,
-    /// The lease length: heartbeat well within it.
-    pub lease_ms: u64,
-    /// True when this heartbeat registered a new incarnation: the fleet holds
-    /// no blocks for the worker, a full sync is needed.
-    pub registered: bool,
-}
-
-/// What the fleet answered to a committed sync.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SyncReply {
-    /// Blocks the fleet now holds for the worker (the snapshot plus live
-    /// speculative claims of requests routed meanwhile).
-    pub active: u64,
-    /// Requests the snapshot took.
-    pub chunks: usize,
-}
-
-#[derive(Serialize)]
-struct HeartbeatBody<'a> {
-    worker_id: &'a str,
-    url: &'a str,
-    model: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    load: Option<WorkerLoad>,
-}
-
-#[derive(Serialize)]
-struct StoredBody<'a> {
-    worker_id: &'a str,
-    model: &'a str,
-    block_hashes: &'a [BlockHash],
-}
-
-#[derive(Serialize)]
-struct EvictionBody<'a> {
-    worker_id: &'a str,
-    model: &'a str,
-    evicted_hashes: &'a [BlockHash],
-}
-
-#[derive(Serialize)]
-struct SyncBody<'a> {
-    worker_id: &'a str,
-    model: &'a str,
-    active_hashes: &'a [BlockHash],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    sync_id: Option<&'a str>,
-    last: bool,
 }
 
 /// One request to send, possibly several times.
@@ -214,7 +159,11 @@ impl FleetClient {
 
     /// Confirms blocks the worker now caches (split into `max_batch`
     /// requests). An empty list sends nothing.
-    pub async fn stored(&self, who: &WorkerIdentity, hashes: &[BlockHash]) -> Result<(), PushError> {
+    pub async fn stored(
+        &self,
+        who: &WorkerIdentity,
+        hashes: &[BlockHash],
+    ) -> Result<(), PushError> {
         for chunk in hashes.chunks(self.batch()) {
             let body = StoredBody {
                 worker_id: &who.worker_id,
@@ -429,8 +378,8 @@ mod tests {
 
     #[test]
     fn urls_are_built_from_segments_and_only_http_is_accepted() {
-        let c = FleetClient::new(FleetClientConfig::new("http://127.0.0.1:8080/fleet/", None))
-            .unwrap();
+        let c =
+            FleetClient::new(FleetClientConfig::new("http://127.0.0.1:8080/fleet/", None)).unwrap();
         assert_eq!(
             c.url(&["internal", "workers", "gpu 0/a"]).as_str(),
             "http://127.0.0.1:8080/fleet/internal/workers/gpu%200%2Fa"
@@ -441,37 +390,5 @@ mod tests {
                 "{bad}"
             );
         }
-    }
-
-    #[test]
-    fn bodies_match_the_internal_api() {
-        let hashes = [BlockHash(1), BlockHash(u64::MAX)];
-        let body = SyncBody {
-            worker_id: "w",
-            model: "m",
-            active_hashes: &hashes,
-            sync_id: None,
-            last: true,
-        };
-        assert_eq!(
-            serde_json::to_value(&body).unwrap(),
-            serde_json::json!({"worker_id": "w", "model": "m",
-                "active_hashes": ["0000000000000001", "ffffffffffffffff"], "last": true})
-        );
-        let hb = HeartbeatBody {
-            worker_id: "w",
-            url: "http://h:1",
-            model: "m",
-            load: Some(WorkerLoad {
-                num_requests_waiting: 2,
-                num_requests_running: 3,
-                kv_cache_usage_perc: 0.5,
-            }),
-        };
-        assert_eq!(
-            serde_json::to_value(&hb).unwrap()["load"],
-            serde_json::json!({"num_requests_waiting": 2, "num_requests_running": 3,
-                "kv_cache_usage_perc": 0.5})
-        );
     }
 }

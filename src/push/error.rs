@@ -65,9 +65,7 @@ impl PushError {
     pub fn is_retryable(&self) -> bool {
         match self {
             PushError::Transport { .. } => true,
-            PushError::Status { status, .. } => {
-                *status >= 500 || *status == 408 || *status == 429
-            }
+            PushError::Status { status, .. } => *status >= 500 || *status == 408 || *status == 429,
             PushError::InvalidUrl { .. } | PushError::Client(_) | PushError::Reply { .. } => false,
         }
     }

@@ -49,13 +49,13 @@ mod handle;
 mod pending;
 mod pusher;
 mod retry;
+mod wire;
 
-pub use client::{
-    FLEET_MAX_BATCH, FleetClient, FleetClientConfig, HeartbeatReply, SyncReply, WorkerIdentity,
-};
+pub use crate::state::WorkerLoad;
+pub use client::{FLEET_MAX_BATCH, FleetClient, FleetClientConfig, WorkerIdentity};
 pub use error::PushError;
 pub use handle::{PusherHandle, PusherStatus};
 pub use pending::{Batch, Pending, ResyncReason};
 pub use pusher::{BlockSource, Pusher, PusherConfig};
 pub use retry::Backoff;
-pub use crate::state::WorkerLoad;
+pub use wire::{HeartbeatReply, SyncReply};

@@ -18,7 +18,7 @@ pub enum ResyncReason {
     Initial,
     /// The fleet registered a new incarnation (it forgot the worker).
     Registered,
-    /// A report failed, so the fleet may have missed it.
+    /// A call failed: the fleet may have missed a report, or be gone.
     PushFailed,
     /// The pending reports outgrew their bound and were dropped.
     Overflow,

@@ -19,8 +19,9 @@
 //!    the next flush; sending one the snapshot already reflects is harmless);
 //! 5. otherwise flush the window's net reports.
 //!
-//! Any failed call schedules a full resync (a lost report cannot be told
-//! from a delivered one) and backs off (exponentially, up to
+//! Any failed call, heartbeats included, schedules a full resync (a lost
+//! report cannot be told from a delivered one, and while a resync is due
+//! reports are not even kept) and backs off (exponentially, up to
 //! `backoff.max`); a 404 `unknown_worker` also forces a heartbeat.
 
 use std::sync::Arc;
@@ -191,7 +192,8 @@ struct Worker {
 
 impl Worker {
     async fn run(mut self, mut stop: watch::Receiver<bool>) {
-        let mut tick = tokio::time::interval(self.config.flush_interval.max(Duration::from_millis(1)));
+        let mut tick =
+            tokio::time::interval(self.config.flush_interval.max(Duration::from_millis(1)));
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tokio::select! {
@@ -250,7 +252,10 @@ impl Worker {
                 metrics::counter!("prefix_router_push_total", "op" => "heartbeat").increment(1);
                 // Never let the lease run out between two heartbeats.
                 let lease_third = Duration::from_millis(reply.lease_ms / 3);
-                let every = self.config.heartbeat_interval.min(lease_third.max(Duration::from_millis(100)));
+                let every = self
+                    .config
+                    .heartbeat_interval
+                    .min(lease_third.max(Duration::from_millis(100)));
                 self.next_heartbeat = Instant::now() + every;
                 self.succeeded();
                 true
@@ -288,7 +293,6 @@ impl Worker {
                 self.succeeded();
             }
             Err(e) => {
-                self.shared.schedule_resync(ResyncReason::PushFailed);
                 self.failed("sync", e);
             }
         }
@@ -308,14 +312,16 @@ impl Worker {
             Ok(()) => {
                 self.shared.stats.flushes.fetch_add(1, Ordering::Relaxed);
                 metrics::counter!("prefix_router_push_total", "op" => "flush").increment(1);
-                for (op, n) in [("eviction", batch.evicted.len()), ("stored", batch.stored.len())] {
+                for (op, n) in [
+                    ("eviction", batch.evicted.len()),
+                    ("stored", batch.stored.len()),
+                ] {
                     metrics::counter!("prefix_router_push_hashes_total", "op" => op)
                         .increment(n as u64);
                 }
                 self.succeeded();
             }
             Err(e) => {
-                self.shared.schedule_resync(ResyncReason::PushFailed);
                 self.failed("flush", e);
             }
         }
@@ -329,10 +335,14 @@ impl Worker {
         let delay = self.config.backoff.delay(self.failures);
         self.failures = self.failures.saturating_add(1);
         self.retry_at = Instant::now() + delay;
+        // The fleet may have missed a report (or, unreachable, may forget
+        // us): resync once it answers again.
         if e.is_unknown_worker() {
             self.registered = false;
             self.shared.stats.registered.store(false, Ordering::Relaxed);
             self.shared.schedule_resync(ResyncReason::Registered);
+        } else {
+            self.shared.schedule_resync(ResyncReason::PushFailed);
         }
         let stats = &self.shared.stats;
         stats.failures.fetch_add(1, Ordering::Relaxed);

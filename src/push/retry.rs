@@ -47,7 +47,14 @@ mod tests {
             initial: Duration::from_millis(100),
             max: Duration::from_secs(1),
         };
-        for (attempt, nominal) in [(0, 100), (1, 200), (2, 400), (3, 800), (4, 1000), (40, 1000)] {
+        for (attempt, nominal) in [
+            (0, 100),
+            (1, 200),
+            (2, 400),
+            (3, 800),
+            (4, 1000),
+            (40, 1000),
+        ] {
             let d = b.delay(attempt).as_millis() as u64;
             assert!(d <= nominal && d >= nominal * 3 / 4, "{attempt}: {d}");
         }

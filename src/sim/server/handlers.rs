@@ -28,11 +28,7 @@ pub const CACHED_TOKENS_HEADER: &str = "x-sim-cached-tokens";
 pub const WORKER_HEADER: &str = "x-sim-worker";
 
 /// `POST /v1/completions`.
-pub async fn completions(
-    State(app): State<Arc<App>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+pub async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
     answer(app, Kind::Completions, headers, body)
         .await
         .unwrap_or_else(IntoResponse::into_response)

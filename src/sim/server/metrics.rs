@@ -201,7 +201,10 @@ mod tests {
 
     #[test]
     fn orca_headers_match_vllms_own() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/vllm/orca_header.json");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/vllm/orca_header.json"
+        );
         let vectors: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let gauges = Gauges {

@@ -1,6 +1,6 @@
 //! `sim-worker`'s server: a vLLM replica without a GPU, over HTTP.
 //!
-//! It answers vLLM's OpenAI API from the simulated [`Engine`](crate::sim::Engine):
+//! It answers vLLM's OpenAI API from the simulated [`Engine`]:
 //! prompts are tokenized and hashed exactly as the router does
 //! ([`ModelPipeline`]), requests wait, prefill and decode on the engine's
 //! schedule (streamed tokens arrive at their simulated times), and the
@@ -161,7 +161,8 @@ impl SimServer {
         {
             let mut st = lock(&state);
             st.reporters.pusher = handle.clone();
-            st.reporters.set_drop_evictions(config.faults.drop_evictions);
+            st.reporters
+                .set_drop_evictions(config.faults.drop_evictions);
             st.reporters.set_stopped(config.faults.stop_reporting);
         }
         let core = Arc::new(SimCore::new(
@@ -214,7 +215,10 @@ impl SimServer {
 
     /// The bound KV-event replay endpoint, when enabled.
     pub fn kv_replay_endpoint(&self) -> Option<&str> {
-        self.app.kv_endpoints.as_ref().and_then(|(_, r)| r.as_deref())
+        self.app
+            .kv_endpoints
+            .as_ref()
+            .and_then(|(_, r)| r.as_deref())
     }
 
     /// Resolves when the HTTP server stops by itself (it should not).

@@ -104,7 +104,10 @@ fn max_tokens(kind: Kind, json: &Value, default: usize) -> Result<usize, ApiErro
         Kind::Completions => &["max_tokens"],
         Kind::Chat => &["max_completion_tokens", "max_tokens"],
     };
-    let Some(v) = keys.iter().find_map(|k| json.get(*k).filter(|v| !v.is_null())) else {
+    let Some(v) = keys
+        .iter()
+        .find_map(|k| json.get(*k).filter(|v| !v.is_null()))
+    else {
         return Ok(default.max(1));
     };
     match v.as_u64() {

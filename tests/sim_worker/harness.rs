@@ -1,0 +1,175 @@
+//! The `sim-worker` binary as a child process, and what the tests ask it.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// The model name every test serves.
+pub const MODEL: &str = "qwen3";
+
+/// The longest a test waits for anything to happen (machines are shared).
+pub const PATIENCE: Duration = Duration::from_secs(10);
+
+/// The tokenizer the router and the sim share.
+pub fn tokenizer_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tokenizers/qwen3")
+}
+
+/// A running `sim-worker`; SIGKILLed on drop.
+pub struct Sim {
+    child: Child,
+    /// `http://127.0.0.1:<port>`.
+    pub base: String,
+    /// The KV-event PUB endpoint, when publishing.
+    pub kv: Option<String>,
+    /// The KV-event replay endpoint, when enabled.
+    pub kv_replay: Option<String>,
+}
+
+impl Sim {
+    /// Starts `sim-worker --port 0 <extra>` and reads the addresses it
+    /// prints.
+    pub fn start(extra: &[&str]) -> Sim {
+        let tokenizer = tokenizer_dir();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sim-worker"))
+            .args(["--port", "0", "--model", MODEL, "--tokenizer-dir"])
+            .arg(&tokenizer)
+            .args(extra)
+            .env("SIM_WORKER_LOG", "warn")
+            .env_remove("PREFIX_ROUTER_INTERNAL_TOKEN")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn sim-worker");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let wants_kv = extra.contains(&"--kv-events-endpoint");
+        let wants_replay = extra.contains(&"--kv-events-replay-endpoint");
+        let (mut base, mut kv, mut kv_replay) = (None, None, None);
+        let deadline = Instant::now() + PATIENCE;
+        while base.is_none() || (wants_kv && kv.is_none()) || (wants_replay && kv_replay.is_none())
+        {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = rx.recv_timeout(left).expect("sim-worker did not start");
+            if let Some(a) = line.strip_prefix("listening on ") {
+                base = Some(a.to_owned());
+            } else if let Some(e) = line.strip_prefix("kv-events replay on ") {
+                kv_replay = Some(e.to_owned());
+            } else if let Some(e) = line.strip_prefix("kv-events on ") {
+                kv = Some(e.to_owned());
+            }
+        }
+        Sim {
+            child,
+            base: base.expect("address"),
+            kv,
+            kv_replay,
+        }
+    }
+
+    /// `<base><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// `GET /sim/state`.
+    pub async fn state(&self) -> Value {
+        reqwest::get(self.url("/sim/state"))
+            .await
+            .expect("state")
+            .json()
+            .await
+            .expect("state JSON")
+    }
+
+    /// The hashes the sim caches now (hex).
+    pub async fn cached(&self) -> BTreeSet<String> {
+        hex_set(&self.state().await["cached_hashes"])
+    }
+
+    /// `POST /sim/faults`; returns the faults now in force.
+    pub async fn faults(&self, body: Value) -> Value {
+        let resp = reqwest::Client::new()
+            .post(self.url("/sim/faults"))
+            .json(&body)
+            .send()
+            .await
+            .expect("faults");
+        assert_eq!(resp.status(), 200);
+        resp.json().await.expect("faults JSON")
+    }
+
+    /// The exit status, waiting up to [`PATIENCE`] for it.
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "sim-worker did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A JSON array of hex strings as a set.
+pub fn hex_set(v: &Value) -> BTreeSet<String> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|h| h.as_str().expect("hex").to_owned())
+        .collect()
+}
+
+/// A prompt of about `lines` × 12 tokens, distinct per `topic`.
+pub fn prompt(topic: &str, lines: usize) -> String {
+    let mut p = format!("Document about {topic}.\n");
+    for i in 0..lines {
+        p.push_str(&format!(
+            "Line {i} of the {topic} document, repeated for length.\n"
+        ));
+    }
+    p
+}
+
+/// A completion request body.
+pub fn completion(prompt: &str, max_tokens: usize, stream: bool) -> Value {
+    json!({"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "stream": stream})
+}
+
+/// Polls `check` every 50 ms until it returns `Some`, for up to
+/// [`PATIENCE`]; panics with `what` otherwise.
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
