@@ -242,3 +242,38 @@ async fn an_engine_restart_resets_the_workers_state() {
     );
     assert_eq!(r.fleet(), [7].map(router_hash).into());
 }
+
+#[tokio::test]
+async fn a_restarted_engine_past_the_old_numbering_is_not_taken_for_a_gap() {
+    let mut r = rig(10_000).await;
+    r.publisher.publish(store(1, 1.0)).unwrap();
+    let b = r.recv().await;
+    r.session.on_batch(&r.sub, b.seq, &b.batch).await;
+    assert_eq!(r.fleet(), [1].map(router_hash).into());
+    // The new engine publishes more than the old one did before anyone
+    // hears it: its first batch received has a number beyond the old one's.
+    let restarted = KvEventPublisher::start(KvEventPublisherConfig::default())
+        .await
+        .unwrap();
+    let old = std::mem::replace(&mut r.publisher, restarted);
+    old.shutdown(Duration::from_secs(1)).await;
+    for k in 0..20 {
+        r.publisher
+            .publish(store(100 + k, 100.0 + k as f64))
+            .unwrap();
+    }
+    r.sub = subscriber(&r.publisher).await;
+    loop {
+        r.publisher.publish(store(7, 70.0)).unwrap();
+        if let Ok(Ok(b)) = tokio::time::timeout(Duration::from_millis(200), r.sub.recv()).await {
+            r.session.on_batch(&r.sub, b.seq, &b.batch).await;
+            break;
+        }
+    }
+    let fleet = r.fleet();
+    assert!(
+        !fleet.contains(&router_hash(1)),
+        "the old engine's block remains"
+    );
+    assert!(fleet.contains(&router_hash(7)) && fleet.contains(&router_hash(100)));
+}

@@ -67,6 +67,17 @@ impl SeqTracker {
         }
     }
 
+    /// Whether batch `seq` with timestamp `ts` is one this tracker applied
+    /// (`None` when `seq` is too old to tell). A replay that disagrees on
+    /// an applied batch comes from another engine (a restart).
+    pub fn was_applied(&self, seq: u64, ts: f64) -> Option<bool> {
+        self.applied
+            .iter()
+            .rev()
+            .find(|&&(s, _)| s == seq)
+            .map(|&(_, t)| t == ts.to_bits())
+    }
+
     /// Records batch `seq` as applied.
     pub fn applied(&mut self, seq: u64, ts: f64) {
         self.next = Some(seq.saturating_add(1));

@@ -130,22 +130,38 @@ impl<S: FleetSink> Session<S> {
         }
     }
 
-    /// Applies replayed batches `from..to`; false if any is missing.
+    /// Applies replayed batches `from..to`; false if any is missing, or if
+    /// the replay is not the continuation of what was applied: the replay
+    /// starts one batch early, and that batch must be the one applied (a
+    /// restarted engine that has already passed the old numbering has a
+    /// different batch there).
     async fn fill(&mut self, sub: &KvEventSubscriber, from: u64, to: u64) -> bool {
-        let Ok(batches) = sub.replay(from).await else {
+        let Ok(batches) = sub.replay(from.saturating_sub(1)).await else {
             return false;
         };
         let mut expect = from;
+        let mut anchored = from == 0;
         for ReplayedBatch { seq, batch, .. } in batches {
-            if seq >= to {
-                break;
-            }
-            if seq != expect {
-                return false;
-            }
             let Ok(batch) = batch else {
                 return false;
             };
+            if seq + 1 == from {
+                if self.tracker.was_applied(seq, batch.ts) != Some(true) {
+                    tracing::warn!(
+                        seq,
+                        "replayed batch differs from the one applied: another engine"
+                    );
+                    return false;
+                }
+                anchored = true;
+                continue;
+            }
+            if !anchored || seq != expect {
+                return false;
+            }
+            if seq >= to {
+                break;
+            }
             self.apply(seq, &batch);
             expect += 1;
         }
