@@ -1,8 +1,11 @@
-//! `prefix-router reporter` as a real process between a vLLM-like engine
-//! (a `sim-worker` that only publishes vLLM KV events over ZeroMQ, and does
-//! not push) and a real router on a real valkey-server: the shared state
-//! follows the engine's cache, a restarted reporter resynchronises from the
-//! engine's replay buffer, and a restarted engine resets the worker.
+//! The workers side end to end, with real processes: a real router on a
+//! real valkey-server, two `sim-worker`s reporting by push and two
+//! vLLM-like engines (sims that only publish vLLM KV events over ZeroMQ)
+//! reported by `prefix-router reporter` processes. After traffic, and after
+//! each fault (30% of eviction reports dropped, ZeroMQ sequence gaps, a
+//! reporter restart, the engine clearing its cache, an engine restart), the
+//! shared state of every worker equals that worker's real cache, block by
+//! block, within a sync period.
 
 mod support;
 
@@ -12,26 +15,30 @@ mod harness;
 
 use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
-use harness::{MODEL, Sim, completion, eventually, prompt, tokenizer_dir};
+use harness::{MODEL, Sim, completion, prompt, tokenizer_dir};
+use serde_json::json;
 use support::{Router, TOKEN, Valkey, args, free_port, http};
 
-const WORKER: &str = "engine-a";
+/// How long a convergence may take on 2 busy cores running debug builds
+/// (a deadline for polling, not a latency bound).
+const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A reporter process; SIGKILLed on drop.
 struct Reporter(Child);
 
 impl Reporter {
-    fn start(sim: &Sim, router: &Router, kv_port: u16, replay_port: u16) -> Reporter {
+    fn start(worker: &str, sim: &Sim, router: &Router, ports: (u16, u16)) -> Reporter {
         let child = Command::new(env!("CARGO_BIN_EXE_prefix-router"))
             .arg("reporter")
             // vLLM binds "tcp://*:PORT"; the reporter connects to it.
-            .args(["--kv-events", &format!("tcp://*:{kv_port}")])
-            .args(["--replay", &format!("tcp://127.0.0.1:{replay_port}")])
+            .args(["--kv-events", &format!("tcp://*:{}", ports.0)])
+            .args(["--replay", &format!("tcp://127.0.0.1:{}", ports.1)])
             .args(["--engine-url", &sim.base])
             .args(["--fleet-url", &router.url("")])
             .args(["--internal-token", TOKEN])
-            .args(["--worker-id", WORKER, "--model", MODEL])
+            .args(["--worker-id", worker, "--model", MODEL])
             .env("PREFIX_ROUTER_LOG", "warn")
             .stdout(Stdio::inherit())
             .stderr(Stdio::inherit())
@@ -48,30 +55,50 @@ impl Drop for Reporter {
     }
 }
 
-/// An engine publishing KV events on fixed ports (so a restarted one is
-/// found at the same endpoints), with a small cache that must evict.
-fn engine(kv_port: u16, replay_port: u16) -> Sim {
-    Sim::start(&[
-        "--worker-id",
-        WORKER,
-        "--num-blocks",
-        "24",
-        "--time-scale",
-        "0.02",
+/// Small caches, so that traffic evicts; fast time.
+const SIM_FLAGS: [&str; 4] = ["--num-blocks", "24", "--time-scale", "0.02"];
+
+/// A vLLM-like engine: publishes KV events on fixed ports (a restarted one
+/// is found at the same endpoints), pushes nothing.
+fn engine(worker: &str, ports: (u16, u16)) -> Sim {
+    let (kv, replay) = (
+        format!("tcp://127.0.0.1:{}", ports.0),
+        format!("tcp://127.0.0.1:{}", ports.1),
+    );
+    let mut flags = vec!["--worker-id", worker];
+    flags.extend(SIM_FLAGS);
+    flags.extend([
         "--kv-events-endpoint",
-        &format!("tcp://127.0.0.1:{kv_port}"),
+        &kv,
         "--kv-events-replay-endpoint",
-        &format!("tcp://127.0.0.1:{replay_port}"),
-    ])
+        &replay,
+    ]);
+    Sim::start(&flags)
 }
 
-/// The hashes the shared state holds for the worker's live incarnation.
-fn fleet_blocks(valkey: &Valkey) -> BTreeSet<String> {
+/// A sim that pushes to the fleet itself, with a 2 s sync period.
+fn pushing(worker: &str, router: &Router) -> Sim {
+    let url = router.url("");
+    let mut flags = vec![
+        "--worker-id",
+        worker,
+        "--fleet-url",
+        &url,
+        "--internal-token",
+        TOKEN,
+    ];
+    flags.extend(SIM_FLAGS);
+    flags.extend(["--sync-interval", "2s"]);
+    Sim::start(&flags)
+}
+
+/// The hashes the shared state holds for `worker`'s live incarnation.
+fn fleet_blocks(valkey: &Valkey, worker: &str) -> BTreeSet<String> {
     let mut conn = valkey.conn();
     let base = format!("pr:{{{MODEL}}}");
     let idx: Option<String> = redis::cmd("HGET")
         .arg(format!("{base}:ids"))
-        .arg(WORKER)
+        .arg(worker)
         .query(&mut conn)
         .expect("HGET ids");
     let Some(idx) = idx else {
@@ -83,87 +110,148 @@ fn fleet_blocks(valkey: &Valkey) -> BTreeSet<String> {
         .expect("SMEMBERS")
 }
 
-/// Sends prompts straight to the engine (the router is not involved).
+async fn send(url: String, topic: &str) {
+    let resp = http()
+        .post(url)
+        .json(&completion(&prompt(topic, 12), 2, false))
+        .send()
+        .await
+        .expect("completion");
+    assert_eq!(resp.status(), 200);
+}
+
+/// Prompts straight to one engine (the router is not involved).
 async fn serve(sim: &Sim, topics: &[&str]) {
     for topic in topics {
-        let resp = http()
-            .post(sim.url("/v1/completions"))
-            .json(&completion(&prompt(topic, 12), 2, false))
-            .send()
-            .await
-            .expect("completion");
-        assert_eq!(resp.status(), 200);
+        send(sim.url("/v1/completions"), topic).await;
     }
 }
 
-async fn converged(valkey: &Valkey, sim: &Sim, what: &str) -> BTreeSet<String> {
-    eventually(what, || async {
+/// Waits until the shared state holds exactly what `sim` caches; on
+/// timeout, says what differs.
+async fn converged(valkey: &Valkey, worker: &str, sim: &Sim, what: &str) -> BTreeSet<String> {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
         let cached = sim.cached().await;
-        (!cached.is_empty() && fleet_blocks(valkey) == cached).then_some(cached)
-    })
-    .await
+        let fleet = fleet_blocks(valkey, worker);
+        if fleet == cached {
+            return cached;
+        }
+        if std::time::Instant::now() > deadline {
+            panic!(
+                "{worker}: {what}: the fleet never matched the cache: {} only in the fleet, {} only in the cache",
+                fleet.difference(&cached).count(),
+                cached.difference(&fleet).count()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn set_faults(sim: &Sim, body: serde_json::Value) {
+    sim.faults(body).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_fleet_follows_a_stock_engine_through_its_kv_events() {
+async fn the_fleets_state_equals_every_workers_cache_through_faults() {
     let valkey = Valkey::start();
     let mut a = args();
     a.model = Some(MODEL.into());
     a.tokenizer_dir = Some(tokenizer_dir());
     let router = Router::start(&valkey.url(), a).await;
-    let (kv_port, replay_port) = (free_port(), free_port());
-    let sim = engine(kv_port, replay_port);
-    let reporter = Reporter::start(&sim, &router, kv_port, replay_port);
+    let push = [pushing("push-a", &router), pushing("push-b", &router)];
+    let ports = [(free_port(), free_port()), (free_port(), free_port())];
+    let zmq = [engine("zmq-a", ports[0]), engine("zmq-b", ports[1])];
+    let _reporter_a = Reporter::start("zmq-a", &zmq[0], &router, ports[0]);
+    let reporter_b = Reporter::start("zmq-b", &zmq[1], &router, ports[1]);
+    let workers: Vec<(&str, &Sim)> = vec![
+        ("push-a", &push[0]),
+        ("push-b", &push[1]),
+        ("zmq-a", &zmq[0]),
+        ("zmq-b", &zmq[1]),
+    ];
 
-    // Stores, then evictions (24 blocks hold about two of these prompts).
-    serve(&sim, &["alpha"]).await;
-    let first = converged(&valkey, &sim, "stored blocks reach the fleet").await;
-    serve(&sim, &["beta", "gamma", "delta"]).await;
-    let later = converged(&valkey, &sim, "evictions reach the fleet").await;
-    assert!(
-        !first.is_subset(&later),
-        "the small cache should have evicted some of the first prompt's blocks"
-    );
-    // The router routes on what the reporter told it: a repeated prompt
-    // goes to the engine, which serves it from its cache.
+    // Traffic through the router, and to each engine: every worker caches,
+    // and small caches evict.
+    for t in 0..12 {
+        send(router.url("/v1/completions"), &format!("routed-{}", t % 8)).await;
+    }
+    for (_, sim) in &workers {
+        serve(sim, &["alpha", "beta", "gamma"]).await;
+    }
+    for (worker, sim) in &workers {
+        let held = converged(&valkey, worker, sim, "after traffic").await;
+        assert!(!held.is_empty());
+    }
+
+    // 30% of eviction reports lost by a pushing worker: the next sync heals.
+    set_faults(&push[0], json!({"drop_evictions": 0.3})).await;
+    serve(&push[0], &["delta", "epsilon", "zeta", "eta"]).await;
+    converged(
+        &valkey,
+        "push-a",
+        &push[0],
+        "after dropped eviction reports",
+    )
+    .await;
+
+    // ZeroMQ sequence gaps: the reporter fills them from the replay socket.
+    set_faults(&zmq[0], json!({"lose_kv_batches": 0.3})).await;
+    serve(&zmq[0], &["delta", "epsilon", "zeta", "eta", "theta"]).await;
+    set_faults(&zmq[0], json!({"lose_kv_batches": 0.0})).await;
+    converged(&valkey, "zmq-a", &zmq[0], "after sequence gaps").await;
+
+    // The engine clears its cache (AllBlocksCleared), then works on.
     let resp = http()
-        .post(router.url("/v1/completions"))
-        .json(&completion(&prompt("delta", 12), 2, false))
+        .post(zmq[0].url("/reset_prefix_cache"))
         .send()
         .await
-        .expect("routed");
-    assert_eq!(resp.status(), 200);
-    let cached: u64 = resp.headers()["x-sim-cached-tokens"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(cached > 0, "a prefix the fleet knows about was a miss");
-
-    // A reporter that was down while the engine kept working catches up
-    // from the engine's replay buffer when it starts again.
-    drop(reporter);
-    serve(&sim, &["epsilon", "zeta"]).await;
-    let _reporter = Reporter::start(&sim, &router, kv_port, replay_port);
-    converged(&valkey, &sim, "a restarted reporter resynchronises").await;
-
-    // A restarted engine (empty cache, sequence back to 0) on the same
-    // endpoints: the worker's old blocks leave the fleet.
-    drop(sim);
-    let sim = engine(kv_port, replay_port);
-    // Until the reporter's socket has reconnected, the engine's events go
-    // nowhere (ZeroMQ PUB drops them); the engine keeps working meanwhile.
-    let mut round = 0;
-    let now = eventually("the fleet follows the restarted engine", || {
-        round += 1;
-        let topic = format!("eta-{}", round % 3);
-        let (sim, valkey) = (&sim, &valkey);
-        async move {
-            serve(sim, &[topic.as_str()]).await;
-            let cached = sim.cached().await;
-            (fleet_blocks(valkey) == cached).then_some(cached)
-        }
-    })
+        .expect("reset");
+    assert!(resp.status().is_success());
+    serve(&zmq[0], &["iota"]).await;
+    converged(
+        &valkey,
+        "zmq-a",
+        &zmq[0],
+        "after the engine cleared its cache",
+    )
     .await;
-    assert!(now.is_disjoint(&later), "blocks of the old engine remain");
+
+    // A reporter that was down while its engine kept working catches up
+    // from the engine's replay buffer when it starts again.
+    drop(reporter_b);
+    serve(&zmq[1], &["kappa", "lambda"]).await;
+    let _reporter_b = Reporter::start("zmq-b", &zmq[1], &router, ports[1]);
+    let before = converged(&valkey, "zmq-b", &zmq[1], "after a reporter restart").await;
+
+    // A restarted engine (empty cache, numbering from 0) on the same
+    // endpoints. Until the reporter's socket reconnects, the engine's
+    // events go nowhere (ZeroMQ PUB drops them); it keeps working.
+    let [zmq_a, zmq_b] = zmq;
+    drop(zmq_b);
+    let zmq_b = engine("zmq-b", ports[1]);
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let mut round = 0;
+    let now = loop {
+        round += 1;
+        serve(&zmq_b, &[format!("mu-{}", round % 3).as_str()]).await;
+        let cached = zmq_b.cached().await;
+        if fleet_blocks(&valkey, "zmq-b") == cached {
+            break cached;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "zmq-b: the fleet never followed the restarted engine"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(now.is_disjoint(&before), "blocks of the old engine remain");
+    // Everyone else is still exact.
+    for (worker, sim) in [
+        ("push-a", &push[0]),
+        ("push-b", &push[1]),
+        ("zmq-a", &zmq_a),
+    ] {
+        converged(&valkey, worker, sim, "at the end").await;
+    }
 }

@@ -111,12 +111,18 @@ pub enum PublishError {
     Encode(#[from] EncodeError),
 }
 
+/// A queued batch; `send: false` numbers and buffers it without sending.
+struct Outgoing {
+    payload: Bytes,
+    send: bool,
+}
+
 /// The most recent batches, for replay.
 type ReplayBuffer = Arc<Mutex<VecDeque<(u64, Bytes)>>>;
 
 /// Publishes KV-event batches the way a vLLM engine does; see the module docs.
 pub struct KvEventPublisher {
-    queue: Option<mpsc::Sender<Bytes>>,
+    queue: Option<mpsc::Sender<Outgoing>>,
     capacity: usize,
     endpoint: String,
     replay_endpoint: Option<String>,
@@ -205,8 +211,28 @@ impl KvEventPublisher {
     /// Queues an already-encoded payload as is (tests use it to send bytes a
     /// real engine recorded, or malformed ones).
     pub fn publish_payload(&self, payload: Bytes) -> Result<(), PublishError> {
+        self.enqueue(Outgoing {
+            payload,
+            send: true,
+        })
+    }
+
+    /// Numbers and buffers a batch for replay but does not send it, as when
+    /// ZeroMQ drops a message at a subscriber's high-water mark: subscribers
+    /// see a gap that the replay socket can fill (fault injection).
+    pub fn publish_lost(&self, mut batch: KvEventBatch) -> Result<(), PublishError> {
+        batch
+            .data_parallel_rank
+            .get_or_insert(self.data_parallel_rank);
+        self.enqueue(Outgoing {
+            payload: Bytes::from(encode_batch(&batch)?),
+            send: false,
+        })
+    }
+
+    fn enqueue(&self, item: Outgoing) -> Result<(), PublishError> {
         let queue = self.queue.as_ref().ok_or(PublishError::Closed)?;
-        match queue.try_send(payload) {
+        match queue.try_send(item) {
             Ok(()) => Ok(()),
             Err(mpsc::error::TrySendError::Full(_)) => {
                 let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
@@ -257,20 +283,21 @@ impl Drop for KvEventPublisher {
 /// Numbers, sends and buffers batches in order until the queue closes.
 async fn send_batches(
     mut socket: PubSocket,
-    mut rx: mpsc::Receiver<Bytes>,
+    mut rx: mpsc::Receiver<Outgoing>,
     topic: String,
     buffer: ReplayBuffer,
     buffer_steps: usize,
     published: Arc<AtomicU64>,
 ) {
     let mut seq: u64 = 0;
-    while let Some(payload) = rx.recv().await {
+    while let Some(Outgoing { payload, send }) = rx.recv().await {
         let message = PubMessage {
             topic: topic.clone(),
             seq,
             payload: payload.clone(),
         };
         match ZmqMessage::try_from(message.into_frames()) {
+            Ok(_) if !send => tracing::debug!(seq, "KV-event batch buffered, not sent (fault)"),
             Ok(message) => {
                 if let Err(error) = socket.send(message).await {
                     tracing::warn!(seq, %error, "KV-event PUB send failed");

@@ -25,6 +25,9 @@ pub struct FaultsBody {
     drop_evictions: Option<f64>,
     /// Send no reports (push and KV events) while true.
     stop_reporting: Option<bool>,
+    /// Probability (0..=1) that a KV-event batch is numbered and kept for
+    /// replay but not sent, as when ZeroMQ drops it: a sequence gap.
+    lose_kv_batches: Option<f64>,
     /// Answer nothing while true (`/sim/*` still answers).
     paused: Option<bool>,
     /// Exit at once with status 137, without answering.
@@ -47,17 +50,25 @@ pub async fn set_faults(
         tracing::warn!("simulated crash: exiting now");
         std::process::exit(CRASH_EXIT_CODE);
     }
-    if let Some(p) = body.drop_evictions
-        && !(0.0..=1.0).contains(&p)
-    {
-        return Err(ApiError::bad_request(format!(
-            "drop_evictions must be within 0..=1, got {p}"
-        )));
+    for (name, p) in [
+        ("drop_evictions", body.drop_evictions),
+        ("lose_kv_batches", body.lose_kv_batches),
+    ] {
+        if let Some(p) = p
+            && !(0.0..=1.0).contains(&p)
+        {
+            return Err(ApiError::bad_request(format!(
+                "{name} must be within 0..=1, got {p}"
+            )));
+        }
     }
     {
         let mut st = app.core.lock();
         if let Some(p) = body.drop_evictions {
             st.reporters.set_drop_evictions(p);
+        }
+        if let Some(p) = body.lose_kv_batches {
+            st.reporters.set_lose_kv_batches(p);
         }
         if let Some(stop) = body.stop_reporting {
             st.reporters.set_stopped(stop);
@@ -76,6 +87,7 @@ fn current_faults(app: &App) -> Value {
     json!({
         "drop_evictions": st.reporters.drop_evictions(),
         "stop_reporting": st.reporters.stopped(),
+        "lose_kv_batches": st.reporters.lose_kv_batches(),
         "paused": app.core.is_paused(),
     })
 }

@@ -25,6 +25,7 @@ pub struct Reporters {
     pub kv: Option<KvEventPublisher>,
     kv_stopped: bool,
     kv_drop_evictions: f64,
+    kv_lose_batches: f64,
     rng: StdRng,
 }
 
@@ -36,6 +37,7 @@ impl Reporters {
             kv: None,
             kv_stopped: false,
             kv_drop_evictions: 0.0,
+            kv_lose_batches: 0.0,
             rng: StdRng::seed_from_u64(seed ^ 0x6b76_6576),
         }
     }
@@ -56,6 +58,17 @@ impl Reporters {
         if let Some(pusher) = &self.pusher {
             pusher.set_drop_evictions(p);
         }
+    }
+
+    /// Loses each KV-event batch with probability `p`: numbered and kept
+    /// for replay, not sent (a sequence gap the reporter must fill).
+    pub fn set_lose_kv_batches(&mut self, p: f64) {
+        self.kv_lose_batches = if p.is_nan() { 0.0 } else { p.clamp(0.0, 1.0) };
+    }
+
+    /// The KV-batch loss probability in force.
+    pub fn lose_kv_batches(&self) -> f64 {
+        self.kv_lose_batches
     }
 
     /// Whether reporting is stopped.
@@ -94,8 +107,13 @@ impl Reporters {
             events: kv_events,
             data_parallel_rank: None,
         };
+        let lose = self.kv_lose_batches > 0.0 && self.rng.random_bool(self.kv_lose_batches);
         if let Some(kv) = &self.kv
-            && let Err(e) = kv.publish(batch)
+            && let Err(e) = if lose {
+                kv.publish_lost(batch)
+            } else {
+                kv.publish(batch)
+            }
         {
             tracing::warn!(error = %e, "KV-event batch not published");
         }
