@@ -7,6 +7,7 @@
 pub mod api;
 pub mod config;
 pub mod hashing;
+pub mod inspect;
 pub mod kv_events;
 pub mod load_scrape;
 pub mod proxy;

@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use prefix_router::config::{ServeArgs, ServeConfig};
+use prefix_router::inspect::InspectArgs;
 use prefix_router::reporter::ReporterArgs;
 use tracing_subscriber::EnvFilter;
 
@@ -19,6 +20,9 @@ enum Command {
     Serve(ServeArgs),
     /// Run beside a stock vLLM engine: report its KV cache to the fleet.
     Reporter(ReporterArgs),
+    /// Read-only view of the fleet's shared state in Valkey; with --check,
+    /// verify its invariants (exit 1 on a violation, 2 on an error).
+    Inspect(InspectArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -41,6 +45,22 @@ fn main() -> anyhow::Result<()> {
                 prefix_router::reporter::run(cfg, prefix_router::serve::wait_for_signal()).await
             })?;
             Ok(())
+        }
+        Command::Inspect(args) => {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let result = runtime.block_on(prefix_router::inspect::run(&args, &mut out));
+            let _ = out.flush();
+            match result {
+                Ok(code) => std::process::exit(code),
+                Err(e) => {
+                    eprintln!(
+                        "error: {:#}",
+                        anyhow::Error::new(e).context("inspecting the state")
+                    );
+                    std::process::exit(2)
+                }
+            }
         }
     }
 }

@@ -11,12 +11,13 @@ use serde::Serialize;
 use super::InspectError;
 use super::codes::Code;
 use super::conn::{Reader, bytes};
+use super::format::{ViewField, view_field};
 use super::inventory::{self, ModelInventory};
 use super::meta::{self, ModelMeta};
 use super::passes::Pass;
 use super::probe::{Findings, Probe, recheck};
 use super::rules::{self, IncarnationFacts, Known, ViewFieldFacts, WorkerIdFacts};
-use super::schema::{ModelKey, ModelKeys, ViewField, parse_idx, view_field};
+use super::schema::{ModelKey, ModelKeys, parse_idx};
 use crate::state::KeySpace;
 
 /// Suspected violations kept for the re-check; beyond this they are
@@ -97,7 +98,10 @@ pub(crate) struct CheckSettings<'a> {
 }
 
 /// Runs the whole check.
-pub(crate) async fn check(reader: &mut Reader, s: &CheckSettings<'_>) -> Result<CheckReport, InspectError> {
+pub(crate) async fn check(
+    reader: &mut Reader,
+    s: &CheckSettings<'_>,
+) -> Result<CheckReport, InspectError> {
     let horizon_ms = i64::try_from(s.horizon.as_millis()).unwrap_or(i64::MAX);
     let mut findings = Findings::new(MAX_CANDIDATES);
     let mut stats = CheckStats::default();
@@ -120,9 +124,22 @@ pub(crate) async fn check(reader: &mut Reader, s: &CheckSettings<'_>) -> Result<
         let mi = inv.models.get(&model).unwrap_or(&empty);
         let meta = meta::read(reader, s.keys, &mk, &model, mi).await?;
         if mi.keys > 0 {
-            findings.add(Some(&model), &model, &Probe::Model, rules::model_issues(&model, meta.listed));
+            findings.add(
+                Some(&model),
+                &model,
+                &Probe::Model,
+                rules::model_issues(&model, meta.listed),
+            );
         }
-        small_keys(&mk, &model, mi, &meta, horizon_ms, &mut findings, &mut stats);
+        small_keys(
+            &mk,
+            &model,
+            mi,
+            &meta,
+            horizon_ms,
+            &mut findings,
+            &mut stats,
+        );
         let mut pass = Pass {
             reader: &mut *reader,
             mk: &mk,
@@ -208,7 +225,12 @@ fn small_keys(
             horizon_ms,
         };
         let probe = Probe::Incarnation { idx, record_id };
-        findings.add(m, &format!("incarnation {idx}"), &probe, rules::incarnation_issues(&facts));
+        findings.add(
+            m,
+            &format!("incarnation {idx}"),
+            &probe,
+            rules::incarnation_issues(&facts),
+        );
     }
     for (id, idx) in &meta.ids {
         let parsed = parse_idx(idx);
@@ -216,28 +238,66 @@ fn small_keys(
             id: id.clone(),
             idx: idx.clone(),
             known: parsed.map_or(Known::default(), |i| meta.known(i)),
-            record_id: parsed.and_then(|i| meta.records.get(&i)).and_then(|r| r.get("id")).cloned(),
+            record_id: parsed
+                .and_then(|i| meta.records.get(&i))
+                .and_then(|r| r.get("id"))
+                .cloned(),
         };
-        let probe = Probe::WorkerId { id: id.clone(), idx: idx.clone() };
-        findings.add(m, &format!("ids {id:?}"), &probe, rules::worker_id_issues(&facts));
+        let probe = Probe::WorkerId {
+            id: id.clone(),
+            idx: idx.clone(),
+        };
+        findings.add(
+            m,
+            &format!("ids {id:?}"),
+            &probe,
+            rules::worker_id_issues(&facts),
+        );
     }
     for (field, value) in &meta.view_other {
         let known = match view_field(field) {
             ViewField::InFlight(i, _) => meta.known(i),
             _ => Known::default(),
         };
-        let facts = ViewFieldFacts { field: field.clone(), value: value.clone(), known };
-        let probe = Probe::ViewField { field: field.clone() };
-        findings.add(m, &format!("view {field:?}"), &probe, rules::view_field_issues(&facts));
+        let facts = ViewFieldFacts {
+            field: field.clone(),
+            value: value.clone(),
+            known,
+        };
+        let probe = Probe::ViewField {
+            field: field.clone(),
+        };
+        findings.add(
+            m,
+            &format!("view {field:?}"),
+            &probe,
+            rules::view_field_issues(&facts),
+        );
     }
     for (router, lease) in &meta.routers {
-        let probe = Probe::Router { router: router.clone() };
+        let probe = Probe::Router {
+            router: router.clone(),
+        };
         let issues = rules::router_issues(router, *lease, meta.now_ms, horizon_ms);
         findings.add(m, &format!("router {router:?}"), &probe, issues);
     }
     for (zset, member) in &meta.bad_members {
-        let key = mk.name(if *zset { &ModelKey::Leases } else { &ModelKey::Purge });
-        let probe = Probe::Member { key: key.clone(), member: member.clone(), hash: false, zset: *zset };
-        findings.add(m, &key, &probe, rules::member_issues(&key, member, false, true));
+        let key = mk.name(if *zset {
+            &ModelKey::Leases
+        } else {
+            &ModelKey::Purge
+        });
+        let probe = Probe::Member {
+            key: key.clone(),
+            member: member.clone(),
+            hash: false,
+            zset: *zset,
+        };
+        findings.add(
+            m,
+            &key,
+            &probe,
+            rules::member_issues(&key, member, false, true),
+        );
     }
 }

@@ -81,15 +81,32 @@ impl Code {
     pub fn invariant(self) -> u8 {
         use Code::*;
         match self {
-            ForwardWithoutReverse | ReverseWithoutForward | SpeculativeNotInSp
-            | SpMemberNotSpeculative | SpNotInReverse => 1,
-            EntryOfUnknownIncarnation | KeysOfUnknownIncarnation | IdOfUnknownIncarnation
-            | IdRecordMismatch | LeaseNotInIds | LeasedAndPurging | MissingRecord
-            | IncarnationAboveSeq | BadRecord | SyncTargetNotSyncing => 2,
-            MalformedEntry | SpeculativeExpiryTooFar | LeaseTooFar | RouterLeaseTooFar
-            | StageWithoutTtl | UnexpectedTtl => 3,
-            MissingViewRecord | ViewRecordOfPurged | StaleViewRecord
-            | InflightOfUnknownIncarnation | BadViewField => 4,
+            ForwardWithoutReverse
+            | ReverseWithoutForward
+            | SpeculativeNotInSp
+            | SpMemberNotSpeculative
+            | SpNotInReverse => 1,
+            EntryOfUnknownIncarnation
+            | KeysOfUnknownIncarnation
+            | IdOfUnknownIncarnation
+            | IdRecordMismatch
+            | LeaseNotInIds
+            | LeasedAndPurging
+            | MissingRecord
+            | IncarnationAboveSeq
+            | BadRecord
+            | SyncTargetNotSyncing => 2,
+            MalformedEntry
+            | SpeculativeExpiryTooFar
+            | LeaseTooFar
+            | RouterLeaseTooFar
+            | StageWithoutTtl
+            | UnexpectedTtl => 3,
+            MissingViewRecord
+            | ViewRecordOfPurged
+            | StaleViewRecord
+            | InflightOfUnknownIncarnation
+            | BadViewField => 4,
             UnknownKey | WrongType | ModelNotListed | MisplacedForwardField | BadMember => 5,
         }
     }

@@ -67,7 +67,11 @@ impl Reader {
     }
 
     /// One command's raw reply.
-    pub(crate) async fn cmd(&mut self, context: &str, cmd: &redis::Cmd) -> Result<Value, InspectError> {
+    pub(crate) async fn cmd(
+        &mut self,
+        context: &str,
+        cmd: &redis::Cmd,
+    ) -> Result<Value, InspectError> {
         let r = cmd.query_async::<Value>(&mut self.conn).await;
         r.map_err(|e| self.error(context, e))
     }

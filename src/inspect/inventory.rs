@@ -5,11 +5,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::InspectError;
+use super::codes::Code;
 use super::conn::{Reader, bytes, int, text};
 use super::probe::{Findings, Probe};
 use super::rules::{self, KeyFacts};
 use super::schema::{KeyClass, ModelKey, classify, glob_escape};
-use super::codes::Code;
 
 /// The keys one model has, by kind; what the per-model reads iterate over.
 #[derive(Debug, Default)]
@@ -37,10 +37,18 @@ impl ModelInventory {
         self.keys += 1;
         match key {
             ModelKey::Bucket(b) => self.buckets.push(*b),
-            ModelKey::Record(i) => drop(self.records.insert(*i)),
-            ModelKey::Reverse(i) => drop(self.reverse.insert(*i)),
-            ModelKey::Spec(i) => drop(self.spec.insert(*i)),
-            ModelKey::Target(i) => drop(self.target.insert(*i)),
+            ModelKey::Record(i) => {
+                self.records.insert(*i);
+            }
+            ModelKey::Reverse(i) => {
+                self.reverse.insert(*i);
+            }
+            ModelKey::Spec(i) => {
+                self.spec.insert(*i);
+            }
+            ModelKey::Target(i) => {
+                self.target.insert(*i);
+            }
             ModelKey::Stage(..) => self.stages += 1,
             _ => {}
         }
@@ -76,7 +84,9 @@ pub(crate) async fn scan(
     }
     let mut cursor = 0;
     loop {
-        let (next, items) = reader.scan_page("SCAN", None, cursor, Some(&pattern)).await?;
+        let (next, items) = reader
+            .scan_page("SCAN", None, cursor, Some(&pattern))
+            .await?;
         let names: Vec<Vec<u8>> = items.iter().filter_map(bytes).collect();
         let classes: Vec<KeyClass> = names.iter().map(|k| classify(ns, k)).collect();
         let typed = match findings.as_deref_mut() {
@@ -99,9 +109,10 @@ pub(crate) async fn scan(
                 }
                 _ => None,
             };
-            let (Some(f), Some((type_name, pttl))) =
-                (findings.as_deref_mut(), typed.as_ref().and_then(|t| t.get(i)))
-            else {
+            let (Some(f), Some((type_name, pttl))) = (
+                findings.as_deref_mut(),
+                typed.as_ref().and_then(|t| t.get(i)),
+            ) else {
                 continue;
             };
             let issues = rules::key_issues(&KeyFacts {
@@ -138,7 +149,9 @@ async fn types(reader: &mut Reader, names: &[Vec<u8>]) -> Result<Vec<(String, i6
     for k in names {
         pipe.cmd("TYPE").arg(k).cmd("PTTL").arg(k);
     }
-    let v = reader.pipe("TYPE and PTTL of scanned keys", pipe, false).await?;
+    let v = reader
+        .pipe("TYPE and PTTL of scanned keys", pipe, false)
+        .await?;
     Ok(v.chunks(2)
         .map(|p| {
             let t = p.first().and_then(text).unwrap_or_else(|| "none".into());
@@ -150,9 +163,19 @@ async fn types(reader: &mut Reader, names: &[Vec<u8>]) -> Result<Vec<(String, i6
 
 /// The models to report: those listed in `<ns>:models` and those with keys
 /// (or just `--model`).
-pub(crate) fn model_names(inv: &Inventory, listed: &BTreeSet<String>, only: Option<&str>) -> Vec<String> {
+pub(crate) fn model_names(
+    inv: &Inventory,
+    listed: &BTreeSet<String>,
+    only: Option<&str>,
+) -> Vec<String> {
     match only {
         Some(m) => vec![m.to_owned()],
-        None => listed.iter().chain(inv.models.keys()).cloned().collect::<BTreeSet<_>>().into_iter().collect(),
+        None => listed
+            .iter()
+            .chain(inv.models.keys())
+            .cloned()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect(),
     }
 }

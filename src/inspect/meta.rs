@@ -7,9 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::InspectError;
 use super::conn::{Reader, bytes, int, pairs, pairs_of, text};
+use super::format::{ViewField, view_field};
 use super::inventory::ModelInventory;
 use super::rules::Known;
-use super::schema::{ModelKey, ModelKeys, ViewField, parse_idx, view_field};
+use super::schema::{ModelKey, ModelKeys, parse_idx};
 use crate::state::KeySpace;
 
 /// The small keys of one model, as read.
@@ -65,13 +66,15 @@ impl ModelMeta {
 
     /// In-flight counts: (incarnation, router, count) of well-formed fields.
     pub(crate) fn in_flight(&self) -> impl Iterator<Item = (u64, &str, i64)> {
-        self.view_other.iter().filter_map(|(f, v)| match view_field(f) {
-            ViewField::InFlight(i, _) => {
-                let router = f.split_once(':').map_or("", |(_, r)| r);
-                Some((i, router, v.parse().unwrap_or(0)))
-            }
-            _ => None,
-        })
+        self.view_other
+            .iter()
+            .filter_map(|(f, v)| match view_field(f) {
+                ViewField::InFlight(i, _) => {
+                    let router = f.split_once(':').map_or("", |(_, r)| r);
+                    Some((i, router, v.parse().unwrap_or(0)))
+                }
+                _ => None,
+            })
     }
 }
 
@@ -96,7 +99,10 @@ pub(crate) async fn read(
         (!inv.wrong_type.contains(&name)).then_some(name)
     };
     let listed = reader
-        .cmd("SISMEMBER models", redis::cmd("SISMEMBER").arg(keys.models()).arg(model))
+        .cmd(
+            "SISMEMBER models",
+            redis::cmd("SISMEMBER").arg(keys.models()).arg(model),
+        )
         .await?;
     m.listed = int(&listed) == Some(1);
     if let Some(k) = usable(&ModelKey::Seq) {
@@ -104,8 +110,13 @@ pub(crate) async fn read(
     }
     if let Some(k) = usable(&ModelKey::Leases) {
         for (member, s) in pairs_of(&reader.scan_all("ZSCAN", &k).await?) {
-            match (std::str::from_utf8(&member).ok().and_then(parse_idx), lossy(&s).parse::<f64>()) {
-                (Some(i), Ok(score)) => drop(m.leases.insert(i, score as i64)),
+            match (
+                std::str::from_utf8(&member).ok().and_then(parse_idx),
+                lossy(&s).parse::<f64>(),
+            ) {
+                (Some(i), Ok(score)) => {
+                    m.leases.insert(i, score as i64);
+                }
                 _ => m.bad_members.push((true, member)),
             }
         }
@@ -114,7 +125,9 @@ pub(crate) async fn read(
         for v in reader.scan_all("SSCAN", &k).await? {
             let Some(member) = bytes(&v) else { continue };
             match std::str::from_utf8(&member).ok().and_then(parse_idx) {
-                Some(i) => drop(m.purge.insert(i)),
+                Some(i) => {
+                    m.purge.insert(i);
+                }
                 None => m.bad_members.push((false, member)),
             }
         }
@@ -135,13 +148,17 @@ pub(crate) async fn read(
         for (f, v) in pairs_of(&reader.scan_all("HSCAN", &k).await?) {
             let (f, v) = (lossy(&f), lossy(&v));
             match view_field(&f) {
-                ViewField::Record(i) => drop(m.view_records.insert(i, v)),
+                ViewField::Record(i) => {
+                    m.view_records.insert(i, v);
+                }
                 _ => m.view_other.push((f, v)),
             }
         }
     }
     if let Some(k) = usable(&ModelKey::Gc) {
-        let v = reader.cmd("HGETALL gc", redis::cmd("HGETALL").arg(&k)).await?;
+        let v = reader
+            .cmd("HGETALL gc", redis::cmd("HGETALL").arg(&k))
+            .await?;
         m.gc = pairs(&v)
             .unwrap_or_default()
             .into_iter()
@@ -161,7 +178,9 @@ pub(crate) async fn read(
         for i in chunk {
             pipe.cmd("HGETALL").arg(mk.name(&ModelKey::Record(*i)));
         }
-        let values = reader.pipe("HGETALL of worker records", pipe, false).await?;
+        let values = reader
+            .pipe("HGETALL of worker records", pipe, false)
+            .await?;
         for (i, v) in chunk.iter().zip(&values) {
             let rec: BTreeMap<String, String> = pairs(v)
                 .unwrap_or_default()

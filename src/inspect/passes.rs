@@ -11,11 +11,12 @@ use super::InspectError;
 use super::check::CheckStats;
 use super::codes::Code;
 use super::conn::{Reader, SCAN_COUNT, bytes, flags, pairs_of, scan_reply};
+use super::format::{Entry, parse_value};
+use super::inventory::ModelInventory;
 use super::meta::ModelMeta;
 use super::probe::{Findings, Probe};
 use super::rules::{self, EntryFacts, FieldFacts};
-use super::schema::{Entry, ModelKey, ModelKeys, bucket_of, parse_value, valid_hash};
-use super::inventory::ModelInventory;
+use super::schema::{ModelKey, ModelKeys, bucket_of, valid_hash};
 
 /// Codes each pass reports; the other codes of [`rules::entry_issues`] need
 /// facts that pass does not read (the re-check reads them all).
@@ -72,10 +73,18 @@ impl Pass<'_> {
             hash: facts.hash,
             idx: facts.idx,
         };
-        self.findings.add(Some(self.model), &subject, &probe, issues);
+        self.findings
+            .add(Some(self.model), &subject, &probe, issues);
     }
 
-    fn facts(&self, hash: &str, idx: u64, entry: Option<Entry>, in_r: bool, in_sp: bool) -> EntryFacts {
+    fn facts(
+        &self,
+        hash: &str,
+        idx: u64,
+        entry: Option<Entry>,
+        in_r: bool,
+        in_sp: bool,
+    ) -> EntryFacts {
         EntryFacts {
             hash: hash.to_owned(),
             idx,
@@ -100,13 +109,22 @@ impl Pass<'_> {
         for chunk in buckets.chunks(BUCKETS_PER_PIPE) {
             let mut pipe = redis::pipe();
             for (_, name) in chunk {
-                pipe.cmd("HSCAN").arg(name).arg(0).arg("COUNT").arg(SCAN_COUNT);
+                pipe.cmd("HSCAN")
+                    .arg(name)
+                    .arg(0)
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT);
             }
-            let values = self.reader.pipe("HSCAN of forward buckets", pipe, false).await?;
+            let values = self
+                .reader
+                .pipe("HSCAN of forward buckets", pipe, false)
+                .await?;
             let mut page = Vec::new();
             let mut more = Vec::new();
             for ((b, name), v) in chunk.iter().zip(&values) {
-                let Some((cursor, items)) = scan_reply(v) else { continue };
+                let Some((cursor, items)) = scan_reply(v) else {
+                    continue;
+                };
                 page.extend(pairs_of(&items).into_iter().map(|(f, v)| (*b, f, v)));
                 if cursor != 0 {
                     more.push((*b, name, cursor));
@@ -115,8 +133,17 @@ impl Pass<'_> {
             self.fields(page).await?;
             for (b, name, mut cursor) in more {
                 while cursor != 0 {
-                    let (next, items) = self.reader.scan_page("HSCAN", Some(name), cursor, None).await?;
-                    self.fields(pairs_of(&items).into_iter().map(|(f, v)| (b, f, v)).collect()).await?;
+                    let (next, items) = self
+                        .reader
+                        .scan_page("HSCAN", Some(name), cursor, None)
+                        .await?;
+                    self.fields(
+                        pairs_of(&items)
+                            .into_iter()
+                            .map(|(f, v)| (b, f, v))
+                            .collect(),
+                    )
+                    .await?;
                     cursor = next;
                 }
             }
@@ -128,12 +155,20 @@ impl Pass<'_> {
         self.stats.forward_fields += page.len() as u64;
         let mut by_idx: BTreeMap<u64, Vec<(String, Entry)>> = BTreeMap::new();
         for (bucket, field, value) in page {
-            let facts = FieldFacts { bucket, field, value };
+            let facts = FieldFacts {
+                bucket,
+                field,
+                value,
+            };
             let issues = rules::field_issues(&facts);
             if !issues.is_empty() {
                 let subject = format!("f:{bucket:04x} {}", String::from_utf8_lossy(&facts.field));
-                let probe = Probe::Field { bucket, field: facts.field.clone() };
-                self.findings.add(Some(self.model), &subject, &probe, issues);
+                let probe = Probe::Field {
+                    bucket,
+                    field: facts.field.clone(),
+                };
+                self.findings
+                    .add(Some(self.model), &subject, &probe, issues);
             }
             if !valid_hash(&facts.field) || bucket_of(&facts.field) != bucket {
                 continue;
@@ -147,7 +182,10 @@ impl Pass<'_> {
         let mut pipe = redis::pipe();
         let mut order = Vec::new();
         for (idx, list) in &by_idx {
-            let keys = (self.usable(&ModelKey::Reverse(*idx)), self.usable(&ModelKey::Spec(*idx)));
+            let keys = (
+                self.usable(&ModelKey::Reverse(*idx)),
+                self.usable(&ModelKey::Spec(*idx)),
+            );
             let (Some(r), Some(sp)) = keys else { continue };
             for part in list.chunks(MEMBERS_PER_CMD) {
                 let hashes: Vec<&str> = part.iter().map(|(h, _)| h.as_str()).collect();
@@ -159,7 +197,10 @@ impl Pass<'_> {
         if order.is_empty() {
             return Ok(());
         }
-        let values = self.reader.pipe("SMISMEMBER of reverse sets", pipe, false).await?;
+        let values = self
+            .reader
+            .pipe("SMISMEMBER of reverse sets", pipe, false)
+            .await?;
         for (n, (idx, part)) in order.into_iter().enumerate() {
             let (Some(in_r), Some(in_sp)) = (
                 values.get(2 * n).and_then(flags),
@@ -177,7 +218,10 @@ impl Pass<'_> {
 
     /// The forward values of `hashes` (valid hashes), pipelined; `None`
     /// where the read failed.
-    async fn values_of(&mut self, hashes: &[String]) -> Result<Vec<Option<Option<Vec<u8>>>>, InspectError> {
+    async fn values_of(
+        &mut self,
+        hashes: &[String],
+    ) -> Result<Vec<Option<Option<Vec<u8>>>>, InspectError> {
         let mut pipe = redis::pipe();
         let mut asked = Vec::with_capacity(hashes.len());
         for h in hashes {
@@ -188,7 +232,9 @@ impl Pass<'_> {
             asked.push(bucket.is_some());
         }
         let values = if asked.iter().any(|a| *a) {
-            self.reader.pipe("HGET of forward values", pipe, false).await?
+            self.reader
+                .pipe("HGET of forward values", pipe, false)
+                .await?
         } else {
             Vec::new()
         };
@@ -208,7 +254,12 @@ impl Pass<'_> {
                 continue;
             }
             let issues = rules::member_issues(key, &m, true, true);
-            let probe = Probe::Member { key: key.to_owned(), member: m.clone(), hash: true, zset: false };
+            let probe = Probe::Member {
+                key: key.to_owned(),
+                member: m.clone(),
+                hash: true,
+                zset: false,
+            };
             self.findings.add(Some(self.model), key, &probe, issues);
         }
         ok
@@ -218,10 +269,15 @@ impl Pass<'_> {
     pub(crate) async fn reverse(&mut self) -> Result<(), InspectError> {
         let sets: Vec<u64> = self.inv.reverse.iter().copied().collect();
         for idx in sets {
-            let Some(key) = self.usable(&ModelKey::Reverse(idx)) else { continue };
+            let Some(key) = self.usable(&ModelKey::Reverse(idx)) else {
+                continue;
+            };
             let mut cursor = 0;
             loop {
-                let (next, items) = self.reader.scan_page("SSCAN", Some(&key), cursor, None).await?;
+                let (next, items) = self
+                    .reader
+                    .scan_page("SSCAN", Some(&key), cursor, None)
+                    .await?;
                 self.stats.reverse_members += items.len() as u64;
                 let hashes = self.members(&key, &items);
                 let values = self.values_of(&hashes).await?;
@@ -245,18 +301,26 @@ impl Pass<'_> {
     pub(crate) async fn speculative(&mut self) -> Result<(), InspectError> {
         let sets: Vec<u64> = self.inv.spec.iter().copied().collect();
         for idx in sets {
-            let Some(key) = self.usable(&ModelKey::Spec(idx)) else { continue };
+            let Some(key) = self.usable(&ModelKey::Spec(idx)) else {
+                continue;
+            };
             let reverse = self.usable(&ModelKey::Reverse(idx));
             let mut cursor = 0;
             loop {
-                let (next, items) = self.reader.scan_page("SSCAN", Some(&key), cursor, None).await?;
+                let (next, items) = self
+                    .reader
+                    .scan_page("SSCAN", Some(&key), cursor, None)
+                    .await?;
                 self.stats.speculative_members += items.len() as u64;
                 let hashes = self.members(&key, &items);
                 let in_r = match (&reverse, hashes.is_empty()) {
                     (Some(r), false) => {
                         let mut pipe = redis::pipe();
                         pipe.cmd("SMISMEMBER").arg(r).arg(&hashes);
-                        let v = self.reader.pipe("SMISMEMBER of a reverse set", pipe, false).await?;
+                        let v = self
+                            .reader
+                            .pipe("SMISMEMBER of a reverse set", pipe, false)
+                            .await?;
                         v.first().and_then(flags)
                     }
                     _ => None,

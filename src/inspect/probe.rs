@@ -7,11 +7,14 @@
 
 use redis::Value;
 
+use super::InspectError;
 use super::codes::{Code, Issue};
 use super::conn::{Reader, bytes, int, is_error, pairs, score, text, time_ms};
-use super::rules::{self, EntryFacts, IncarnationFacts, Known, KeyFacts, ViewFieldFacts, WorkerIdFacts};
-use super::schema::{KeyClass, ModelKey, ModelKeys, bucket_of, parse_idx, parse_value};
-use super::InspectError;
+use super::format::parse_value;
+use super::rules::{
+    self, EntryFacts, IncarnationFacts, KeyFacts, Known, ViewFieldFacts, WorkerIdFacts,
+};
+use super::schema::{KeyClass, ModelKey, ModelKeys, bucket_of, parse_idx};
 use crate::state::KeySpace;
 
 /// What to read again to re-judge one suspected violation.
@@ -27,7 +30,12 @@ pub(crate) enum Probe {
     Field { bucket: u16, field: Vec<u8> },
     /// A member of a set (`zset`: a sorted set) that should be a hash
     /// (`hash`) or an incarnation.
-    Member { key: String, member: Vec<u8>, hash: bool, zset: bool },
+    Member {
+        key: String,
+        member: Vec<u8>,
+        hash: bool,
+        zset: bool,
+    },
     /// An incarnation's lease, record, view record and keys.
     Incarnation { idx: u64, record_id: Option<String> },
     /// One entry of `ids`.
@@ -61,25 +69,45 @@ fn known(lease: &Value, purge: &Value) -> Known {
 fn record(v: &Value) -> Option<std::collections::BTreeMap<String, String>> {
     let map: std::collections::BTreeMap<String, String> = pairs(v)?
         .into_iter()
-        .map(|(k, v)| (String::from_utf8_lossy(&k).into_owned(), String::from_utf8_lossy(&v).into_owned()))
+        .map(|(k, v)| {
+            (
+                String::from_utf8_lossy(&k).into_owned(),
+                String::from_utf8_lossy(&v).into_owned(),
+            )
+        })
         .collect();
     (!map.is_empty()).then_some(map)
 }
 
 impl Probe {
     /// Adds this probe's reads to `pipe`; returns how many it added.
-    fn push(&self, keys: &KeySpace, mk: Option<&ModelKeys>, model: Option<&str>, pipe: &mut redis::Pipeline) -> usize {
+    fn push(
+        &self,
+        keys: &KeySpace,
+        mk: Option<&ModelKeys>,
+        model: Option<&str>,
+        pipe: &mut redis::Pipeline,
+    ) -> usize {
         match (self, mk) {
             (Probe::Key { key, .. }, _) => {
                 pipe.cmd("TYPE").arg(key).cmd("PTTL").arg(key);
                 2
             }
             (Probe::Model, _) => {
-                pipe.cmd("SISMEMBER").arg(keys.models()).arg(model.unwrap_or(""));
+                pipe.cmd("SISMEMBER")
+                    .arg(keys.models())
+                    .arg(model.unwrap_or(""));
                 1
             }
-            (Probe::Member { key, member, zset, .. }, _) => {
-                pipe.cmd(if *zset { "ZSCORE" } else { "SISMEMBER" }).arg(key).arg(member);
+            (
+                Probe::Member {
+                    key, member, zset, ..
+                },
+                _,
+            ) => {
+                pipe.cmd(if *zset { "ZSCORE" } else { "SISMEMBER" })
+                    .arg(key)
+                    .arg(member);
                 1
             }
             (_, Some(mk)) => self.push_model(mk, pipe),
@@ -92,15 +120,21 @@ impl Probe {
         match self {
             Probe::Key { .. } | Probe::Model | Probe::Member { .. } => 0,
             Probe::Entry { hash, idx } => {
-                pipe.cmd("HGET").arg(k(ModelKey::Bucket(bucket_of(hash.as_bytes())))).arg(hash);
-                pipe.cmd("SISMEMBER").arg(k(ModelKey::Reverse(*idx))).arg(hash);
+                pipe.cmd("HGET")
+                    .arg(k(ModelKey::Bucket(bucket_of(hash.as_bytes()))))
+                    .arg(hash);
+                pipe.cmd("SISMEMBER")
+                    .arg(k(ModelKey::Reverse(*idx)))
+                    .arg(hash);
                 pipe.cmd("SISMEMBER").arg(k(ModelKey::Spec(*idx))).arg(hash);
                 pipe.cmd("ZSCORE").arg(k(ModelKey::Leases)).arg(idx);
                 pipe.cmd("SISMEMBER").arg(k(ModelKey::Purge)).arg(idx);
                 5
             }
             Probe::Field { bucket, field } => {
-                pipe.cmd("HGET").arg(k(ModelKey::Bucket(*bucket))).arg(field);
+                pipe.cmd("HGET")
+                    .arg(k(ModelKey::Bucket(*bucket)))
+                    .arg(field);
                 1
             }
             Probe::Incarnation { idx, record_id } => {
@@ -108,9 +142,15 @@ impl Probe {
                 pipe.cmd("SISMEMBER").arg(k(ModelKey::Purge)).arg(idx);
                 pipe.cmd("HGETALL").arg(k(ModelKey::Record(*idx)));
                 pipe.cmd("HGET").arg(k(ModelKey::View)).arg(idx);
-                pipe.cmd("HGET").arg(k(ModelKey::Ids)).arg(record_id.as_deref().unwrap_or(""));
+                pipe.cmd("HGET")
+                    .arg(k(ModelKey::Ids))
+                    .arg(record_id.as_deref().unwrap_or(""));
                 pipe.cmd("GET").arg(k(ModelKey::Seq));
-                for key in [ModelKey::Reverse(*idx), ModelKey::Spec(*idx), ModelKey::Target(*idx)] {
+                for key in [
+                    ModelKey::Reverse(*idx),
+                    ModelKey::Spec(*idx),
+                    ModelKey::Target(*idx),
+                ] {
                     pipe.cmd("EXISTS").arg(k(key));
                 }
                 9
@@ -119,7 +159,9 @@ impl Probe {
                 pipe.cmd("HGET").arg(k(ModelKey::Ids)).arg(id);
                 pipe.cmd("ZSCORE").arg(k(ModelKey::Leases)).arg(idx);
                 pipe.cmd("SISMEMBER").arg(k(ModelKey::Purge)).arg(idx);
-                pipe.cmd("HGET").arg(format!("{}:w:{idx}", mk.base())).arg("id");
+                pipe.cmd("HGET")
+                    .arg(format!("{}:w:{idx}", mk.base()))
+                    .arg("id");
                 4
             }
             Probe::ViewField { field } => {
@@ -138,7 +180,13 @@ impl Probe {
 
     /// The issues the re-read values `v` show; `None` when a read failed
     /// (the suspicion then stands).
-    fn judge(&self, v: &[Value], now_ms: i64, horizon_ms: i64, model: Option<&str>) -> Option<Vec<Issue>> {
+    fn judge(
+        &self,
+        v: &[Value],
+        now_ms: i64,
+        horizon_ms: i64,
+        model: Option<&str>,
+    ) -> Option<Vec<Issue>> {
         if v.iter().any(is_error) {
             return None;
         }
@@ -150,7 +198,8 @@ impl Probe {
             }),
             Probe::Model => rules::model_issues(model.unwrap_or(""), int(&v[0]) == Some(1)),
             Probe::Entry { hash, idx } => {
-                let entry = bytes(&v[0]).and_then(|val| parse_value(&val).entries.get(idx).copied());
+                let entry =
+                    bytes(&v[0]).and_then(|val| parse_value(&val).entries.get(idx).copied());
                 rules::entry_issues(&EntryFacts {
                     hash: hash.clone(),
                     idx: *idx,
@@ -170,8 +219,17 @@ impl Probe {
                 }),
                 None => Vec::new(),
             },
-            Probe::Member { key, member, hash, zset } => {
-                let present = if *zset { score(&v[0]).is_some() } else { int(&v[0]) == Some(1) };
+            Probe::Member {
+                key,
+                member,
+                hash,
+                zset,
+            } => {
+                let present = if *zset {
+                    score(&v[0]).is_some()
+                } else {
+                    int(&v[0]) == Some(1)
+                };
                 rules::member_issues(key, member, *hash, present)
             }
             Probe::Incarnation { idx, .. } => rules::incarnation_issues(&IncarnationFacts {
@@ -191,7 +249,11 @@ impl Probe {
                 if text(&v[0]).as_deref() != Some(idx.as_str()) {
                     return Some(Vec::new()); // remapped since: judged afresh next run
                 }
-                let k = if parse_idx(idx).is_some() { known(&v[1], &v[2]) } else { Known::default() };
+                let k = if parse_idx(idx).is_some() {
+                    known(&v[1], &v[2])
+                } else {
+                    Known::default()
+                };
                 rules::worker_id_issues(&WorkerIdFacts {
                     id: id.clone(),
                     idx: idx.clone(),
@@ -234,13 +296,21 @@ pub(crate) async fn recheck(
         let mut counts = Vec::with_capacity(batch.len());
         for c in batch {
             let mk = c.model.as_deref().map(|m| ModelKeys::new(keys, m));
-            counts.push(c.probe.push(keys, mk.as_ref(), c.model.as_deref(), &mut pipe));
+            counts.push(
+                c.probe
+                    .push(keys, mk.as_ref(), c.model.as_deref(), &mut pipe),
+            );
         }
-        let values = reader.pipe("re-checking suspected violations", pipe, true).await?;
-        let now_ms = values.first().and_then(time_ms).ok_or_else(|| InspectError::Reply {
-            context: "MULTI/EXEC re-check".into(),
-            detail: format!("{} replies, no TIME", values.len()),
-        })?;
+        let values = reader
+            .pipe("re-checking suspected violations", pipe, true)
+            .await?;
+        let now_ms = values
+            .first()
+            .and_then(time_ms)
+            .ok_or_else(|| InspectError::Reply {
+                context: "MULTI/EXEC re-check".into(),
+                detail: format!("{} replies, no TIME", values.len()),
+            })?;
         let mut at = 1;
         for (c, n) in batch.iter().zip(counts) {
             let vals = values.get(at..at + n).unwrap_or(&[]);
@@ -254,7 +324,10 @@ pub(crate) async fn recheck(
                 None => confirmed.push(c.clone()),
                 Some(issues) => {
                     if let Some(now) = issues.into_iter().find(|i| i.code == c.issue.code) {
-                        confirmed.push(Candidate { issue: now, ..c.clone() });
+                        confirmed.push(Candidate {
+                            issue: now,
+                            ..c.clone()
+                        });
                     }
                 }
             }
@@ -277,11 +350,20 @@ pub(crate) struct Findings {
 impl Findings {
     /// Keeps at most `cap` candidates for re-checking.
     pub(crate) fn new(cap: usize) -> Self {
-        Findings { cap, ..Findings::default() }
+        Findings {
+            cap,
+            ..Findings::default()
+        }
     }
 
     /// Records each of `issues` about `subject`, re-checked by `probe`.
-    pub(crate) fn add(&mut self, model: Option<&str>, subject: &str, probe: &Probe, issues: Vec<Issue>) {
+    pub(crate) fn add(
+        &mut self,
+        model: Option<&str>,
+        subject: &str,
+        probe: &Probe,
+        issues: Vec<Issue>,
+    ) {
         for issue in issues {
             if self.candidates.len() >= self.cap {
                 *self.overflow.entry(issue.code).or_default() += 1;

@@ -2,7 +2,7 @@
 
 /// The URL with its password (and a `pass=` query parameter) replaced by
 /// `***`, for display.
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     let (head, query) = match url.split_once('?') {
         Some((h, q)) => (h, Some(q)),
         None => (url, None),
@@ -28,7 +28,9 @@ pub fn redact_url(url: &str) -> String {
         let params: Vec<String> = q
             .split('&')
             .map(|p| match p.split_once('=') {
-                Some((k, _)) if k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password") => {
+                Some((k, _))
+                    if k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password") =>
+                {
                     format!("{k}=***")
                 }
                 _ => p.to_owned(),
@@ -130,7 +132,10 @@ mod tests {
             "redis+unix:///run/v.sock?db=1&pass=***"
         );
         let r = Redactor::new("redis://u:p%40ss@h:1");
-        assert_eq!(r.clean("auth p@ss failed for p%40ss"), "auth *** failed for ***");
+        assert_eq!(
+            r.clean("auth p@ss failed for p%40ss"),
+            "auth *** failed for ***"
+        );
         assert_eq!(Redactor::new("redis://h:1").clean("x"), "x");
     }
 }

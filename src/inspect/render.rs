@@ -27,7 +27,12 @@ fn opt<T: ToString>(v: Option<T>) -> String {
 }
 
 /// Writes `rows` under `headers`, columns padded to their widest cell.
-fn table(out: &mut dyn Write, indent: &str, headers: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
+fn table(
+    out: &mut dyn Write,
+    indent: &str,
+    headers: &[&str],
+    rows: &[Vec<String>],
+) -> std::io::Result<()> {
     let mut width: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for r in rows {
         for (w, c) in width.iter_mut().zip(r) {
@@ -67,7 +72,11 @@ pub(crate) fn summary(out: &mut dyn Write, s: &Summary) -> std::io::Result<()> {
 }
 
 fn model(out: &mut dyn Write, m: &ModelSummary) -> std::io::Result<()> {
-    let listed = if m.listed { "" } else { "  (NOT listed in the models set)" };
+    let listed = if m.listed {
+        ""
+    } else {
+        "  (NOT listed in the models set)"
+    };
     writeln!(out, "model {}{listed}  seq {}", m.model, opt(m.seq))?;
     writeln!(out, "  workers: {}", m.workers.len())?;
     if !m.workers.is_empty() {
@@ -78,7 +87,11 @@ fn model(out: &mut dyn Write, m: &ModelSummary) -> std::io::Result<()> {
                 let flight = if w.in_flight.is_empty() {
                     "-".to_owned()
                 } else {
-                    let parts: Vec<String> = w.in_flight.iter().map(|(r, n)| format!("{r}={n}")).collect();
+                    let parts: Vec<String> = w
+                        .in_flight
+                        .iter()
+                        .map(|(r, n)| format!("{r}={n}"))
+                        .collect();
                     format!("{} ({} counted)", parts.join(","), w.in_flight_counted)
                 };
                 vec![
@@ -100,8 +113,20 @@ fn model(out: &mut dyn Write, m: &ModelSummary) -> std::io::Result<()> {
             })
             .collect();
         let headers = [
-            "ID", "INC", "STATUS", "LEASE", "URL", "BLOCKS", "SPEC", "WAITING", "RUNNING", "KV",
-            "LOAD AGE", "HEARTBEAT", "IN FLIGHT", "SYNCING",
+            "ID",
+            "INC",
+            "STATUS",
+            "LEASE",
+            "URL",
+            "BLOCKS",
+            "SPEC",
+            "WAITING",
+            "RUNNING",
+            "KV",
+            "LOAD AGE",
+            "HEARTBEAT",
+            "IN FLIGHT",
+            "SYNCING",
         ];
         table(out, "    ", &headers, &rows)?;
     }
@@ -136,7 +161,12 @@ fn model(out: &mut dyn Write, m: &ModelSummary) -> std::io::Result<()> {
         list.join(" "),
         p.entries_left
     )?;
-    writeln!(out, "  syncs in progress: {}  (staged, uncommitted: {})", m.syncs.len(), m.staged_syncs)?;
+    writeln!(
+        out,
+        "  syncs in progress: {}  (staged, uncommitted: {})",
+        m.syncs.len(),
+        m.staged_syncs
+    )?;
     if !m.syncs.is_empty() {
         let rows: Vec<Vec<String>> = m
             .syncs
@@ -152,7 +182,12 @@ fn model(out: &mut dyn Write, m: &ModelSummary) -> std::io::Result<()> {
                 ]
             })
             .collect();
-        table(out, "    ", &["ID", "INC", "PHASE", "CURSOR", "TARGET", "IDLE"], &rows)?;
+        table(
+            out,
+            "    ",
+            &["ID", "INC", "PHASE", "CURSOR", "TARGET", "IDLE"],
+            &rows,
+        )?;
     }
     if !m.gc.is_empty() {
         let parts: Vec<String> = m.gc.iter().map(|(k, v)| format!("{k} {v}")).collect();
@@ -163,9 +198,17 @@ fn model(out: &mut dyn Write, m: &ModelSummary) -> std::io::Result<()> {
 
 /// The check report: each violation shown, then the counts.
 pub(crate) fn check(out: &mut dyn Write, r: &CheckReport) -> std::io::Result<()> {
-    writeln!(out, "checked valkey {}  namespace {}", r.valkey, r.namespace)?;
+    writeln!(
+        out,
+        "checked valkey {}  namespace {}",
+        r.valkey, r.namespace
+    )?;
     for v in &r.shown {
-        let model = v.model.as_deref().map(|m| format!("model {m}: ")).unwrap_or_default();
+        let model = v
+            .model
+            .as_deref()
+            .map(|m| format!("model {m}: "))
+            .unwrap_or_default();
         writeln!(
             out,
             "VIOLATION [{} {}] {model}{}: {}",
@@ -206,7 +249,13 @@ pub(crate) fn check(out: &mut dyn Write, r: &CheckReport) -> std::io::Result<()>
     writeln!(
         out,
         "read {} models, {} keys, {} incarnations, {} forward hashes, {} entries, {} reverse and {} speculative members",
-        s.models, s.keys, s.incarnations, s.forward_fields, s.entries, s.reverse_members, s.speculative_members
+        s.models,
+        s.keys,
+        s.incarnations,
+        s.forward_fields,
+        s.entries,
+        s.reverse_members,
+        s.speculative_members
     )?;
     if r.clean {
         writeln!(out, "OK: no violations")

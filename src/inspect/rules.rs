@@ -1,14 +1,16 @@
-//! The invariants as pure functions of small sets of facts. The scan and
-//! the atomic re-check both gather the same facts about a subject (an entry,
-//! an incarnation, a key...) and call the same function, so a violation is
-//! confirmed by exactly the rule that found it.
-
-use std::collections::BTreeMap;
+//! The invariants of the maps and keys as pure functions of small sets of
+//! facts. The scan and the atomic re-check both gather the same facts about
+//! a subject (an entry, a field, a key...) and call the same function, so a
+//! violation is confirmed by exactly the rule that found it. The rules about
+//! incarnations, ids, the view and routers are in `fleet_rules.rs`.
 
 use super::codes::{Code, Issue};
-use super::schema::{
-    Entry, KeyClass, Kind, ModelKey, ViewField, bucket_of, parse_idx, parse_value, valid_hash,
-    view_field, view_record,
+use super::format::{Entry, Kind, parse_value};
+use super::schema::{KeyClass, ModelKey, bucket_of, parse_idx, valid_hash};
+
+pub(crate) use super::fleet_rules::{
+    IncarnationFacts, ViewFieldFacts, WorkerIdFacts, incarnation_issues, router_issues,
+    view_field_issues, worker_id_issues,
 };
 
 /// Whether an incarnation is known: leased (live or expired, not collected
@@ -22,7 +24,7 @@ pub(crate) struct Known {
 }
 
 impl Known {
-    fn known(self) -> bool {
+    pub(crate) fn known(self) -> bool {
         self.lease.is_some() || self.purging
     }
 }
@@ -70,7 +72,11 @@ pub(crate) fn entry_issues(f: &EntryFacts) -> Vec<Issue> {
             format!("speculative entry of {i} for {h}, but {h} is not in sp:{i}"),
         ));
     }
-    if f.in_sp && kind != Some(Kind::Speculative) {
+    // purge.lua pops r:<idx> (and the forward entries) batch by batch and
+    // deletes sp:<idx> only at the end: a draining incarnation's sp may
+    // hold hashes it no longer has.
+    let sp_binds = !f.known.purging;
+    if sp_binds && f.in_sp && kind != Some(Kind::Speculative) {
         let what = if kind.is_some() {
             "is confirmed"
         } else {
@@ -81,7 +87,7 @@ pub(crate) fn entry_issues(f: &EntryFacts) -> Vec<Issue> {
             format!("{h} is in sp:{i}, but its entry of {i} {what}"),
         ));
     }
-    if f.in_sp && !f.in_r {
+    if sp_binds && f.in_sp && !f.in_r {
         out.push(Issue::new(
             Code::SpNotInReverse,
             format!("{h} is in sp:{i} but not in r:{i}"),
@@ -98,7 +104,10 @@ pub(crate) fn entry_issues(f: &EntryFacts) -> Vec<Issue> {
         if e.kind == Kind::Speculative && exp_ms > f.now_ms.saturating_add(f.horizon_ms) {
             out.push(Issue::new(
                 Code::SpeculativeExpiryTooFar,
-                format!("speculative entry {e} of {h} expires in {} s", (exp_ms - f.now_ms) / 1000),
+                format!(
+                    "speculative entry {e} of {h} expires in {} s",
+                    (exp_ms - f.now_ms) / 1000
+                ),
             ));
         }
     }
@@ -124,7 +133,10 @@ pub(crate) fn field_issues(f: &FieldFacts) -> Vec<Issue> {
     if !valid_hash(&f.field) {
         out.push(Issue::new(
             Code::MisplacedForwardField,
-            format!("field {shown:?} of f:{:04x} is not a 16-hex block hash", f.bucket),
+            format!(
+                "field {shown:?} of f:{:04x} is not a 16-hex block hash",
+                f.bucket
+            ),
         ));
     } else if bucket_of(&f.field) != f.bucket {
         out.push(Issue::new(
@@ -150,211 +162,6 @@ pub(crate) fn field_issues(f: &FieldFacts) -> Vec<Issue> {
     out
 }
 
-/// What is known about one incarnation outside the maps.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct IncarnationFacts {
-    /// The incarnation.
-    pub(crate) idx: u64,
-    /// Its standing.
-    pub(crate) known: Known,
-    /// Its record `w:<idx>`, if it exists.
-    pub(crate) record: Option<BTreeMap<String, String>>,
-    /// Its routing-view record, if any.
-    pub(crate) view: Option<String>,
-    /// `ids[record.id]`, read along with the record.
-    pub(crate) ids_of_record_id: Option<String>,
-    /// The `seq` counter.
-    pub(crate) seq: Option<String>,
-    /// `r:<idx>` exists.
-    pub(crate) has_r: bool,
-    /// `sp:<idx>` exists.
-    pub(crate) has_sp: bool,
-    /// `s:<idx>` exists.
-    pub(crate) has_s: bool,
-    /// Server time, unix ms.
-    pub(crate) now_ms: i64,
-    /// The TTL horizon in ms.
-    pub(crate) horizon_ms: i64,
-}
-
-/// Invariants 2 to 4 for one incarnation.
-pub(crate) fn incarnation_issues(f: &IncarnationFacts) -> Vec<Issue> {
-    let mut out = Vec::new();
-    let i = f.idx;
-    let mut push = |code, detail: String| out.push(Issue::new(code, detail));
-    if f.known.lease.is_some() && f.known.purging {
-        push(Code::LeasedAndPurging, format!("{i} is in leases and in purge"));
-    }
-    if f.known.known() && f.record.is_none() {
-        push(Code::MissingRecord, format!("{i} is leased or purging, but w:{i} is missing"));
-    }
-    if !f.known.known() {
-        let keys: Vec<String> = [
-            (f.record.is_some(), "w"),
-            (f.has_r, "r"),
-            (f.has_sp, "sp"),
-            (f.has_s, "s"),
-        ]
-        .iter()
-        .filter(|(has, _)| *has)
-        .map(|(_, k)| format!("{k}:{i}"))
-        .collect();
-        if !keys.is_empty() {
-            push(
-                Code::KeysOfUnknownIncarnation,
-                format!("{} exist, but {i} is neither leased nor being purged", keys.join(", ")),
-            );
-        }
-        if f.view.is_some() {
-            push(
-                Code::ViewRecordOfPurged,
-                format!("view has a record of {i}, which is neither leased nor being purged"),
-            );
-        }
-    }
-    if let Some(lease) = f.known.lease {
-        if f.view.is_none() {
-            push(Code::MissingViewRecord, format!("{i} is leased, but the view has no record of it"));
-        }
-        if lease > f.now_ms.saturating_add(f.horizon_ms) {
-            push(
-                Code::LeaseTooFar,
-                format!("lease of {i} ends in {} s", (lease - f.now_ms) / 1000),
-            );
-        }
-        if let Some(id) = f.record.as_ref().and_then(|r| r.get("id"))
-            && f.ids_of_record_id.as_deref() != Some(i.to_string().as_str())
-        {
-            push(
-                Code::LeaseNotInIds,
-                format!(
-                    "{i} is leased, but ids maps {id:?} to {}",
-                    f.ids_of_record_id.as_deref().unwrap_or("nothing")
-                ),
-            );
-        }
-    }
-    if let (Some(view), Some(rec)) = (&f.view, &f.record) {
-        let want = view_record(rec);
-        if *view != want {
-            push(
-                Code::StaleViewRecord,
-                format!("view record of {i} is {view:?}, its record gives {want:?}"),
-            );
-        }
-    }
-    if f.known.known() || f.record.is_some() {
-        match f.seq.as_deref().and_then(|s| s.parse::<u64>().ok()) {
-            Some(seq) if i <= seq => {}
-            Some(seq) => push(Code::IncarnationAboveSeq, format!("{i} is above seq {seq}")),
-            None => push(Code::IncarnationAboveSeq, format!("{i} exists, but seq is missing or not a number")),
-        }
-    }
-    if let Some(rec) = &f.record {
-        record_issues(i, rec, f.has_s, &mut push);
-    }
-    out
-}
-
-fn record_issues(i: u64, rec: &BTreeMap<String, String>, has_s: bool, push: &mut impl FnMut(Code, String)) {
-    if rec.get("id").is_none_or(|id| id.is_empty()) {
-        push(Code::BadRecord, format!("w:{i} has no id"));
-    }
-    let syncing = rec.get("syncing").map(String::as_str);
-    match syncing {
-        Some("0") => {}
-        Some("1") => {
-            if !matches!(rec.get("patch_phase").map(String::as_str), Some("add" | "remove")) {
-                push(Code::BadRecord, format!("w:{i} is syncing without a patch phase add|remove"));
-            }
-        }
-        other => push(Code::BadRecord, format!("w:{i} has syncing = {other:?}, not 0 or 1")),
-    }
-    if has_s && syncing != Some("1") {
-        push(Code::SyncTargetNotSyncing, format!("s:{i} exists, but w:{i} is not syncing"));
-    }
-}
-
-/// One entry of `ids`: worker id → incarnation, and what that names.
-#[derive(Debug, Clone)]
-pub(crate) struct WorkerIdFacts {
-    /// The worker id.
-    pub(crate) id: String,
-    /// The incarnation `ids` maps it to, as stored.
-    pub(crate) idx: String,
-    /// That incarnation's standing.
-    pub(crate) known: Known,
-    /// The `id` field of its record (`None`: no record or no field).
-    pub(crate) record_id: Option<String>,
-}
-
-/// Invariant 2 for one `ids` entry.
-pub(crate) fn worker_id_issues(f: &WorkerIdFacts) -> Vec<Issue> {
-    let mut out = Vec::new();
-    let (id, i) = (&f.id, &f.idx);
-    if parse_idx(i).is_none() || !f.known.known() {
-        out.push(Issue::new(
-            Code::IdOfUnknownIncarnation,
-            format!("ids maps {id:?} to {i:?}, which is neither leased nor being purged"),
-        ));
-    } else if f.record_id.as_deref() != Some(id.as_str()) {
-        out.push(Issue::new(
-            Code::IdRecordMismatch,
-            format!("ids maps {id:?} to {i}, whose record names {:?}", f.record_id),
-        ));
-    }
-    out
-}
-
-/// A field of the routing view other than an incarnation's record.
-#[derive(Debug, Clone)]
-pub(crate) struct ViewFieldFacts {
-    /// The field name.
-    pub(crate) field: String,
-    /// Its value.
-    pub(crate) value: String,
-    /// The standing of the incarnation it names, if it names one.
-    pub(crate) known: Known,
-}
-
-/// Invariant 4 for one in-flight (or malformed) view field.
-pub(crate) fn view_field_issues(f: &ViewFieldFacts) -> Vec<Issue> {
-    let mut out = Vec::new();
-    match view_field(&f.field) {
-        ViewField::Record(_) => {}
-        ViewField::Bad => out.push(Issue::new(
-            Code::BadViewField,
-            format!("view field {:?} is neither <idx> nor <idx>:<router>", f.field),
-        )),
-        ViewField::InFlight(i, router) => {
-            if !f.known.known() {
-                out.push(Issue::new(
-                    Code::InflightOfUnknownIncarnation,
-                    format!("router {router:?} counts requests in flight to {i}, which is neither leased nor being purged"),
-                ));
-            }
-            if f.value.parse::<i64>().map_or(true, |n| n < 1) {
-                out.push(Issue::new(
-                    Code::BadViewField,
-                    format!("in-flight count {} = {:?} is not a positive integer", f.field, f.value),
-                ));
-            }
-        }
-    }
-    out
-}
-
-/// Invariant 3 for one router lease (unix ms).
-pub(crate) fn router_issues(router: &str, lease: i64, now_ms: i64, horizon_ms: i64) -> Vec<Issue> {
-    if lease > now_ms.saturating_add(horizon_ms) {
-        return vec![Issue::new(
-            Code::RouterLeaseTooFar,
-            format!("lease of router {router:?} ends in {} s", (lease - now_ms) / 1000),
-        )];
-    }
-    Vec::new()
-}
-
 /// A key as found: its class, `TYPE` and `PTTL`.
 #[derive(Debug, Clone)]
 pub(crate) struct KeyFacts {
@@ -374,7 +181,10 @@ pub(crate) fn key_issues(f: &KeyFacts) -> Vec<Issue> {
     }
     let Some(want) = f.class.expected_type() else {
         if let KeyClass::Unknown(why) = &f.class {
-            out.push(Issue::new(Code::UnknownKey, format!("{} ({why})", f.type_name)));
+            out.push(Issue::new(
+                Code::UnknownKey,
+                format!("{} ({why})", f.type_name),
+            ));
         }
         return out;
     };
@@ -392,12 +202,18 @@ pub(crate) fn key_issues(f: &KeyFacts) -> Vec<Issue> {
         }
     );
     if stage && f.pttl == -1 {
-        out.push(Issue::new(Code::StageWithoutTtl, "a staged sync without a TTL"));
+        out.push(Issue::new(
+            Code::StageWithoutTtl,
+            "a staged sync without a TTL",
+        ));
     }
     if !stage && f.pttl >= 0 {
         out.push(Issue::new(
             Code::UnexpectedTtl,
-            format!("expires in {} ms; the scripts keep it until they delete it", f.pttl),
+            format!(
+                "expires in {} ms; the scripts keep it until they delete it",
+                f.pttl
+            ),
         ));
     }
     out
@@ -409,15 +225,25 @@ pub(crate) fn member_issues(key: &str, member: &[u8], hash: bool, present: bool)
     let ok = if hash {
         valid_hash(member)
     } else {
-        std::str::from_utf8(member).ok().and_then(parse_idx).is_some()
+        std::str::from_utf8(member)
+            .ok()
+            .and_then(parse_idx)
+            .is_some()
     };
     if !present || ok {
         return Vec::new();
     }
-    let want = if hash { "a 16-hex block hash" } else { "an incarnation" };
+    let want = if hash {
+        "a 16-hex block hash"
+    } else {
+        "an incarnation"
+    };
     vec![Issue::new(
         Code::BadMember,
-        format!("{:?} in {key} is not {want}", String::from_utf8_lossy(member)),
+        format!(
+            "{:?} in {key} is not {want}",
+            String::from_utf8_lossy(member)
+        ),
     )]
 }
 
@@ -430,4 +256,88 @@ pub(crate) fn model_issues(model: &str, listed: bool) -> Vec<Issue> {
         Code::ModelNotListed,
         format!("{model:?} has keys but is not in the models set"),
     )]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(entry: Option<Entry>, in_r: bool, in_sp: bool, known: Known) -> EntryFacts {
+        EntryFacts {
+            hash: "3a7f0c2e91d455b0".into(),
+            idx: 3,
+            entry,
+            in_r,
+            in_sp,
+            known,
+            now_ms: 1_000_000,
+            horizon_ms: 86_400_000,
+        }
+    }
+
+    fn codes(f: &EntryFacts) -> Vec<Code> {
+        entry_issues(f).into_iter().map(|i| i.code).collect()
+    }
+
+    #[test]
+    fn entries_agree_with_their_sets() {
+        let live = Known {
+            lease: Some(2_000_000),
+            purging: false,
+        };
+        let spec = Entry {
+            idx: 3,
+            kind: Kind::Speculative,
+            expiry_s: 1_030,
+        };
+        let conf = Entry {
+            kind: Kind::Confirmed,
+            ..spec
+        };
+        assert!(codes(&facts(Some(spec), true, true, live)).is_empty());
+        assert!(codes(&facts(Some(conf), true, false, live)).is_empty());
+        assert_eq!(
+            codes(&facts(Some(conf), false, false, live)),
+            [Code::ForwardWithoutReverse]
+        );
+        assert_eq!(
+            codes(&facts(None, true, false, live)),
+            [Code::ReverseWithoutForward]
+        );
+        assert_eq!(
+            codes(&facts(Some(spec), true, false, live)),
+            [Code::SpeculativeNotInSp]
+        );
+        assert_eq!(
+            codes(&facts(Some(conf), true, true, live)),
+            [Code::SpMemberNotSpeculative]
+        );
+        assert_eq!(
+            codes(&facts(Some(conf), true, false, Known::default())),
+            [Code::EntryOfUnknownIncarnation]
+        );
+        let far = Entry {
+            expiry_s: 10_000_000,
+            ..spec
+        };
+        assert_eq!(
+            codes(&facts(Some(far), true, true, live)),
+            [Code::SpeculativeExpiryTooFar]
+        );
+    }
+
+    #[test]
+    fn a_draining_incarnation_may_keep_stale_sp_members() {
+        // purge.lua pops r:<idx> and the entries; sp:<idx> goes last.
+        let draining = Known {
+            lease: None,
+            purging: true,
+        };
+        assert!(codes(&facts(None, false, true, draining)).is_empty());
+        // Its forward and reverse maps still agree, though.
+        assert_eq!(
+            codes(&facts(None, true, false, draining)),
+            [Code::ReverseWithoutForward]
+        );
+    }
 }

@@ -1,22 +1,8 @@
-//! The key schema of docs/state.md as data: which key names exist, their
-//! types, the forward-map entry format and the routing view's record format.
-//! Pure functions, shared by the summary, the checker and its re-checks.
-
-use std::collections::BTreeMap;
+//! The key schema of docs/state.md as data: which key names exist under a
+//! namespace, and their types. Pure functions, shared by the summary, the
+//! checker and its re-checks.
 
 use crate::state::{KeySpace, check_name};
-
-/// The fields of a routing-view record, in order (`VIEW_FIELDS` of lib.lua).
-pub(crate) const VIEW_FIELDS: [&str; 8] = [
-    "id",
-    "url",
-    "waiting",
-    "running",
-    "kv_usage",
-    "load_ms",
-    "syncing",
-    "synced_until",
-];
 
 /// A Valkey type as `TYPE` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -285,127 +271,6 @@ pub(crate) fn glob_escape(s: &str) -> String {
     out
 }
 
-/// A forward entry's kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    /// `s`: claimed on routing.
-    Speculative,
-    /// `c`: reported by the worker.
-    Confirmed,
-}
-
-/// One entry `<idx><kind><expiry_s>` of a forward value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Entry {
-    /// The incarnation.
-    pub(crate) idx: u64,
-    /// Speculative or confirmed.
-    pub(crate) kind: Kind,
-    /// Unix seconds.
-    pub(crate) expiry_s: u64,
-}
-
-impl std::fmt::Display for Entry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let k = match self.kind {
-            Kind::Speculative => 's',
-            Kind::Confirmed => 'c',
-        };
-        write!(f, "{}{k}{}", self.idx, self.expiry_s)
-    }
-}
-
-/// A forward value split into entries: the first entry of each incarnation
-/// (the one lib.lua's `entry_of` finds), and what is wrong with the rest.
-#[derive(Debug, Default)]
-pub(crate) struct ParsedValue {
-    /// Well-formed entries, one per incarnation.
-    pub(crate) entries: BTreeMap<u64, Entry>,
-    /// Malformed tokens and repeated incarnations, described.
-    pub(crate) problems: Vec<String>,
-}
-
-/// Parses a forward value (`3c1763712345,12s1763712301`).
-pub(crate) fn parse_value(v: &[u8]) -> ParsedValue {
-    let mut out = ParsedValue::default();
-    let Ok(v) = std::str::from_utf8(v) else {
-        out.problems.push("value is not UTF-8".into());
-        return out;
-    };
-    if v.is_empty() {
-        out.problems.push("empty value".into());
-        return out;
-    }
-    for token in v.split(',') {
-        match parse_entry(token) {
-            Some(e) => {
-                if out.entries.contains_key(&e.idx) {
-                    out.problems
-                        .push(format!("incarnation {} has two entries", e.idx));
-                } else {
-                    out.entries.insert(e.idx, e);
-                }
-            }
-            None => out.problems.push(format!(
-                "entry {token:?} is not <idx><s|c><expiry_s>"
-            )),
-        }
-    }
-    out
-}
-
-fn parse_entry(token: &str) -> Option<Entry> {
-    let pos = token.find(['s', 'c'])?;
-    let idx = parse_idx(&token[..pos])?;
-    let kind = if token.as_bytes()[pos] == b's' {
-        Kind::Speculative
-    } else {
-        Kind::Confirmed
-    };
-    let exp = &token[pos + 1..];
-    if exp.is_empty() || !exp.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    Some(Entry {
-        idx,
-        kind,
-        expiry_s: exp.parse().ok()?,
-    })
-}
-
-/// The routing-view record lib.lua's `view_refresh` writes for `record`.
-pub(crate) fn view_record(record: &BTreeMap<String, String>) -> String {
-    VIEW_FIELDS
-        .iter()
-        .map(|f| record.get(*f).map(String::as_str).unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// A routing-view field: an incarnation's record, or a router's in-flight
-/// count for one (`<idx>:<router>`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ViewField {
-    /// `<idx>`
-    Record(u64),
-    /// `<idx>:<router>`
-    InFlight(u64, String),
-    /// Anything else.
-    Bad,
-}
-
-/// Classifies a routing-view field name.
-pub(crate) fn view_field(field: &str) -> ViewField {
-    match field.split_once(':') {
-        None => parse_idx(field).map_or(ViewField::Bad, ViewField::Record),
-        Some((idx, router)) if !router.is_empty() => match parse_idx(idx) {
-            Some(i) => ViewField::InFlight(i, router.to_owned()),
-            None => ViewField::Bad,
-        },
-        Some(_) => ViewField::Bad,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -459,25 +324,6 @@ mod tests {
         assert!(valid_hash(b"3a7f0c2e91d455b0"));
         assert!(!valid_hash(b"3A7F0C2E91D455B0"));
         assert!(!valid_hash(b"3a7f"));
-    }
-
-    #[test]
-    fn values_are_parsed_like_entry_of() {
-        let p = parse_value(b"3c1763712345,12s1763712301");
-        assert!(p.problems.is_empty());
-        assert_eq!(p.entries[&3].kind, Kind::Confirmed);
-        assert_eq!(p.entries[&12].expiry_s, 1763712301);
-        for bad in ["", "3x1", "3c", "c1", "03c1", "3c1,3s2", "3c1,,4c1", "3c1x"] {
-            assert!(!parse_value(bad.as_bytes()).problems.is_empty(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn view_fields_and_globs() {
-        assert_eq!(view_field("3"), ViewField::Record(3));
-        assert_eq!(view_field("3:r:1"), ViewField::InFlight(3, "r:1".into()));
-        assert_eq!(view_field("x"), ViewField::Bad);
-        assert_eq!(view_field("3:"), ViewField::Bad);
         assert_eq!(glob_escape("a*b[c]?\\"), "a\\*b\\[c\\]\\?\\\\");
     }
 }

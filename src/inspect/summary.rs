@@ -148,7 +148,11 @@ pub struct SyncSummary {
 }
 
 /// SCARD (or HLEN) of each key, pipelined in chunks; 0 for missing keys.
-async fn sizes(reader: &mut Reader, cmd: &str, keys: Vec<String>) -> Result<Vec<u64>, InspectError> {
+async fn sizes(
+    reader: &mut Reader,
+    cmd: &str,
+    keys: Vec<String>,
+) -> Result<Vec<u64>, InspectError> {
     let mut out = Vec::with_capacity(keys.len());
     for chunk in keys.chunks(512) {
         let mut pipe = redis::pipe();
@@ -156,7 +160,11 @@ async fn sizes(reader: &mut Reader, cmd: &str, keys: Vec<String>) -> Result<Vec<
             pipe.cmd(cmd).arg(k);
         }
         let values = reader.pipe(cmd, pipe, false).await?;
-        out.extend(values.iter().map(|v| int(v).and_then(|n| u64::try_from(n).ok()).unwrap_or(0)));
+        out.extend(
+            values
+                .iter()
+                .map(|v| int(v).and_then(|n| u64::try_from(n).ok()).unwrap_or(0)),
+        );
     }
     out.resize(keys.len(), 0);
     Ok(out)
@@ -174,19 +182,44 @@ pub(crate) async fn model_summary(
     let mut idxs: Vec<(u64, &'static str, Option<i64>)> = meta
         .leases
         .iter()
-        .map(|(&i, &lease)| (i, if lease > now { "live" } else { "expired" }, Some(lease - now)))
+        .map(|(&i, &lease)| {
+            (
+                i,
+                if lease > now { "live" } else { "expired" },
+                Some(lease - now),
+            )
+        })
         .collect();
-    idxs.extend(meta.purge.iter().filter(|i| !meta.leases.contains_key(i)).map(|&i| (i, "draining", None)));
+    idxs.extend(
+        meta.purge
+            .iter()
+            .filter(|i| !meta.leases.contains_key(i))
+            .map(|&i| (i, "draining", None)),
+    );
     let count = |k: fn(u64) -> ModelKey, i: u64| mk.name(&k(i));
-    let blocks = sizes(reader, "SCARD", idxs.iter().map(|w| count(ModelKey::Reverse, w.0)).collect()).await?;
-    let spec = sizes(reader, "SCARD", idxs.iter().map(|w| count(ModelKey::Spec, w.0)).collect()).await?;
+    let blocks = sizes(
+        reader,
+        "SCARD",
+        idxs.iter().map(|w| count(ModelKey::Reverse, w.0)).collect(),
+    )
+    .await?;
+    let spec = sizes(
+        reader,
+        "SCARD",
+        idxs.iter().map(|w| count(ModelKey::Spec, w.0)).collect(),
+    )
+    .await?;
     let live_router = |r: &str| meta.routers.get(r).is_some_and(|&l| l > now);
     let mut per_router: BTreeMap<String, i64> = BTreeMap::new();
     let mut workers = Vec::with_capacity(idxs.len());
     for (n, (i, status, lease_left)) in idxs.iter().enumerate() {
         let rec = meta.records.get(i).cloned().unwrap_or_default();
         let field = |f: &str| rec.get(f).filter(|v| !v.is_empty()).cloned();
-        let age = |f: &str| field(f).and_then(|v| v.parse::<i64>().ok()).map(|t| now - t);
+        let age = |f: &str| {
+            field(f)
+                .and_then(|v| v.parse::<i64>().ok())
+                .map(|t| now - t)
+        };
         let in_flight: BTreeMap<String, i64> = meta
             .in_flight()
             .filter(|(w, _, _)| w == i)
@@ -210,7 +243,11 @@ pub(crate) async fn model_summary(
                 age_ms: age("load_ms"),
             },
             heartbeat_age_ms: age("heartbeat_ms"),
-            in_flight_counted: in_flight.iter().filter(|(r, _)| live_router(r)).map(|(_, c)| c.max(&0)).sum(),
+            in_flight_counted: in_flight
+                .iter()
+                .filter(|(r, _)| live_router(r))
+                .map(|(_, c)| c.max(&0))
+                .sum(),
             in_flight,
             syncing: field("syncing").as_deref() == Some("1"),
         });
@@ -225,17 +262,49 @@ pub(crate) async fn model_summary(
             in_flight: per_router.get(r).copied().unwrap_or(0),
         })
         .collect();
-    let hashes = sizes(reader, "HLEN", inv.buckets.iter().map(|&b| mk.name(&ModelKey::Bucket(b))).collect()).await?;
-    let entries = sizes(reader, "SCARD", inv.reverse.iter().map(|&i| count(ModelKey::Reverse, i)).collect()).await?;
+    let hashes = sizes(
+        reader,
+        "HLEN",
+        inv.buckets
+            .iter()
+            .map(|&b| mk.name(&ModelKey::Bucket(b)))
+            .collect(),
+    )
+    .await?;
+    let entries = sizes(
+        reader,
+        "SCARD",
+        inv.reverse
+            .iter()
+            .map(|&i| count(ModelKey::Reverse, i))
+            .collect(),
+    )
+    .await?;
     let draining: Vec<u64> = meta.purge.iter().copied().collect();
-    let left = sizes(reader, "SCARD", draining.iter().map(|&i| count(ModelKey::Reverse, i)).collect()).await?;
+    let left = sizes(
+        reader,
+        "SCARD",
+        draining
+            .iter()
+            .map(|&i| count(ModelKey::Reverse, i))
+            .collect(),
+    )
+    .await?;
     let syncing: Vec<u64> = meta
         .records
         .iter()
         .filter(|(_, r)| r.get("syncing").map(String::as_str) == Some("1"))
         .map(|(&i, _)| i)
         .collect();
-    let targets = sizes(reader, "SCARD", syncing.iter().map(|&i| count(ModelKey::Target, i)).collect()).await?;
+    let targets = sizes(
+        reader,
+        "SCARD",
+        syncing
+            .iter()
+            .map(|&i| count(ModelKey::Target, i))
+            .collect(),
+    )
+    .await?;
     let syncs = syncing
         .iter()
         .zip(targets)
