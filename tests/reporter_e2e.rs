@@ -130,11 +130,17 @@ async fn serve(sim: &Sim, topics: &[&str]) {
 /// Waits until the shared state holds exactly what `sim` caches; on
 /// timeout, says what differs.
 async fn converged(valkey: &Valkey, worker: &str, sim: &Sim, what: &str) -> BTreeSet<String> {
-    let deadline = std::time::Instant::now() + PATIENCE;
+    let started = std::time::Instant::now();
+    let deadline = started + PATIENCE;
     loop {
         let cached = sim.cached().await;
         let fleet = fleet_blocks(valkey, worker);
         if fleet == cached {
+            eprintln!(
+                "{worker}: {what}: converged in {:.2} s ({} blocks)",
+                started.elapsed().as_secs_f64(),
+                cached.len()
+            );
             return cached;
         }
         if std::time::Instant::now() > deadline {
