@@ -42,10 +42,23 @@ pub enum StateError {
 impl StateError {
     /// Classifies a client error from a command of `script`.
     pub(crate) fn from_redis(script: &'static str, err: redis::RedisError) -> Self {
+        // Errors that say "not now" rather than "not this": Valkey loading
+        // its AOF after a restart, a replica after failover, out of memory.
+        // Routing falls back on them as on an unreachable Valkey.
+        const NOT_NOW: [&str; 7] = [
+            "LOADING",
+            "READONLY",
+            "OOM",
+            "MASTERDOWN",
+            "TRYAGAIN",
+            "CLUSTERDOWN",
+            "BUSY",
+        ];
         if err.is_io_error()
             || err.is_connection_dropped()
             || err.is_connection_refusal()
             || err.is_timeout()
+            || err.code().is_some_and(|c| NOT_NOW.contains(&c))
         {
             return StateError::Unavailable(err.to_string());
         }
