@@ -53,6 +53,13 @@ pub struct ReporterArgs {
     /// LoRA adapters as NAME=PATH (vLLM hashes the path; events carry only the name).
     #[arg(long = "lora", env = "PREFIX_ROUTER_LORAS", value_delimiter = ',')]
     pub loras: Vec<String>,
+    /// How often changes are sent to the fleet.
+    #[arg(long, env = "PREFIX_ROUTER_FLUSH_INTERVAL", value_parser = parse_duration, default_value = "100ms")]
+    pub flush_interval: Duration,
+    /// How often the full block set is sent (destructive sync). Each sync
+    /// costs Valkey a few µs per held block: more workers, longer period.
+    #[arg(long, env = "PREFIX_ROUTER_SYNC_INTERVAL", value_parser = parse_duration, default_value = "5s")]
+    pub sync_interval: Duration,
     /// Serve the reporter's Prometheus metrics at http://ADDR/metrics.
     #[arg(long, env = "PREFIX_ROUTER_METRICS_LISTEN")]
     pub metrics_listen: Option<std::net::SocketAddr>,
@@ -97,6 +104,8 @@ impl ReporterArgs {
             loras,
             max_blocks: self.max_blocks,
             metrics_listen: self.metrics_listen,
+            flush_interval: self.flush_interval,
+            sync_interval: self.sync_interval,
         })
     }
 }

@@ -47,6 +47,10 @@ pub struct ReporterConfig {
     pub max_blocks: usize,
     /// Where to serve `/metrics`, if anywhere.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// How often changes are flushed to the fleet.
+    pub flush_interval: Duration,
+    /// How often a full sync is sent.
+    pub sync_interval: Duration,
 }
 
 /// Why a reporter could not start.
@@ -123,7 +127,10 @@ pub async fn run(
         load: load.clone(),
     });
     let client = FleetClient::new(FleetClientConfig::new(&cfg.fleet_url, cfg.token.clone()))?;
-    let pusher = Pusher::start(client, PusherConfig::new(cfg.identity.clone()), source);
+    let mut push_cfg = PusherConfig::new(cfg.identity.clone());
+    push_cfg.flush_interval = cfg.flush_interval;
+    push_cfg.sync_interval = cfg.sync_interval;
+    let pusher = Pusher::start(client, push_cfg, source);
 
     // The engine binds or connects by vLLM's rule; the reporter does the
     // opposite, connecting to a wildcard bind on the same host.
