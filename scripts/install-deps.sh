@@ -1,24 +1,42 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs on a fresh Debian bookworm machine:
-# valkey-server 8 from bookworm-backports. Idempotent; does nothing when present.
+# Installs what the test suite and the load test need on a fresh Debian
+# bookworm machine: valkey-server 8 from bookworm-backports, and HAProxy (the
+# load test's L4 balancer) from Debian. Idempotent; does nothing when present.
 set -euo pipefail
-
-if command -v valkey-server >/dev/null 2>&1; then
-  echo "install-deps: $(valkey-server --version)"
-  exit 0
-fi
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
-echo "install-deps: installing valkey-server from bookworm-backports"
-if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
-  echo "deb http://deb.debian.org/debian bookworm-backports main" |
-    $SUDO tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
+have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
+
+updated=""
+apt_update() {
+  if [ -z "$updated" ]; then
+    $SUDO apt-get update -qq
+    updated=1
+  fi
+}
+
+if ! have valkey-server; then
+  echo "install-deps: installing valkey-server from bookworm-backports"
+  if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    echo "deb http://deb.debian.org/debian bookworm-backports main" |
+      $SUDO tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
+  fi
+  apt_update
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq -t bookworm-backports \
+    valkey-server valkey-tools >/dev/null
+  # The package starts a system service on 6379; tests never use it.
+  $SUDO systemctl disable --now valkey-server >/dev/null 2>&1 || true
 fi
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq -t bookworm-backports \
-  valkey-server valkey-tools >/dev/null
-# The package starts a system service on 6379; tests never use it.
-$SUDO systemctl disable --now valkey-server >/dev/null 2>&1 || true
 echo "install-deps: $(valkey-server --version)"
+
+if ! have haproxy; then
+  echo "install-deps: installing haproxy"
+  apt_update
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq haproxy >/dev/null
+  # The load test runs its own HAProxy on ephemeral ports, never the service.
+  $SUDO systemctl disable --now haproxy >/dev/null 2>&1 || true
+fi
+haproxy_bin=$(command -v haproxy || echo /usr/sbin/haproxy)
+echo "install-deps: $("$haproxy_bin" -v | head -n 1)"

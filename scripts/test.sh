@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what it needs
-# (valkey-server 8 from bookworm-backports when missing), then checks
-# formatting and lints and runs every test against real valkey-servers.
+# (valkey-server 8 from bookworm-backports and haproxy when missing), then
+# checks formatting and lints and runs every test of the workspace (the
+# router and the loadtest crate) against real valkey-servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ./scripts/install-deps.sh
 cargo fmt --all -- --check
-cargo clippy --all-targets --locked -- -D warnings
-cargo test --locked
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --locked

@@ -4,14 +4,13 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::serve::ListenerExt;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 
 use std::sync::Arc;
 
-use crate::api::{self, AppState, InternalAuth};
-use crate::config::ServeConfig;
+use crate::api::{self, AppState, ConnGuard, GuardedListener, HttpLimits, InternalAuth, Surface};
+use crate::config::{ServeConfig, redact_url};
 use crate::hashing::HashSeed;
 use crate::load_scrape::{ScrapeSettings, scrape_loop};
 use crate::proxy::{ModelPipeline, ModelPipelines, Proxy, Upstream};
@@ -86,14 +85,10 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
         .with_context(|| format!("unknown policy {:?}", cfg.policy))?;
     let upstream = Upstream::new(Duration::from_secs(2)).context("building the HTTP client")?;
     let atomic = (policy.name() == "cache_aware").then_some(cache_aware);
-    Ok(Proxy::new(
-        store,
-        pipelines,
-        policy,
-        atomic,
-        upstream,
-        cfg.max_attempts,
-    ))
+    Ok(
+        Proxy::new(store, pipelines, policy, atomic, upstream, cfg.max_attempts)
+            .with_max_prompt_tokens(cfg.max_prompt_tokens),
+    )
 }
 
 /// Serves until SIGINT/SIGTERM, then ends this router's leases.
@@ -110,8 +105,30 @@ pub async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
 }
 
 /// Serves on `listener` until `shutdown` completes (used by tests too).
+/// With `--internal-listen`, binds it and serves the internal routes there.
 pub async fn serve_on(
     listener: TcpListener,
+    cfg: ServeConfig,
+    stop: ShutdownSignal,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let internal = match cfg.internal_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the internal listener {addr}"))?,
+        ),
+        None => None,
+    };
+    serve_with(listener, internal, cfg, stop, shutdown).await
+}
+
+/// Serves the public routes on `public` and, when `internal` is given, the
+/// internal ones (`/internal/*`, `/admin/*`, `/metrics`) only on it;
+/// without it, everything on `public`. Until `shutdown` completes.
+pub async fn serve_with(
+    public: TcpListener,
+    internal: Option<TcpListener>,
     cfg: ServeConfig,
     stop: ShutdownSignal,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -151,22 +168,73 @@ pub async fn serve_on(
             stop.clone(),
         )));
     }
-    tracing::info!(listen = %listener.local_addr()?, router_id = %cfg.router_id, "serving");
-    let routes = api::router(app, auth, cfg.max_body_bytes);
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "TCP_NODELAY not set");
-        }
+    let internal_addr = internal.as_ref().map(|l| l.local_addr()).transpose()?;
+    tracing::info!(
+        listen = %public.local_addr()?,
+        internal_listen = ?internal_addr,
+        valkey = %redact_url(&cfg.valkey.url),
+        router_id = %cfg.router_id,
+        "serving"
+    );
+    let limits = HttpLimits {
+        max_body_bytes: cfg.max_body_bytes,
+        client_timeout: cfg.client_timeout,
+    };
+    // One shutdown signal, fanned out to every listener.
+    let (down_tx, down_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = down_tx.send(true);
     });
-    axum::serve(listener, routes)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .context("http server")?;
+    let public_surface = if internal.is_some() {
+        Surface::Public
+    } else {
+        Surface::All
+    };
+    let public_server = serve_listener(
+        public,
+        api::router(app.clone(), auth.clone(), limits, public_surface),
+        cfg.client_timeout,
+        down_rx.clone(),
+    );
+    match internal {
+        Some(l) => {
+            let internal_server = serve_listener(
+                l,
+                api::router(app, auth, limits, Surface::Internal),
+                cfg.client_timeout,
+                down_rx,
+            );
+            // Both stop on the same signal; axum's server returns only then.
+            tokio::try_join!(public_server, internal_server)?;
+        }
+        None => public_server.await?,
+    }
     for t in tasks {
         let _ = t.await;
     }
     end_router_leases(&store).await;
     Ok(())
+}
+
+/// Serves `routes` on `listener` (slow clients cut off after
+/// `client_timeout`, see [`GuardedListener`]) until `down` turns true.
+async fn serve_listener(
+    listener: TcpListener,
+    routes: axum::Router,
+    client_timeout: Duration,
+    mut down: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let listener = GuardedListener::new(listener, client_timeout);
+    axum::serve(
+        listener,
+        routes.into_make_service_with_connect_info::<ConnGuard>(),
+    )
+    .with_graceful_shutdown(async move {
+        let _ = down.wait_for(|d| *d).await;
+    })
+    .await
+    .context("http server")
 }
 
 /// Ctrl-C or SIGTERM: how every long-running command is stopped.

@@ -1,6 +1,7 @@
 //! Operator routes: worker listing, health, readiness, metrics.
 
 use axum::Json;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
@@ -19,8 +20,9 @@ pub struct WorkersQuery {
 /// Every worker of every model (or of `?model=`): lease, load, block count.
 pub async fn workers(
     State(app): State<AppState>,
-    Query(q): Query<WorkersQuery>,
+    query: Result<Query<WorkersQuery>, QueryRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let models = match q.model {
         Some(m) => {
             check_name("model", &m)?;

@@ -1,7 +1,7 @@
 //! [`ApiError`]: every error the HTTP API returns, as a JSON body.
 
 use axum::Json;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -55,10 +55,19 @@ impl From<StateError> for ApiError {
 }
 
 impl IntoResponse for ApiError {
+    /// The JSON body. A 408 (a client too slow to send its request) also
+    /// closes the connection: the rest of the body may still be on its way,
+    /// and the client has shown it cannot be waited for.
     fn into_response(self) -> Response {
         let body = json!({
             "error": { "message": self.message, "type": self.kind, "code": self.status.as_u16() }
         });
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::REQUEST_TIMEOUT {
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        response
     }
 }

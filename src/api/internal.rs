@@ -1,6 +1,7 @@
 //! The worker push API: heartbeats, stored blocks, evictions, syncs, drain.
 
 use axum::Json;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -125,7 +126,8 @@ pub async fn heartbeat(
     };
     let lease = app.store.heartbeat(&model, &hb).await?;
     if lease.new {
-        tracing::info!(worker_id = %hb.worker_id, model, url = %hb.url, incarnation = lease.incarnation, "worker registered");
+        let url = crate::config::redact_url(&hb.url);
+        tracing::info!(worker_id = %hb.worker_id, model, url, incarnation = lease.incarnation, "worker registered");
     }
     Ok(Json(json!({
         "worker_id": hb.worker_id,
@@ -195,9 +197,11 @@ pub async fn sync(
 /// Drains a worker: out of routing now, its entries purged in the background.
 pub async fn deregister(
     State(app): State<AppState>,
-    Path(worker_id): Path<String>,
-    Query(q): Query<ModelQuery>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<ModelQuery>, QueryRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    let Path(worker_id) = path.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let model = resolve_model(&app, q.model, &worker_id).await?;
     if !app.store.deregister(&model, &worker_id).await? {
         return Err(StateError::UnknownWorker { worker_id, model }.into());

@@ -1,14 +1,32 @@
-//! [`JsonBody`]: a JSON request body whose every rejection is a JSON 4xx.
+//! Request bodies from outside: [`JsonBody`] (the push API) and
+//! [`RawBody`] (the OpenAI routes, forwarded as sent). Every rejection is a
+//! JSON 4xx: a body over the size limit (413), one that arrives too slowly
+//! (408), one nested too deep (400), malformed or mistyped JSON (400).
+
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
 use super::ApiError;
 
-/// Like `axum::Json`, but errors (too large, malformed, wrong types, too
-/// deep: serde_json stops at 128 levels) are [`ApiError`]s, and any
-/// content type is accepted, as workers' HTTP clients vary.
+/// Deepest nesting of arrays and objects accepted in a JSON body. Real
+/// requests stay far below it (a chat request with tool schemas nests a
+/// dozen levels); serde_json stops at 128 on its own, with a message that
+/// does not say what to fix, and the chat renderer parses the body again.
+pub const MAX_JSON_DEPTH: usize = 64;
+
+/// How long a client may take to send a request body (`--client-timeout`),
+/// put in the request extensions by [`super::router`]; without it, bodies
+/// are read without a deadline.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientTimeout(pub Duration);
+
+/// Like `axum::Json`, but errors (too large, too slow, too deep, malformed,
+/// wrong types) are [`ApiError`]s, and any content type is accepted, as
+/// workers' HTTP clients vary.
 pub struct JsonBody<T>(pub T);
 
 impl<S, T> FromRequest<S> for JsonBody<T>
@@ -19,12 +37,118 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|rej| {
-            let status = rej.status();
-            ApiError::new(status, "invalid_body", rej.body_text())
-        })?;
+        let bytes = read_body(req, state).await?;
+        check_depth(&bytes, MAX_JSON_DEPTH)?;
         serde_json::from_slice(&bytes)
             .map(JsonBody)
             .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+    }
+}
+
+/// The raw body of an OpenAI request, read within the size limit and the
+/// client timeout, and checked for nesting depth (it is parsed as JSON
+/// later, by the routing path).
+pub struct RawBody(pub Bytes);
+
+impl<S> FromRequest<S> for RawBody
+where
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = read_body(req, state).await?;
+        check_depth(&bytes, MAX_JSON_DEPTH)?;
+        Ok(RawBody(bytes))
+    }
+}
+
+/// The whole body, within the body limit (413) and the client timeout
+/// (408, and the connection is closed, see [`ApiError`]).
+async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+    let timeout = req.extensions().get::<ClientTimeout>().map(|t| t.0);
+    let read = Bytes::from_request(req, state);
+    let result = match timeout {
+        Some(t) => tokio::time::timeout(t, read).await.map_err(|_| {
+            metrics::counter!("prefix_router_slow_clients_total", "phase" => "body").increment(1);
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                format!(
+                    "the request body did not arrive within {}s",
+                    t.as_secs_f64()
+                ),
+            )
+        })?,
+        None => read.await,
+    };
+    result.map_err(|rej| {
+        let status = rej.status();
+        let kind = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "body_too_large"
+        } else {
+            "invalid_body"
+        };
+        ApiError::new(status, kind, rej.body_text())
+    })
+}
+
+/// Rejects JSON text whose arrays and objects nest deeper than `max`, in
+/// one pass without recursion (so any input, even 16 MiB of `[`, costs a
+/// linear scan and no stack). Brackets inside strings do not count. It
+/// does not validate the JSON: the parser that runs next does.
+pub fn check_depth(bytes: &[u8], max: usize) -> Result<(), ApiError> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in bytes {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return Err(ApiError::bad_request(format!(
+                        "invalid JSON body: nested deeper than {max} levels"
+                    )));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depth_counts_brackets_outside_strings_only() {
+        let nested = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(check_depth(nested(64).as_bytes(), 64).is_ok());
+        assert!(check_depth(nested(65).as_bytes(), 64).is_err());
+        assert!(check_depth(nested(100_000).as_bytes(), 64).is_err());
+        let mixed = format!("{}{}", "{\"a\":[".repeat(32), "]}".repeat(32));
+        assert!(check_depth(mixed.as_bytes(), 64).is_ok());
+        assert!(check_depth(mixed.as_bytes(), 63).is_err());
+        // Brackets in strings, escaped quotes included, are text.
+        let text = format!("{{\"p\": \"\\\"{}\"}}", "[".repeat(1000));
+        assert!(check_depth(text.as_bytes(), 2).is_ok());
+        // Unbalanced closers do not underflow.
+        assert!(check_depth(b"]]]]{}", 1).is_ok());
+        let err = check_depth(nested(65).as_bytes(), 64).unwrap_err();
+        assert_eq!(err.status, StatusCode::BAD_REQUEST);
+        assert!(err.message.contains("64"), "{}", err.message);
     }
 }

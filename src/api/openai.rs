@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::{ApiError, AppState};
+use super::{ApiError, AppState, RawBody};
 use crate::proxy::{Endpoint, ProxyError};
 
 impl From<ProxyError> for ApiError {
@@ -25,6 +25,11 @@ impl From<ProxyError> for ApiError {
             ProxyError::Tokenize(_) => {
                 ApiError::new(StatusCode::BAD_REQUEST, "invalid_prompt", e.to_string())
             }
+            ProxyError::PromptTooLong { .. } => ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "prompt_too_long",
+                e.to_string(),
+            ),
             ProxyError::State(s) => s.into(),
         }
     }
@@ -55,7 +60,7 @@ pub async fn completions(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    RawBody(body): RawBody,
 ) -> Response {
     forward(app, Endpoint::Completions, method, uri, headers, body).await
 }
@@ -66,7 +71,7 @@ pub async fn chat_completions(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    RawBody(body): RawBody,
 ) -> Response {
     forward(app, Endpoint::ChatCompletions, method, uri, headers, body).await
 }
@@ -77,7 +82,7 @@ pub async fn other(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    RawBody(body): RawBody,
 ) -> Response {
     forward(app, Endpoint::Other, method, uri, headers, body).await
 }
@@ -98,7 +103,7 @@ pub async fn models(State(app): State<AppState>) -> Result<Json<serde_json::Valu
 /// changing any state.
 pub async fn explain(
     State(app): State<AppState>,
-    body: Bytes,
+    RawBody(body): RawBody,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     Ok(Json(app.proxy.explain(&body).await?))
 }

@@ -3,10 +3,12 @@
 
 mod duration;
 mod models;
+mod redact;
 mod static_worker;
 
 pub use duration::parse_duration;
 pub use models::ModelConfig;
+pub use redact::redact_url;
 pub use static_worker::StaticWorker;
 
 use std::net::SocketAddr;
@@ -100,6 +102,32 @@ pub struct ServeArgs {
     /// [default: off].
     #[arg(long, env = "PREFIX_ROUTER_SCRAPE_METRICS_INTERVAL", value_parser = parse_duration)]
     pub scrape_metrics_interval: Option<Duration>,
+    /// What the router exposes to clients: its internal listener and its
+    /// limits on slow or oversized requests. Boxed to keep `ServeArgs` (a
+    /// variant of the binary's command enum) small.
+    #[command(flatten)]
+    pub exposure: Box<ExposureArgs>,
+}
+
+/// Flags of `serve` about the router's exposure to clients (flattened into
+/// [`ServeArgs`]).
+#[derive(Debug, Default, Clone, clap::Args)]
+pub struct ExposureArgs {
+    /// A second address for the worker push API and operator routes
+    /// (`/internal/*`, `/admin/*`, `/metrics`); when set, they are served
+    /// only there, so the push port can be kept off the public balancer
+    /// [default: off, everything on --listen].
+    #[arg(long, env = "PREFIX_ROUTER_INTERNAL_LISTEN")]
+    pub internal_listen: Option<SocketAddr>,
+    /// A client must send a request's head within this (from connecting,
+    /// or from the request's first byte), and its body within this again;
+    /// slower clients are cut off [default: 30s].
+    #[arg(long, env = "PREFIX_ROUTER_CLIENT_TIMEOUT", value_parser = parse_duration)]
+    pub client_timeout: Option<Duration>,
+    /// Longest prompt routed, in tokens; longer ones get a 413 before any
+    /// state is written [default: 1000000].
+    #[arg(long, env = "PREFIX_ROUTER_MAX_PROMPT_TOKENS")]
+    pub max_prompt_tokens: Option<u64>,
 }
 
 /// The TOML file: the same settings as the flags, durations as strings.
@@ -107,6 +135,7 @@ pub struct ServeArgs {
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     listen: Option<SocketAddr>,
+    internal_listen: Option<SocketAddr>,
     valkey: Option<String>,
     key_prefix: Option<String>,
     #[serde(default)]
@@ -123,6 +152,8 @@ struct FileConfig {
     gc_interval: Option<String>,
     valkey_timeout: Option<String>,
     max_body_bytes: Option<usize>,
+    client_timeout: Option<String>,
+    max_prompt_tokens: Option<u64>,
     policy: Option<String>,
     block_size: Option<usize>,
     hash_seed: Option<String>,
@@ -137,11 +168,15 @@ struct FileConfig {
     models: Vec<models::FileModel>,
 }
 
-/// Resolved configuration of `serve`.
-#[derive(Debug, Clone)]
+/// Resolved configuration of `serve`. Its `Debug` redacts the Valkey
+/// password and the internal token, so that printing it cannot leak them.
+#[derive(Clone)]
 pub struct ServeConfig {
     /// Address to serve on.
     pub listen: SocketAddr,
+    /// Address of the internal listener (`/internal/*`, `/admin/*`,
+    /// `/metrics`), when they are kept off `listen`.
+    pub internal_listen: Option<SocketAddr>,
     /// Valkey connection.
     pub valkey: ConnectionSettings,
     /// Key namespace.
@@ -164,6 +199,10 @@ pub struct ServeConfig {
     pub gc_interval: Duration,
     /// Largest request body.
     pub max_body_bytes: usize,
+    /// Deadline of a request's head, and of its body, from a client.
+    pub client_timeout: Duration,
+    /// Longest prompt routed, in tokens.
+    pub max_prompt_tokens: u64,
     /// Routing policy name.
     pub policy: String,
     /// The engine's block size.
@@ -195,10 +234,21 @@ fn file_duration(v: Option<String>, name: &str) -> anyhow::Result<Option<Duratio
     .transpose()
 }
 
+/// The file's settings. A parse error is reported by message and position
+/// only: toml's own rendering quotes the offending line, which may be the
+/// one holding `internal_token` or a Valkey URL with its password.
 fn load_file(path: &Path) -> anyhow::Result<FileConfig> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+    toml::from_str(&text).map_err(|e| {
+        let at = e.span().map_or_else(String::new, |span| {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!(" (line {line}, column {column})")
+        });
+        anyhow::anyhow!("parsing {}: {}{at}", path.display(), e.message().trim_end())
+    })
 }
 
 impl ServeConfig {
@@ -293,11 +343,25 @@ impl ServeConfig {
             hash_seed: hash_seed.clone(),
         };
         let models = models::resolve_models(single, file.models, &defaults)?;
+        let listen = args
+            .listen
+            .or(file.listen)
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
+        let internal_listen = args.exposure.internal_listen.or(file.internal_listen);
+        if internal_listen == Some(listen) && listen.port() != 0 {
+            bail!("--internal-listen {listen} is the --listen address; give it another port");
+        }
+        let max_prompt_tokens = args
+            .exposure
+            .max_prompt_tokens
+            .or(file.max_prompt_tokens)
+            .unwrap_or(1_000_000);
+        if max_prompt_tokens == 0 {
+            bail!("--max-prompt-tokens must be positive");
+        }
         Ok(ServeConfig {
-            listen: args
-                .listen
-                .or(file.listen)
-                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
+            listen,
+            internal_listen,
             valkey,
             key_prefix: args
                 .key_prefix
@@ -318,6 +382,12 @@ impl ServeConfig {
                 .max_body_bytes
                 .or(file.max_body_bytes)
                 .unwrap_or(16 << 20),
+            client_timeout: args
+                .exposure
+                .client_timeout
+                .or(file_duration(file.client_timeout, "client_timeout")?)
+                .unwrap_or(Duration::from_secs(30)),
+            max_prompt_tokens,
             policy: args
                 .policy
                 .or(file.policy)
@@ -337,6 +407,41 @@ impl ServeConfig {
                 "scrape_metrics_interval",
             )?),
         })
+    }
+}
+
+impl std::fmt::Debug for ServeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeConfig")
+            .field("listen", &self.listen)
+            .field("internal_listen", &self.internal_listen)
+            .field("valkey", &redact_url(&self.valkey.url))
+            .field("valkey_hot_timeout", &self.valkey.hot_timeout)
+            .field("key_prefix", &self.key_prefix)
+            .field("workers", &self.workers)
+            .field("model", &self.model)
+            .field("tokenizer_dir", &self.tokenizer_dir)
+            .field(
+                "internal_token",
+                &self.internal_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("router_id", &self.router_id)
+            .field("ttls", &self.ttls)
+            .field("limits", &self.limits)
+            .field("gc_interval", &self.gc_interval)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("client_timeout", &self.client_timeout)
+            .field("max_prompt_tokens", &self.max_prompt_tokens)
+            .field("policy", &self.policy)
+            .field("block_size", &self.block_size)
+            .field("hash_seed", &self.hash_seed)
+            .field("max_attempts", &self.max_attempts)
+            .field("loras", &self.loras)
+            .field("models", &self.models)
+            .field("scrape_metrics_interval", &self.scrape_metrics_interval)
+            .field("epsilon", &self.epsilon)
+            .field("queue_cost_tokens", &self.queue_cost_tokens)
+            .finish()
     }
 }
 

@@ -15,6 +15,15 @@ pub enum ProxyError {
     /// Every worker tried failed before answering.
     #[error("no worker could take the request: {0}")]
     NoWorker(String),
+    /// The prompt has more tokens than `--max-prompt-tokens` (413); found
+    /// before any state is written.
+    #[error("the prompt has {tokens} tokens, more than the {max} this router accepts")]
+    PromptTooLong {
+        /// Tokens of the prompt (for text, counted by the tokenizer).
+        tokens: u64,
+        /// The limit.
+        max: u64,
+    },
     /// The prompt could not be tokenized.
     #[error("tokenizing the prompt: {0}")]
     Tokenize(#[from] TokenizeError),

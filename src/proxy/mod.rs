@@ -59,6 +59,8 @@ pub struct Proxy {
     atomic: Option<CacheAwareConfig>,
     upstream: Upstream,
     max_attempts: usize,
+    /// Longest prompt routed, in tokens (`--max-prompt-tokens`).
+    max_prompt_tokens: u64,
     /// Last workers seen live per model: the fallback when Valkey is away.
     known: RwLock<HashMap<String, Vec<(String, String)>>>,
 }
@@ -86,8 +88,31 @@ impl Proxy {
             atomic,
             upstream,
             max_attempts: max_attempts.max(1),
+            max_prompt_tokens: u64::MAX,
             known: RwLock::new(HashMap::new()),
         }
+    }
+
+    /// Refuses prompts of more than `max` tokens with
+    /// [`ProxyError::PromptTooLong`] (unlimited unless set). Tokenizing and
+    /// hashing cost time and memory in the prompt's length, and the claim
+    /// writes one entry per block: a limit keeps one request from holding a
+    /// router or flooding the shared state.
+    pub fn with_max_prompt_tokens(mut self, max: u64) -> Self {
+        self.max_prompt_tokens = max;
+        self
+    }
+
+    /// [`ProxyError::PromptTooLong`] when `tokens` is over the limit.
+    fn check_prompt_len(&self, tokens: usize) -> Result<(), ProxyError> {
+        let tokens = u64::try_from(tokens).unwrap_or(u64::MAX);
+        if tokens > self.max_prompt_tokens {
+            return Err(ProxyError::PromptTooLong {
+                tokens,
+                max: self.max_prompt_tokens,
+            });
+        }
+        Ok(())
     }
 
     /// Routes and forwards one request; `body` is forwarded unchanged.
@@ -186,6 +211,12 @@ impl Proxy {
             prompt_tokens: 0,
         };
         let Some(pipeline) = resolved.pipeline else {
+            // Without a tokenizer, only a token-id prompt can be measured.
+            if endpoint == Endpoint::Completions
+                && let Ok(CompletionPrompt::Tokens(ids)) = completion_prompt(json)
+            {
+                self.check_prompt_len(ids.len())?;
+            }
             return Ok(none);
         };
         let tokenize = Instant::now();
@@ -200,6 +231,7 @@ impl Proxy {
             },
             Endpoint::Other => return Ok(none),
         };
+        self.check_prompt_len(tokens.len())?;
         phase("tokenize", tokenize);
         let hash = Instant::now();
         let hashes =

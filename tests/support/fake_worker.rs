@@ -40,6 +40,9 @@ pub struct Shared {
     pub metrics_delay: Mutex<Option<Duration>>,
     /// `GET /metrics` requests received (not counted in `hits`).
     pub metrics_hits: AtomicUsize,
+    /// How long every other request stalls before it is answered (none
+    /// unless set), like an engine busy with a long generation.
+    pub answer_delay: Mutex<Option<Duration>>,
 }
 
 /// The SSE chunks a streamed answer sends, in order.
@@ -141,6 +144,10 @@ async fn handle(
     shared.paths.lock().unwrap().push(uri.path().to_owned());
     let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
     shared.bodies.lock().unwrap().push(json.clone());
+    let delay = *shared.answer_delay.lock().unwrap();
+    if let Some(d) = delay {
+        tokio::time::sleep(d).await;
+    }
     if json["stream"] == true {
         let rx = shared.release.lock().unwrap().take();
         let endless = json["endless"] == true;

@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod fake_worker;
+pub mod haproxy;
 pub mod router_process;
 
 use prefix_router::config::{ServeArgs, ServeConfig};
@@ -152,6 +153,9 @@ pub fn store(valkey: &Valkey, prefix: &str, router_id: &str, ttls: StateTtls) ->
 pub struct Router {
     /// Its address.
     pub addr: SocketAddr,
+    /// Its internal listener's address, when started with one
+    /// ([`Router::start_split`]).
+    pub internal: Option<SocketAddr>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -161,12 +165,33 @@ pub const TOKEN: &str = "test-token";
 
 impl Router {
     /// A router on `valkey` with `args` (listen, valkey and token are filled in).
-    pub async fn start(valkey_url: &str, mut args: ServeArgs) -> Router {
+    pub async fn start(valkey_url: &str, args: ServeArgs) -> Router {
+        Self::launch(valkey_url, args, false).await
+    }
+
+    /// As [`Router::start`], with a second, internal listener on another
+    /// ephemeral port (`--internal-listen`).
+    pub async fn start_split(valkey_url: &str, args: ServeArgs) -> Router {
+        Self::launch(valkey_url, args, true).await
+    }
+
+    async fn launch(valkey_url: &str, mut args: ServeArgs, split: bool) -> Router {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
+        let internal = if split {
+            Some(
+                tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind internal"),
+            )
+        } else {
+            None
+        };
+        let internal_addr = internal.as_ref().map(|l| l.local_addr().expect("addr"));
         args.listen = Some(addr);
+        args.exposure.internal_listen = internal_addr;
         args.valkey = Some(valkey_url.to_owned());
         // Tests share 2 cores: a routing deadline of 250 ms would turn CPU
         // starvation into fallback routing. Deadline tests set their own.
@@ -184,15 +209,27 @@ impl Router {
             let _ = stop_tx.send(true);
         };
         let task = tokio::spawn(async move {
-            prefix_router::serve::serve_on(listener, cfg, stop_rx, shutdown)
+            prefix_router::serve::serve_with(listener, internal, cfg, stop_rx, shutdown)
                 .await
                 .expect("serve");
         });
         Router {
             addr,
+            internal: internal_addr,
             stop: Some(tx),
             task: Some(task),
         }
+    }
+
+    /// `http://<internal addr><path>`; panics without an internal listener.
+    pub fn internal_url(&self, path: &str) -> String {
+        let addr = self.internal.expect("started without an internal listener");
+        format!("http://{addr}{path}")
+    }
+
+    /// True while its serving task has neither returned nor panicked.
+    pub fn is_running(&self) -> bool {
+        self.task.as_ref().is_some_and(|t| !t.is_finished())
     }
 
     /// `http://<addr><path>`.

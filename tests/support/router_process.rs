@@ -1,6 +1,7 @@
 //! A `prefix-router serve` child process on an ephemeral port; SIGKILLed
 //! on drop, like a crash.
 
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -19,7 +20,49 @@ impl RouterProcess {
     /// Starts `prefix-router serve` on `valkey_url` with `extra` flags and
     /// waits until it answers `/health`.
     pub async fn start(valkey_url: &str, extra: &[&str]) -> RouterProcess {
-        let port = free_port();
+        Self::start_with(valkey_url, extra, &[("PREFIX_ROUTER_LOG", "warn")], None).await
+    }
+
+    /// As [`RouterProcess::start`], with `env` set on top of the token (it
+    /// may override `PREFIX_ROUTER_LOG`, unset otherwise) and the process's
+    /// stdout and stderr appended to `log` when given (else discarded).
+    pub async fn start_with(
+        valkey_url: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        log: Option<&Path>,
+    ) -> RouterProcess {
+        Self::start_on(
+            free_port(),
+            valkey_url,
+            extra,
+            env,
+            log,
+            Duration::from_secs(10),
+        )
+        .await
+    }
+
+    /// As [`RouterProcess::start_with`], on `127.0.0.1:port` (a router
+    /// restarted where a balancer expects it), waiting up to `patience`
+    /// for it to answer `/health`.
+    pub async fn start_on(
+        port: u16,
+        valkey_url: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        log: Option<&Path>,
+        patience: Duration,
+    ) -> RouterProcess {
+        let output = |log: Option<&Path>| match log {
+            Some(path) => std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map(Stdio::from)
+                .expect("open the log file"),
+            None => Stdio::null(),
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_prefix-router"))
             .args([
                 "serve",
@@ -30,16 +73,17 @@ impl RouterProcess {
             ])
             .args(extra)
             .env("PREFIX_ROUTER_INTERNAL_TOKEN", TOKEN)
-            .env("PREFIX_ROUTER_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .envs(env.iter().copied())
+            .stdout(output(log))
+            .stderr(output(log))
             .spawn()
             .expect("spawn prefix-router");
         let r = RouterProcess {
             child,
             base: format!("http://127.0.0.1:{port}"),
         };
-        for _ in 0..200 {
+        let deadline = std::time::Instant::now() + patience;
+        while std::time::Instant::now() < deadline {
             if http()
                 .get(format!("{}/health", r.base))
                 .send()
@@ -51,6 +95,22 @@ impl RouterProcess {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         panic!("router did not come up");
+    }
+
+    /// SIGTERM, as an orchestrator stops it, then waits for its exit (at
+    /// most 10 s, then SIGKILL): its last log lines are written by then.
+    pub fn terminate(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        for _ in 0..200 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// POSTs JSON with the internal token; returns (status, JSON or Null).
@@ -77,6 +137,28 @@ impl RouterProcess {
             .await
             .expect("request");
         resp.text().await.expect("body")
+    }
+}
+
+impl RouterProcess {
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.base
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("port of the base URL")
+    }
+
+    /// SIGKILL, like a crash, and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

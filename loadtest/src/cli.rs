@@ -1,0 +1,208 @@
+//! The `loadtest` command line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::duration::parse_duration;
+use crate::fleet::BalancerChoice;
+use crate::scenario::Scenario;
+use crate::workload::Api;
+
+/// Load tests of a prefix-router fleet: launches Valkey, routers behind an
+/// L4 balancer and simulated vLLM workers on 127.0.0.1, replays a workload
+/// through them for each compared policy, and writes a report.
+#[derive(Parser, Debug)]
+#[command(name = "loadtest", version)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the comparison and write the report.
+    Run(Box<RunArgs>),
+}
+
+/// `loadtest run`.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    // ---- the fleet ----
+    /// Target an already running fleet at this URL (no launch; one arm,
+    /// steady scenario only).
+    #[arg(long, help_heading = "Fleet")]
+    pub target: Option<String>,
+    /// With --target: one of its workers' URL, to calibrate the overhead.
+    #[arg(long, requires = "target", help_heading = "Fleet")]
+    pub direct: Option<String>,
+    /// Compared arms, comma-separated: POLICY[:ROUTERS] with POLICY one of
+    /// cache_aware, round_robin, least_loaded, power_of_two, consistent_hash,
+    /// isolated (own view per router), or a --peer name.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "cache_aware:1,cache_aware,round_robin,least_loaded,consistent_hash,isolated",
+        help_heading = "Fleet"
+    )]
+    pub policies: Vec<String>,
+    /// Scenarios, comma-separated: steady, router-restart, valkey-restart,
+    /// worker-kill. Each one runs every arm.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "steady",
+        help_heading = "Fleet"
+    )]
+    pub scenario: Vec<Scenario>,
+    /// Router replicas per arm (unless the arm says :ROUTERS).
+    #[arg(long, default_value_t = 2, help_heading = "Fleet")]
+    pub routers: usize,
+    /// sim-worker processes.
+    #[arg(long, default_value_t = 3, help_heading = "Fleet")]
+    pub workers: usize,
+    /// KV blocks per worker (16 tokens each).
+    #[arg(long, default_value_t = 8192, help_heading = "Fleet")]
+    pub num_blocks: usize,
+    /// The sims' time scale [default: 1/--speedup for a trace, else 1].
+    #[arg(long, help_heading = "Fleet")]
+    pub time_scale: Option<f64>,
+    /// Largest batch per worker (vLLM's --max-num-seqs).
+    #[arg(long, default_value_t = 256, help_heading = "Fleet")]
+    pub max_num_seqs: usize,
+    /// The L4 balancer: haproxy or builtin (in-process, no health checks).
+    #[arg(long, default_value = "haproxy", help_heading = "Fleet")]
+    pub balancer: BalancerChoice,
+    /// Life of a routing claim in the isolated arm.
+    #[arg(long, default_value = "10m", value_parser = parse_duration, help_heading = "Fleet")]
+    pub isolated_ttl: Duration,
+    /// An external router NAME=COMMAND (placeholders {port}, {aux_port},
+    /// {worker_urls}, {worker_urls_csv}, {model}, …), usable in --policies
+    /// (repeatable).
+    #[arg(long = "peer", help_heading = "Fleet")]
+    pub peers: Vec<String>,
+    /// An extra flag for every `prefix-router serve` (repeatable).
+    #[arg(
+        long = "router-arg",
+        allow_hyphen_values = true,
+        help_heading = "Fleet"
+    )]
+    pub router_args: Vec<String>,
+    /// An extra flag for every sim-worker (repeatable).
+    #[arg(long = "sim-arg", allow_hyphen_values = true, help_heading = "Fleet")]
+    pub sim_args: Vec<String>,
+    /// The served model name.
+    #[arg(long, default_value = "qwen3", help_heading = "Fleet")]
+    pub model: String,
+    /// Tokenizer directory [default: ../shared/tokenizers/qwen3 beside the repo].
+    #[arg(long, help_heading = "Fleet")]
+    pub tokenizer_dir: Option<PathBuf>,
+    /// `prefix-router` [default: target/<profile>/prefix-router, built if missing].
+    #[arg(long, help_heading = "Binaries")]
+    pub router_bin: Option<PathBuf>,
+    /// `sim-worker` [default: target/<profile>/sim-worker, built if missing].
+    #[arg(long, help_heading = "Binaries")]
+    pub sim_bin: Option<PathBuf>,
+    /// `valkey-server` [default: on PATH].
+    #[arg(long, help_heading = "Binaries")]
+    pub valkey_bin: Option<PathBuf>,
+    /// `haproxy` [default: on PATH or /usr/sbin].
+    #[arg(long, help_heading = "Binaries")]
+    pub haproxy_bin: Option<PathBuf>,
+    /// Cargo profile of the workspace binaries.
+    #[arg(long, default_value = "release", help_heading = "Binaries")]
+    pub profile: String,
+
+    // ---- the scenario ----
+    /// When the event happens, as a fraction of the workload's span.
+    #[arg(long, default_value_t = 0.5, help_heading = "Scenario")]
+    pub event_at: f64,
+    /// Down time between a kill and the restart.
+    #[arg(long, default_value = "0s", value_parser = parse_duration, help_heading = "Scenario")]
+    pub down_for: Duration,
+    /// Valkey restarts `empty` or from its append-only file (`aof`).
+    #[arg(long, default_value = "empty", value_parser = ["empty", "aof"], help_heading = "Scenario")]
+    pub valkey_restart: String,
+
+    // ---- the workload ----
+    /// trace, rag, chat, system-prompt or no-reuse.
+    #[arg(long, default_value = "trace", help_heading = "Workload")]
+    pub workload: String,
+    /// A Mooncake JSONL trace [default: ../shared/traces/mooncake_synthetic_trace.jsonl].
+    #[arg(long, help_heading = "Workload")]
+    pub trace: Option<PathBuf>,
+    /// Trace: divide timestamps by this.
+    #[arg(long, default_value_t = 1.0, help_heading = "Workload")]
+    pub speedup: f64,
+    /// Trace: replay at most this many entries.
+    #[arg(long, help_heading = "Workload")]
+    pub limit: Option<usize>,
+    /// Trace: skip this many entries first.
+    #[arg(long, default_value_t = 0, help_heading = "Workload")]
+    pub trace_offset: usize,
+    /// Trace: cap on max_tokens (the entry's output_length).
+    #[arg(long, default_value_t = 128, help_heading = "Workload")]
+    pub max_output_tokens: usize,
+    /// Trace: cut prompts to this many tokens [default: what fits one worker's pool].
+    #[arg(long, help_heading = "Workload")]
+    pub max_input_tokens: Option<usize>,
+    /// Text workloads: completions or chat.
+    #[arg(long, default_value = "chat", help_heading = "Workload")]
+    pub api: Api,
+    /// Send non-streamed requests (no TTFT).
+    #[arg(long, help_heading = "Workload")]
+    pub no_stream: bool,
+    /// Synthetic: mean requests per second (Poisson).
+    #[arg(long, default_value_t = 5.0, help_heading = "Workload")]
+    pub rate: f64,
+    /// Synthetic: arrivals stop after this.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, help_heading = "Workload")]
+    pub duration: Duration,
+    /// Synthetic: at most this many requests.
+    #[arg(long, help_heading = "Workload")]
+    pub requests: Option<usize>,
+    /// Synthetic: seed of every random choice.
+    #[arg(long, default_value_t = 1, help_heading = "Workload")]
+    pub seed: u64,
+    /// Synthetic: max_tokens of every request.
+    #[arg(long, default_value_t = 32, help_heading = "Workload")]
+    pub output_tokens: u32,
+    /// RAG: documents.
+    #[arg(long, default_value_t = 40, help_heading = "Workload")]
+    pub documents: usize,
+    /// Words per document / no-reuse prompt / first chat message.
+    #[arg(long, default_value_t = 1500, help_heading = "Workload")]
+    pub doc_words: usize,
+    /// RAG: Zipf exponent of document popularity.
+    #[arg(long, default_value_t = 1.1, help_heading = "Workload")]
+    pub zipf: f64,
+    /// Words per question / later chat turn.
+    #[arg(long, default_value_t = 30, help_heading = "Workload")]
+    pub question_words: usize,
+    /// system-prompt: words of the shared system prompt.
+    #[arg(long, default_value_t = 2000, help_heading = "Workload")]
+    pub system_words: usize,
+    /// Chat: turns per session.
+    #[arg(long, default_value_t = 6, help_heading = "Workload")]
+    pub turns: usize,
+    /// Chat: mean pause before the next turn.
+    #[arg(long, default_value = "2s", value_parser = parse_duration, help_heading = "Workload")]
+    pub think_time: Duration,
+
+    // ---- measuring and output ----
+    /// Calibration pairs for the router overhead (0: skip).
+    #[arg(long, default_value_t = 50, help_heading = "Output")]
+    pub calibration: usize,
+    /// Width of the time-series windows.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, help_heading = "Output")]
+    pub window: Duration,
+    /// Per-request timeout.
+    #[arg(long, default_value = "300s", value_parser = parse_duration, help_heading = "Output")]
+    pub request_timeout: Duration,
+    /// Output directory [default: target/loadtest/<date>].
+    #[arg(long, help_heading = "Output")]
+    pub out: Option<PathBuf>,
+}

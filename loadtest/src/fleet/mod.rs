@@ -1,0 +1,352 @@
+//! A fleet on 127.0.0.1, started and stopped by the load test: Valkey,
+//! sim-workers, R router replicas and an L4 balancer in front of them.
+//! Everything it starts is killed when the [`Fleet`] is dropped.
+
+mod balancer;
+mod haproxy;
+mod kind;
+mod routers;
+mod sims;
+mod tcp_proxy;
+mod valkey;
+
+pub use balancer::{Balancer, BalancerChoice, BalancerKind};
+pub use kind::{Arm, ExternalRouter, LaunchContext, POLICIES, RouterKind, View};
+pub use routers::{RouterCommon, router_spec};
+pub use sims::{Sim, SimSettings, default_tokenizer_dir, start_sim};
+pub use tcp_proxy::TcpBalancer;
+pub use valkey::Valkey;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+use crate::process::{ChildProc, free_port, wait_http_ok};
+
+/// Everything needed to start one fleet.
+#[derive(Debug, Clone)]
+pub struct FleetSpec {
+    /// The compared configuration (router kind × replicas).
+    pub arm: Arm,
+    /// The router binary, token, extra flags.
+    pub routers: RouterCommon,
+    /// The `sim-worker` binary.
+    pub sim_program: PathBuf,
+    /// The sims' settings.
+    pub sims: SimSettings,
+    /// `valkey-server`.
+    pub valkey_program: PathBuf,
+    /// Keep an append-only file (so Valkey can restart with its data).
+    pub valkey_aof: bool,
+    /// The balancer.
+    pub balancer: BalancerKind,
+    /// The served model name.
+    pub model: String,
+    /// The tokenizer directory (routers and sims).
+    pub tokenizer_dir: PathBuf,
+    /// Where logs and configuration files go.
+    pub dir: PathBuf,
+}
+
+/// CPU seconds used so far, by role (see [`CpuUse::since`] for a phase's).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CpuUse {
+    /// Each router replica.
+    pub routers: Vec<f64>,
+    /// Valkey.
+    pub valkey: f64,
+    /// All sim-workers together.
+    pub sims: f64,
+    /// The HAProxy process (0 with the builtin balancer).
+    pub balancer: f64,
+}
+
+impl CpuUse {
+    /// What was used between `earlier` and `self`.
+    pub fn since(&self, earlier: &CpuUse) -> CpuUse {
+        CpuUse {
+            routers: self
+                .routers
+                .iter()
+                .enumerate()
+                .map(|(i, r)| r - earlier.routers.get(i).copied().unwrap_or(0.0))
+                .collect(),
+            valkey: self.valkey - earlier.valkey,
+            sims: self.sims - earlier.sims,
+            balancer: self.balancer - earlier.balancer,
+        }
+    }
+
+    /// All router replicas together.
+    pub fn routers_total(&self) -> f64 {
+        self.routers.iter().sum()
+    }
+
+    /// The busiest router replica.
+    pub fn router_max(&self) -> f64 {
+        self.routers.iter().copied().fold(0.0, f64::max)
+    }
+}
+
+/// A running fleet.
+#[derive(Debug)]
+pub struct Fleet {
+    spec: FleetSpec,
+    valkey: Valkey,
+    sims: Vec<Sim>,
+    routers: Vec<ChildProc>,
+    router_ports: Vec<u16>,
+    aux_ports: Vec<u16>,
+    balancer: Balancer,
+    http: reqwest::Client,
+}
+
+impl Fleet {
+    /// Starts Valkey, the balancer, the sims, then the routers, and waits
+    /// until the balancer answers and every worker is live in routing.
+    pub async fn start(spec: FleetSpec) -> anyhow::Result<Fleet> {
+        std::fs::create_dir_all(&spec.dir)
+            .with_context(|| format!("creating {}", spec.dir.display()))?;
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .context("building the HTTP client")?;
+        let valkey = Valkey::start(
+            &spec.valkey_program,
+            &spec.dir.join("valkey"),
+            spec.valkey_aof,
+        )
+        .await
+        .context("starting valkey-server")?;
+        let router_ports = (0..spec.arm.routers)
+            .map(|_| free_port())
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let aux_ports = (0..spec.arm.routers)
+            .map(|_| free_port())
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let health = spec.arm.kind.health_path().to_owned();
+        let balancer = Balancer::start(&spec.balancer, &spec.dir, &router_ports, &health)
+            .await
+            .context("starting the balancer")?;
+        let mut fleet = Fleet {
+            routers: Vec::new(),
+            router_ports,
+            aux_ports,
+            valkey,
+            sims: Vec::new(),
+            balancer,
+            http,
+            spec,
+        };
+        if fleet.spec.arm.kind.workers_report() {
+            // Routers first, so that the sims' first reports reach them.
+            fleet.spawn_routers()?;
+            fleet.wait_routers().await?;
+            fleet.start_sims(true).await?;
+        } else {
+            // The routers are given the sims' URLs.
+            fleet.start_sims(false).await?;
+            fleet.spawn_routers()?;
+            fleet.wait_routers().await?;
+        }
+        fleet.wait_workers_live().await?;
+        Ok(fleet)
+    }
+
+    /// Starts the sim-workers, reporting through the balancer if `report`.
+    async fn start_sims(&mut self, report: bool) -> anyhow::Result<()> {
+        let fleet_url = self.balancer.url();
+        let spec = &self.spec;
+        for i in 0..spec.sims.count {
+            let sim = start_sim(
+                &spec.sim_program,
+                &spec.sims,
+                i,
+                &spec.model,
+                &spec.tokenizer_dir,
+                report.then_some(fleet_url.as_str()),
+                &spec.routers.token,
+                &spec.dir,
+            )
+            .await
+            .with_context(|| format!("starting sim-worker {i}"))?;
+            self.sims.push(sim);
+        }
+        Ok(())
+    }
+
+    fn launch_context(&self, index: usize) -> LaunchContext {
+        LaunchContext {
+            host: "127.0.0.1".into(),
+            port: self.router_ports[index],
+            aux_port: self.aux_ports[index],
+            index,
+            worker_urls: self.sims.iter().map(|s| s.url.clone()).collect(),
+            model: self.spec.model.clone(),
+            tokenizer_dir: self.spec.tokenizer_dir.clone(),
+            valkey_url: self.valkey.url(),
+        }
+    }
+
+    fn spawn_routers(&mut self) -> anyhow::Result<()> {
+        for i in 0..self.router_ports.len() {
+            let spec = router_spec(
+                &self.spec.arm.kind,
+                &self.spec.routers,
+                &self.launch_context(i),
+                &self.spec.dir,
+            );
+            self.routers.push(spec.spawn()?);
+        }
+        Ok(())
+    }
+
+    /// Waits until every router answers its health route directly, then
+    /// through the balancer.
+    async fn wait_routers(&mut self) -> anyhow::Result<()> {
+        let path = self.spec.arm.kind.health_path().to_owned();
+        let timeout = match &self.spec.arm.kind {
+            RouterKind::External(e) => e.startup_timeout,
+            RouterKind::PrefixRouter { .. } => Duration::from_secs(60),
+        };
+        for (i, port) in self.router_ports.clone().into_iter().enumerate() {
+            let url = format!("http://127.0.0.1:{port}{path}");
+            wait_http_ok(&self.http, &url, timeout, Some(&mut self.routers[i])).await?;
+        }
+        let via = format!("{}{path}", self.balancer.url());
+        wait_http_ok(
+            &self.http,
+            &via,
+            Duration::from_secs(20),
+            self.balancer.proc_mut(),
+        )
+        .await
+        .context("the balancer does not reach the routers")
+    }
+
+    /// For our routers: waits until each one lists every sim as `live`
+    /// (reported through the balancer, or registered as a static worker).
+    async fn wait_workers_live(&self) -> anyhow::Result<()> {
+        if !matches!(self.spec.arm.kind, RouterKind::PrefixRouter { .. }) {
+            return Ok(());
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for port in &self.router_ports {
+            let url = format!("http://127.0.0.1:{port}/admin/workers");
+            loop {
+                let live = self.live_workers(&url).await.unwrap_or(0);
+                if live >= self.sims.len() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!(
+                        "{url} lists {live} live workers of {}; see the logs in {}",
+                        self.sims.len(),
+                        self.spec.dir.display()
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn live_workers(&self, url: &str) -> anyhow::Result<usize> {
+        let v: Value = self
+            .http
+            .get(url)
+            .bearer_auth(&self.spec.routers.token)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        Ok(v["workers"]
+            .as_array()
+            .map(|ws| ws.iter().filter(|w| w["status"] == "live").count())
+            .unwrap_or(0))
+    }
+
+    /// The balancer's URL: where clients send requests.
+    pub fn url(&self) -> String {
+        self.balancer.url()
+    }
+
+    /// The sim-workers' URLs.
+    pub fn sim_urls(&self) -> Vec<String> {
+        self.sims.iter().map(|s| s.url.clone()).collect()
+    }
+
+    /// The sim-workers' ids.
+    pub fn sim_ids(&self) -> Vec<String> {
+        self.sims.iter().map(|s| s.id.clone()).collect()
+    }
+
+    /// The directory of logs and configuration files.
+    pub fn dir(&self) -> &Path {
+        &self.spec.dir
+    }
+
+    /// SIGKILLs every router replica.
+    pub async fn kill_routers(&mut self) {
+        for r in &mut self.routers {
+            r.kill().await;
+        }
+    }
+
+    /// Starts every router replica again on its port (after
+    /// [`kill_routers`](Self::kill_routers)) and waits for their health.
+    pub async fn restart_routers(&mut self) -> anyhow::Result<()> {
+        for r in &mut self.routers {
+            r.respawn().await?;
+        }
+        self.wait_routers().await
+    }
+
+    /// SIGKILLs Valkey.
+    pub async fn kill_valkey(&mut self) {
+        self.valkey.kill().await;
+    }
+
+    /// Starts Valkey again on its port: from its append-only file when
+    /// `keep_data`, otherwise empty.
+    pub async fn restart_valkey(&mut self, keep_data: bool) -> anyhow::Result<()> {
+        self.valkey.restart(keep_data).await
+    }
+
+    /// SIGKILLs sim-worker `index`; returns its id.
+    pub async fn kill_sim(&mut self, index: usize) -> anyhow::Result<String> {
+        let sim = self
+            .sims
+            .get_mut(index)
+            .with_context(|| format!("no sim-worker {index}"))?;
+        sim.proc.kill().await;
+        Ok(sim.id.clone())
+    }
+
+    /// CPU seconds used so far by each role.
+    pub fn cpu(&self) -> CpuUse {
+        CpuUse {
+            routers: self.routers.iter().map(ChildProc::cpu_seconds).collect(),
+            valkey: self.valkey.proc().cpu_seconds(),
+            sims: self.sims.iter().map(|s| s.proc.cpu_seconds()).sum(),
+            balancer: self.balancer.cpu_seconds(),
+        }
+    }
+
+    /// Stops everything (SIGKILL; the data is thrown away anyway).
+    pub async fn stop(mut self) {
+        for r in &mut self.routers {
+            r.kill().await;
+        }
+        for s in &mut self.sims {
+            s.proc.kill().await;
+        }
+        if let Some(p) = self.balancer.proc_mut() {
+            p.kill().await;
+        }
+        self.valkey.kill().await;
+    }
+}

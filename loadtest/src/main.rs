@@ -1,0 +1,21 @@
+//! The `loadtest` binary: see `docs/loadtest.md`.
+
+use anyhow::Context;
+use clap::Parser;
+use loadtest::cli::{Cli, Command};
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Runtime::new().context("starting the Tokio runtime")?;
+    let result = runtime.block_on(async {
+        match cli.command {
+            // Dropping the run on Ctrl-C drops its fleet: every child is killed.
+            Command::Run(args) => tokio::select! {
+                r = loadtest::run::run(*args) => r.map(|_| ()),
+                _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted; every process started was stopped")),
+            },
+        }
+    });
+    drop(runtime);
+    result
+}

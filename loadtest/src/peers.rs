@@ -1,0 +1,576 @@
+//! Competitor routers ("peers") for the load test: `sglang-router` (SGLang
+//! Model Gateway) and `vllm-router` (its vLLM fork), both from PyPI, run with
+//! their `cache_aware` policy as R replicas behind the same balancer and
+//! pointed at the same sim-workers as our routers.
+//!
+//! * [`install`] creates one virtualenv per peer under `root`
+//!   (`<root>/sglang-router-venv`, `<root>/vllm-router-venv`) and installs the
+//!   pinned version from PyPI; it is idempotent (a venv that already holds
+//!   the pinned version is reused untouched). `loadtest/peers/install.sh`
+//!   does the same from a shell.
+//! * [`command`] builds the documented launcher command of one replica:
+//!   `python -m sglang_router.launch_router …` /
+//!   `python -m vllm_router.launch_router …` (the `vllm-router` entry point),
+//!   with `--policy cache_aware`, everything bound to 127.0.0.1, and a
+//!   Prometheus port of its own (neither peer can turn its exporter off, both
+//!   default to port 29000, and a second replica on a taken port dies).
+//! * [`wait_ready`] / [`wait_ready_workers`] poll the replica's
+//!   `GET /readiness`, which both peers answer with
+//!   `{"status":"ready","healthy_workers":N,"total_workers":M}`. Do not use
+//!   `/health` to wait: `sglang-router` answers it `200 OK` before it has
+//!   registered any worker (it registers them in the background), and both
+//!   answer `/v1/models` differently.
+//!
+//! What the peers do with the sim-workers (see `loadtest/peers/README.md`
+//! for the full record): both proxy `/v1/completions` and
+//! `/v1/chat/completions` (streamed or not) and pass the workers' response
+//! headers (`x-sim-worker`, `x-sim-cached-tokens`) through unchanged;
+//! `sglang-router` 0.3.2 rejects token-id prompts (`"prompt": [1, 2, …]`)
+//! with 422 before routing; `vllm-router` 0.1.17 accepts them.
+//!
+//! Only `std`, `anyhow` and `tokio` (net, io, time) are used.
+
+use std::fmt;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The address every peer binds (its API and its metrics).
+pub const BIND_HOST: &str = "127.0.0.1";
+
+/// The readiness route both peers serve (see the module docs).
+pub const READY_PATH: &str = "/readiness";
+
+/// A competitor router.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PeerKind {
+    /// `sglang-router` (SGLang Model Gateway), PyPI `sglang-router`.
+    SglangRouter,
+    /// `vllm-router`, PyPI `vllm-router`.
+    VllmRouter,
+}
+
+impl PeerKind {
+    /// Every peer, in a stable order.
+    pub const ALL: [PeerKind; 2] = [PeerKind::SglangRouter, PeerKind::VllmRouter];
+
+    /// Its name: the PyPI package and the venv's prefix (`sglang-router`).
+    pub fn name(self) -> &'static str {
+        match self {
+            PeerKind::SglangRouter => "sglang-router",
+            PeerKind::VllmRouter => "vllm-router",
+        }
+    }
+
+    /// The pinned PyPI version [`install`] installs (keep in step with
+    /// `loadtest/peers/install.sh`).
+    pub fn pinned_version(self) -> &'static str {
+        match self {
+            PeerKind::SglangRouter => "0.3.2",
+            PeerKind::VllmRouter => "0.1.17",
+        }
+    }
+
+    /// The Python module run with `python -m` to start one router.
+    pub fn launcher_module(self) -> &'static str {
+        match self {
+            PeerKind::SglangRouter => "sglang_router.launch_router",
+            PeerKind::VllmRouter => "vllm_router.launch_router",
+        }
+    }
+
+    /// The quiet `--log-level` used unless [`PeerOptions::log_level`] says
+    /// otherwise (`sglang-router` logs two lines per request at `info`).
+    pub fn default_log_level(self) -> &'static str {
+        match self {
+            PeerKind::SglangRouter => "warn",
+            PeerKind::VllmRouter => "warning",
+        }
+    }
+
+    /// The venv of this peer under `root` (`<root>/sglang-router-venv`).
+    pub fn venv_dir(self, root: &Path) -> PathBuf {
+        root.join(format!("{}-venv", self.name()))
+    }
+}
+
+impl fmt::Display for PeerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for PeerKind {
+    type Err = anyhow::Error;
+
+    /// Accepts `sglang`, `sglang-router`, `sglang_router`, `vllm`,
+    /// `vllm-router`, `vllm_router` (any case).
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        match s.trim().to_ascii_lowercase().replace('_', "-").as_str() {
+            "sglang" | "sglang-router" => Ok(PeerKind::SglangRouter),
+            "vllm" | "vllm-router" => Ok(PeerKind::VllmRouter),
+            other => bail!("unknown peer {other:?}: expected sglang-router or vllm-router"),
+        }
+    }
+}
+
+/// An installed peer: the venv's interpreter that runs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerInstall {
+    /// Which peer.
+    pub kind: PeerKind,
+    /// The venv's `bin/python` (absolute when `root` was).
+    pub python: PathBuf,
+    /// The installed package version, as `importlib.metadata` reports it.
+    pub version: String,
+}
+
+/// Installs `kind` into `<root>/<name>-venv` (creating `root` and the venv
+/// as needed) with `pip install <name>==<pinned>` from PyPI, and returns the
+/// venv's interpreter. Idempotent: when the venv already holds the pinned
+/// version nothing is run but one `python -c` version check.
+///
+/// The venv is made with the first of `$PEERS_PYTHON`, `python3.11`,
+/// `python3.12`, `python3.10`, `python3` that is Python ≥ 3.8 with `venv`
+/// and `ensurepip` (Debian: the `python3-venv` package).
+/// Blocking (runs `python` and `pip`; a first install downloads ~40 MB):
+/// call it from `tokio::task::spawn_blocking` in async code.
+pub fn install(kind: PeerKind, root: &Path) -> anyhow::Result<PeerInstall> {
+    let venv = kind.venv_dir(root);
+    let python = venv.join("bin").join("python");
+    let pinned = kind.pinned_version();
+    if python.exists()
+        && let Ok(v) = installed_version(&python, kind)
+        && v == pinned
+    {
+        return Ok(PeerInstall {
+            kind,
+            python,
+            version: v,
+        });
+    }
+    std::fs::create_dir_all(root)
+        .with_context(|| format!("creating the peers' directory {}", root.display()))?;
+    if !python.exists() {
+        let base = base_python()?;
+        run(
+            Command::new(&base).arg("-m").arg("venv").arg(&venv),
+            &format!(
+                "creating the venv {} with {}",
+                venv.display(),
+                base.display()
+            ),
+        )?;
+    }
+    let requirement = format!("{}=={pinned}", kind.name());
+    run(
+        Command::new(&python).args([
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--no-input",
+            "--quiet",
+            &requirement,
+        ]),
+        &format!("pip install {requirement} into {}", venv.display()),
+    )?;
+    let version = installed_version(&python, kind)?;
+    if version != pinned {
+        bail!(
+            "{} in {} is version {version} after installing {requirement}",
+            kind.name(),
+            venv.display()
+        );
+    }
+    Ok(PeerInstall {
+        kind,
+        python,
+        version,
+    })
+}
+
+/// The peer's version installed in the venv of `python`.
+fn installed_version(python: &Path, kind: PeerKind) -> anyhow::Result<String> {
+    let script = format!(
+        "import importlib.metadata as m; print(m.version({:?}))",
+        kind.name()
+    );
+    let out = Command::new(python)
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .with_context(|| format!("running {}", python.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} is not installed in {}: {}",
+            kind.name(),
+            python.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// The interpreter that creates the venvs (see [`install`]).
+fn base_python() -> anyhow::Result<PathBuf> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(p) = std::env::var_os("PEERS_PYTHON").filter(|p| !p.is_empty()) {
+        candidates.push(PathBuf::from(p));
+    }
+    candidates.extend(
+        ["python3.11", "python3.12", "python3.10", "python3"]
+            .iter()
+            .map(PathBuf::from),
+    );
+    let check = "import sys, venv, ensurepip; sys.exit(0 if sys.version_info >= (3, 8) else 1)";
+    for c in &candidates {
+        let ok = Command::new(c)
+            .arg("-c")
+            .arg(check)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            return Ok(c.clone());
+        }
+    }
+    bail!(
+        "no Python >= 3.8 with venv found (tried {}); set PEERS_PYTHON",
+        candidates
+            .iter()
+            .map(|c| c.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// Runs `cmd` to completion; fails with its output when it fails.
+fn run(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
+    let out = cmd
+        .output()
+        .with_context(|| format!("{what}: cannot run"))?;
+    if !out.status.success() {
+        bail!(
+            "{what}: {}\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout).trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Per-replica settings. `Default` leaves every `cache_aware` knob at the
+/// peer's own default (both peers: cache threshold 0.3, balance thresholds
+/// 64 absolute and 1.5 relative; eviction every 60 s (sglang) / 120 s
+/// (vllm); max tree size 2^26 (sglang) / 2^25 (vllm)).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PeerOptions {
+    /// `--prometheus-port` (bound on 127.0.0.1). Neither peer can disable
+    /// its exporter, both default to 29000 and reject 0, and a replica whose
+    /// port is taken dies at startup; so when `None`, [`command`] picks a
+    /// free ephemeral port itself. Give each replica its own.
+    pub metrics_port: Option<u16>,
+    /// `--cache-threshold` (0.0–1.0): the prefix-match ratio above which the
+    /// best-matching worker is chosen (below it: the least-loaded one).
+    pub cache_threshold: Option<f64>,
+    /// `--balance-abs-threshold`: load gap (in-flight requests counted by
+    /// this replica) above which it routes to the least loaded worker…
+    pub balance_abs_threshold: Option<u64>,
+    /// `--balance-rel-threshold`: …when also max load > min load × this.
+    pub balance_rel_threshold: Option<f64>,
+    /// `--eviction-interval-secs`: period of the prefix tree's LRU eviction.
+    pub eviction_interval_secs: Option<u64>,
+    /// `--max-tree-size`: the prefix tree's size bound (characters).
+    pub max_tree_size: Option<u64>,
+    /// `--log-level`, verbatim (sglang: debug|info|warn|error; vllm:
+    /// debug|info|warning|error|critical); `None`:
+    /// [`PeerKind::default_log_level`].
+    pub log_level: Option<String>,
+    /// More arguments, appended last (e.g. `--disable-retries`).
+    pub extra_args: Vec<String>,
+}
+
+/// The command that starts one replica of `install.kind` on
+/// `127.0.0.1:port`, routing with `cache_aware` over `worker_urls`
+/// (`http://127.0.0.1:PORT`, as many as the sims):
+///
+/// ```text
+/// <venv>/bin/python -m sglang_router.launch_router   (or vllm_router.launch_router)
+///   --host 127.0.0.1 --port PORT --worker-urls URL… --policy cache_aware
+///   --prometheus-host 127.0.0.1 --prometheus-port METRICS
+///   --worker-startup-check-interval 1 --log-level warn|warning
+///   [--cache-threshold … --balance-abs-threshold … --balance-rel-threshold …
+///    --eviction-interval-secs … --max-tree-size …] [extra_args…]
+/// ```
+///
+/// `--worker-startup-check-interval 1` (default 30 s) only shortens the
+/// wait when a worker is not up yet at start. The environment gets
+/// `PYTHONUNBUFFERED=1` and `HF_HUB_OFFLINE=1` (HTTP workers need no
+/// tokenizer; nothing should be fetched). The router is a single process
+/// (Python launcher + the Rust router in-process), so killing its pid stops
+/// it. stdio is left to the caller; `tokio::process::Command::from` turns
+/// the result into a Tokio command, and `get_program`/`get_args`/`get_envs`
+/// read it back.
+pub fn command(
+    install: &PeerInstall,
+    worker_urls: &[String],
+    port: u16,
+    extra: &PeerOptions,
+) -> Command {
+    let kind = install.kind;
+    let mut cmd = Command::new(&install.python);
+    cmd.arg("-m").arg(kind.launcher_module());
+    cmd.args(["--host", BIND_HOST, "--port", &port.to_string()]);
+    cmd.arg("--worker-urls").args(worker_urls);
+    cmd.args(["--policy", "cache_aware"]);
+    cmd.args(["--prometheus-host", BIND_HOST]);
+    // A free port can only fail to be found if the machine has none; the
+    // peer's default (29000) is then the least bad choice.
+    if let Some(m) = extra.metrics_port.or_else(|| free_port().ok()) {
+        cmd.args(["--prometheus-port", &m.to_string()]);
+    }
+    cmd.args(["--worker-startup-check-interval", "1"]);
+    let level = extra
+        .log_level
+        .as_deref()
+        .unwrap_or(kind.default_log_level());
+    cmd.args(["--log-level", level]);
+    if let Some(v) = extra.cache_threshold {
+        cmd.args(["--cache-threshold", &v.to_string()]);
+    }
+    if let Some(v) = extra.balance_abs_threshold {
+        cmd.args(["--balance-abs-threshold", &v.to_string()]);
+    }
+    if let Some(v) = extra.balance_rel_threshold {
+        cmd.args(["--balance-rel-threshold", &v.to_string()]);
+    }
+    if let Some(v) = extra.eviction_interval_secs {
+        cmd.args(["--eviction-interval-secs", &v.to_string()]);
+    }
+    if let Some(v) = extra.max_tree_size {
+        cmd.args(["--max-tree-size", &v.to_string()]);
+    }
+    cmd.args(&extra.extra_args);
+    cmd.env("PYTHONUNBUFFERED", "1");
+    cmd.env("HF_HUB_OFFLINE", "1");
+    cmd
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released).
+fn free_port() -> anyhow::Result<u16> {
+    let l = TcpListener::bind((BIND_HOST, 0)).context("finding a free port")?;
+    Ok(l.local_addr().context("reading a bound port")?.port())
+}
+
+/// Waits until the replica on `127.0.0.1:port` is ready to route: its
+/// `GET /readiness` answers 200 with at least one healthy worker and every
+/// registered worker healthy. Fails after `timeout`.
+///
+/// `sglang-router` registers its workers one by one in the background after
+/// it starts serving, so this can pass while only some are registered; use
+/// [`wait_ready_workers`] with the number of sims to wait for all of them.
+/// (`vllm-router` does not listen at all until at least one worker answers
+/// `GET /health`.)
+pub async fn wait_ready(port: u16, timeout: Duration) -> anyhow::Result<()> {
+    wait_ready_workers(port, 1, timeout).await
+}
+
+/// Like [`wait_ready`], but waits for at least `expected` healthy workers
+/// (pass the number of sim-workers given to [`command`]).
+pub async fn wait_ready_workers(
+    port: u16,
+    expected: usize,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match http_get(port, READY_PATH, Duration::from_secs(2)).await {
+            Ok((200, body)) => {
+                let healthy = json_uint(&body, "healthy_workers");
+                let total = json_uint(&body, "total_workers");
+                match (healthy, total) {
+                    (Some(h), Some(t)) if h >= expected.max(1) && h == t => return Ok(()),
+                    _ => format!("200 {}", body.trim()),
+                }
+            }
+            Ok((status, body)) => format!("{status} {}", body.trim()),
+            Err(e) => format!("{e:#}"),
+        };
+        if Instant::now() >= deadline {
+            bail!(
+                "peer router on {BIND_HOST}:{port} not ready ({expected} healthy workers) \
+                 within {timeout:?}; last {READY_PATH}: {last}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `GET path` on 127.0.0.1:port over HTTP/1.1 (`Connection: close`): the
+/// status and the body (de-chunked when chunked).
+async fn http_get(port: u16, path: &str, timeout: Duration) -> anyhow::Result<(u16, String)> {
+    let exchange = async {
+        let mut s = TcpStream::connect((BIND_HOST, port))
+            .await
+            .with_context(|| format!("connecting to {BIND_HOST}:{port}"))?;
+        let req = format!(
+            "GET {path} HTTP/1.1\r\nHost: {BIND_HOST}:{port}\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        );
+        s.write_all(req.as_bytes())
+            .await
+            .context("sending the request")?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw)
+            .await
+            .context("reading the response")?;
+        parse_response(&raw)
+    };
+    tokio::time::timeout(timeout, exchange)
+        .await
+        .with_context(|| format!("GET {path} on port {port} timed out after {timeout:?}"))?
+}
+
+/// Status and body of a whole HTTP/1.1 response.
+fn parse_response(raw: &[u8]) -> anyhow::Result<(u16, String)> {
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .context("response without an end of headers")?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse::<u16>().ok())
+        .with_context(|| format!("bad status line in {:?}", head.lines().next()))?;
+    let chunked = head.lines().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    });
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    Ok((status, body))
+}
+
+/// The payload of a chunked body (as far as it is well formed).
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size_line, rest)) = s.split_once("\r\n") {
+        let size_hex = size_line.split(';').next().unwrap_or("").trim();
+        let Ok(size) = usize::from_str_radix(size_hex, 16) else {
+            break;
+        };
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        let Some(chunk) = rest.get(..size) else {
+            break;
+        };
+        out.push_str(chunk);
+        s = rest.get(size..).unwrap_or("").trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// The unsigned integer value of `"key": N` in a flat JSON object.
+fn json_uint(body: &str, key: &str) -> Option<usize> {
+    let needle = format!("\"{key}\"");
+    let at = body.find(&needle)? + needle.len();
+    let rest = body.get(at..)?.trim_start().strip_prefix(':')?.trim_start();
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_install(kind: PeerKind) -> PeerInstall {
+        PeerInstall {
+            kind,
+            python: PathBuf::from("/venv/bin/python"),
+            version: kind.pinned_version().to_owned(),
+        }
+    }
+
+    fn args(cmd: &Command) -> Vec<String> {
+        cmd.get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn parses_names() -> anyhow::Result<()> {
+        assert_eq!("sglang".parse::<PeerKind>()?, PeerKind::SglangRouter);
+        assert_eq!("SGLang_Router".parse::<PeerKind>()?, PeerKind::SglangRouter);
+        assert_eq!("vllm-router".parse::<PeerKind>()?, PeerKind::VllmRouter);
+        assert!("nginx".parse::<PeerKind>().is_err());
+        for k in PeerKind::ALL {
+            assert_eq!(k.to_string().parse::<PeerKind>()?, k);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn command_is_the_documented_cli() {
+        let urls = vec![
+            "http://127.0.0.1:4001".to_owned(),
+            "http://127.0.0.1:4002".to_owned(),
+        ];
+        let opts = PeerOptions {
+            metrics_port: Some(5001),
+            cache_threshold: Some(0.5),
+            ..PeerOptions::default()
+        };
+        let cmd = command(&fake_install(PeerKind::SglangRouter), &urls, 5000, &opts);
+        assert_eq!(cmd.get_program(), "/venv/bin/python");
+        let a = args(&cmd).join(" ");
+        assert!(a.starts_with(
+            "-m sglang_router.launch_router --host 127.0.0.1 --port 5000 \
+             --worker-urls http://127.0.0.1:4001 http://127.0.0.1:4002 --policy cache_aware \
+             --prometheus-host 127.0.0.1 --prometheus-port 5001"
+        ));
+        assert!(a.contains("--log-level warn "));
+        assert!(a.ends_with("--cache-threshold 0.5"));
+        assert!(!a.contains("--balance"));
+
+        let cmd = command(
+            &fake_install(PeerKind::VllmRouter),
+            &urls,
+            5000,
+            &PeerOptions::default(),
+        );
+        let a = args(&cmd);
+        assert_eq!(a[1], "vllm_router.launch_router");
+        let port_at = a.iter().position(|x| x == "--prometheus-port");
+        let metrics = port_at.and_then(|i| a.get(i + 1)).map(|p| p.parse::<u16>());
+        assert!(matches!(metrics, Some(Ok(p)) if p > 0), "{a:?}");
+        assert!(a.join(" ").contains("--log-level warning"));
+    }
+
+    #[test]
+    fn reads_readiness_bodies() -> anyhow::Result<()> {
+        let plain = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n\
+            {\"status\":\"ready\",\"healthy_workers\":2,\"total_workers\":2}";
+        let (status, body) = parse_response(plain)?;
+        assert_eq!(status, 200);
+        assert_eq!(json_uint(&body, "healthy_workers"), Some(2));
+        assert_eq!(json_uint(&body, "total_workers"), Some(2));
+        let chunked = b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n\
+            7\r\n{\"a\": 1\r\n1\r\n}\r\n0\r\n\r\n";
+        let (status, body) = parse_response(chunked)?;
+        assert_eq!(status, 503);
+        assert_eq!(body, "{\"a\": 1}");
+        assert_eq!(json_uint(&body, "a"), Some(1));
+        assert_eq!(json_uint(&body, "b"), None);
+        Ok(())
+    }
+}

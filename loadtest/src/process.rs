@@ -1,0 +1,286 @@
+//! Child processes the load test starts: a recipe ([`ProcSpec`]) that can be
+//! spawned again after a kill, and a guard ([`ChildProc`]) that SIGKILLs the
+//! child when dropped, so that nothing outlives the load test (errors,
+//! Ctrl-C and panics included).
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// A free TCP port on 127.0.0.1 (bound, then released), for servers whose
+/// port must be known before they start.
+pub fn free_port() -> anyhow::Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// How to start one child process; kept so that it can be restarted with
+/// exactly the same command.
+#[derive(Debug, Clone)]
+pub struct ProcSpec {
+    /// A short name for messages and log files (`router-0`, `sim-3`).
+    pub name: String,
+    /// The executable.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
+    /// Where its stderr (and stdout, unless piped) goes.
+    pub log: PathBuf,
+    /// Pipe stdout so that [`ChildProc::wait_line`] can read it.
+    pub pipe_stdout: bool,
+}
+
+impl ProcSpec {
+    /// A spec with no environment, logging to `log`, stdout not piped.
+    pub fn new(name: impl Into<String>, program: impl Into<PathBuf>, log: PathBuf) -> Self {
+        ProcSpec {
+            name: name.into(),
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            log,
+            pipe_stdout: false,
+        }
+    }
+
+    /// Appends arguments.
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds an environment variable.
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// The command line, shell-like, for messages.
+    pub fn command_line(&self) -> String {
+        std::iter::once(self.program.display().to_string())
+            .chain(self.args.iter().cloned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Starts the process (appending to its log file).
+    pub fn spawn(&self) -> anyhow::Result<ChildProc> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .with_context(|| format!("opening {}", self.log.display()))?;
+        let stdout = if self.pipe_stdout {
+            Stdio::piped()
+        } else {
+            Stdio::from(log.try_clone()?)
+        };
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.args)
+            // Plain logs: no colour codes in the log files.
+            .env("NO_COLOR", "1")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(Stdio::from(log))
+            .kill_on_drop(true);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting {} ({})", self.name, self.program.display()))?;
+        let pid = child.id().unwrap_or(0);
+        Ok(ChildProc {
+            spec: self.clone(),
+            child,
+            pid,
+            cpu_spent: 0.0,
+        })
+    }
+}
+
+/// A running child; SIGKILLed when dropped.
+#[derive(Debug)]
+pub struct ChildProc {
+    spec: ProcSpec,
+    child: Child,
+    pid: u32,
+    /// CPU seconds of earlier incarnations (before restarts).
+    cpu_spent: f64,
+}
+
+impl ChildProc {
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// Its current process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Its log file.
+    pub fn log(&self) -> &std::path::Path {
+        &self.spec.log
+    }
+
+    /// Reads stdout until a line starting with `prefix`; returns the rest of
+    /// that line. Later stdout goes to the log file. Fails if the process
+    /// exits or `timeout` passes first.
+    pub async fn wait_line(&mut self, prefix: &str, timeout: Duration) -> anyhow::Result<String> {
+        let Some(stdout) = self.child.stdout.take() else {
+            bail!("{}: stdout is not piped", self.spec.name);
+        };
+        let mut lines = BufReader::new(stdout).lines();
+        let found = tokio::time::timeout(timeout, async {
+            while let Some(line) = lines.next_line().await? {
+                if let Some(rest) = line.strip_prefix(prefix) {
+                    return Ok::<_, std::io::Error>(Some(rest.trim().to_owned()));
+                }
+            }
+            Ok(None)
+        })
+        .await;
+        let log = self.spec.log.clone();
+        let rest = match found {
+            Ok(Ok(Some(rest))) => rest,
+            Ok(Ok(None)) => bail!(
+                "{} exited before printing {prefix:?}; see {}",
+                self.spec.name,
+                log.display()
+            ),
+            Ok(Err(e)) => return Err(e).context(format!("reading {}'s stdout", self.spec.name)),
+            Err(_) => bail!(
+                "{} did not print {prefix:?} within {timeout:?}; see {}",
+                self.spec.name,
+                log.display()
+            ),
+        };
+        // Keep draining stdout so that the child never blocks on a full pipe.
+        tokio::spawn(async move {
+            let Ok(mut f) = tokio::fs::OpenOptions::new().append(true).open(&log).await else {
+                return;
+            };
+            while let Ok(Some(line)) = lines.next_line().await {
+                let _ = f.write_all(line.as_bytes()).await;
+                let _ = f.write_all(b"\n").await;
+            }
+        });
+        Ok(rest)
+    }
+
+    /// CPU time (user + system) used so far, over every incarnation.
+    pub fn cpu_seconds(&self) -> f64 {
+        self.cpu_spent + proc_cpu_seconds(self.pid).unwrap_or(0.0)
+    }
+
+    /// Whether the process has exited (and how), without waiting.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// SIGKILL, like a crash, and reap it.
+    pub async fn kill(&mut self) {
+        self.cpu_spent += proc_cpu_seconds(self.pid).unwrap_or(0.0);
+        let _ = self.child.start_kill();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+    }
+
+    /// Starts it again with the same command (after [`kill`](Self::kill)).
+    pub async fn respawn(&mut self) -> anyhow::Result<()> {
+        if self.exited().is_none() {
+            self.kill().await;
+        }
+        let fresh = self.spec.spawn()?;
+        let spent = self.cpu_spent;
+        *self = fresh;
+        self.cpu_spent = spent;
+        Ok(())
+    }
+}
+
+/// Polls `url` until it answers 2xx; fails after `timeout`, or early if
+/// `child` exits.
+pub async fn wait_http_ok(
+    http: &reqwest::Client,
+    url: &str,
+    timeout: Duration,
+    mut child: Option<&mut ChildProc>,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let ok = http
+            .get(url)
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .map(|r| r.status().is_success())
+            .unwrap_or(false);
+        if ok {
+            return Ok(());
+        }
+        if let Some(c) = child.as_deref_mut()
+            && let Some(status) = c.exited()
+        {
+            bail!(
+                "{} exited ({status}) before {url} answered; see {}",
+                c.name(),
+                c.log().display()
+            );
+        }
+        if Instant::now() > deadline {
+            bail!("{url} did not answer 2xx within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// User + system CPU seconds of `pid` from `/proc/<pid>/stat`.
+pub fn proc_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat_cpu(&stat).map(|ticks| ticks as f64 / clock_ticks())
+}
+
+/// utime + stime (fields 14 and 15) of a `/proc/<pid>/stat` line, in ticks.
+fn parse_stat_cpu(stat: &str) -> Option<u64> {
+    // The command name (field 2) may contain spaces; fields resume after ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state): utime is field 14 → index 11.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 { t as f64 } else { 100.0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_cpu_fields() {
+        let line = "1234 (my proc) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 1 0";
+        assert_eq!(parse_stat_cpu(line), Some(300));
+        assert_eq!(parse_stat_cpu("garbage"), None);
+    }
+
+    #[test]
+    fn own_cpu_is_readable() {
+        assert!(proc_cpu_seconds(std::process::id()).is_some());
+    }
+}

@@ -1,0 +1,177 @@
+//! The run's report: `report.md`, `results.json` and SVG plots (hit rate
+//! and TTFT p50 over time per scenario) in the output directory.
+
+mod markdown;
+mod plot;
+mod table;
+
+pub use markdown::render;
+pub use plot::{LinePlot, Series, write_svg};
+pub use table::{cpu_table, main_table};
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::Serialize;
+
+use crate::machine::Machine;
+use crate::runner::ArmResult;
+use crate::scenario::Scenario;
+
+/// The results of every arm in one scenario.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScenarioReport {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// One result per arm, in the order run.
+    pub arms: Vec<ArmResult>,
+}
+
+/// Everything a run reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    /// The command line, shell-quoted.
+    pub command: String,
+    /// When it ran (local time).
+    pub date: String,
+    /// Where it ran.
+    pub machine: Machine,
+    /// The workload's description.
+    pub workload: String,
+    /// The settings, as (name, value).
+    pub settings: Vec<(String, String)>,
+    /// One entry per scenario.
+    pub scenarios: Vec<ScenarioReport>,
+}
+
+/// File names of a scenario's plots: (hit rate, TTFT).
+pub fn plot_names(s: Scenario) -> (String, String) {
+    (
+        format!("hit_rate_{}.svg", s.name()),
+        format!("ttft_{}.svg", s.name()),
+    )
+}
+
+/// Writes `report.md`, `results.json` and the plots into `dir`; returns the
+/// report's path.
+pub fn write(r: &RunReport, dir: &Path, window_s: f64) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for s in &r.scenarios {
+        let (hit, ttft) = plot_names(s.scenario);
+        let event = s.arms.iter().find_map(|a| a.event.as_ref().map(|e| e.at_s));
+        let mid = window_s / 2.0;
+        let hits: Vec<Series> = s
+            .arms
+            .iter()
+            .map(|a| {
+                let pts = a
+                    .windows
+                    .iter()
+                    .filter_map(|w| Some((w.start_s + mid, w.hit_rate? * 100.0)))
+                    .collect();
+                (a.label.clone(), pts)
+            })
+            .collect();
+        let ttfts: Vec<Series> = s
+            .arms
+            .iter()
+            .map(|a| {
+                let pts = a
+                    .windows
+                    .iter()
+                    .filter_map(|w| Some((w.start_s + mid, w.ttft_p50_ms?)))
+                    .collect();
+                (a.label.clone(), pts)
+            })
+            .collect();
+        let name = s.scenario.name();
+        write_svg(
+            &dir.join(hit),
+            &LinePlot {
+                title: &format!("Prefix-cache hit rate ({name}, {window_s} s windows)"),
+                y_label: "hit rate (%)",
+                series: &hits,
+                event_s: event,
+                y_max: Some(100.0),
+            },
+        )?;
+        write_svg(
+            &dir.join(ttft),
+            &LinePlot {
+                title: &format!("TTFT p50 ({name}, {window_s} s windows)"),
+                y_label: "TTFT p50 (ms)",
+                series: &ttfts,
+                event_s: event,
+                y_max: None,
+            },
+        )?;
+    }
+    let json = serde_json::to_string_pretty(r)?;
+    std::fs::write(dir.join("results.json"), json)?;
+    let path = dir.join("report.md");
+    std::fs::write(&path, render(r)).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{Sample, summarize, windows};
+    use crate::runner::EventMark;
+
+    #[test]
+    fn writes_report_json_and_plots() {
+        let samples: Vec<Sample> = (0..20)
+            .map(|i| Sample {
+                start_s: i as f64,
+                end_s: i as f64 + 0.5,
+                error: (i == 3).then(|| "HTTP 503: down".to_owned()),
+                ttft_ms: Some(10.0 + i as f64),
+                e2e_ms: 500.0,
+                prompt_tokens: 64,
+                cached_tokens: Some(if i > 5 { 48 } else { 0 }),
+                completion_tokens: 4,
+                worker: Some(format!("sim-{}", i % 2)),
+            })
+            .collect();
+        let arm = ArmResult {
+            label: "cache_aware ×2".into(),
+            routers: 2,
+            summary: summarize(&samples, &[]),
+            windows: windows(&samples, 5.0),
+            overhead: None,
+            event: Some(EventMark {
+                at_s: 10.0,
+                what: "every router SIGKILLed".into(),
+            }),
+            cpu: None,
+            log_dir: None,
+        };
+        let r = RunReport {
+            command: "loadtest run --scenario router-restart".into(),
+            date: "2026-01-01 00:00".into(),
+            machine: Machine::detect(),
+            workload: "test".into(),
+            settings: vec![("workers".into(), "2".into())],
+            scenarios: vec![ScenarioReport {
+                scenario: Scenario::RouterRestart,
+                arms: vec![arm],
+            }],
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(&r, dir.path(), 5.0).unwrap();
+        let md = std::fs::read_to_string(path).unwrap();
+        assert!(md.contains("## Scenario: router-restart"));
+        assert!(md.contains("at 10.0 s, every router SIGKILLed"));
+        assert!(md.contains("| cache_aware ×2 | 2 | 20 | 1 |"));
+        assert!(md.contains("hit_rate_router-restart.svg"));
+        assert!(md.contains("1 × HTTP 503"));
+        assert!(md.contains("## The `isolated` arm"));
+        assert!(dir.path().join("ttft_router-restart.svg").is_file());
+        let json: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join("results.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(json["scenarios"][0]["arms"][0]["summary"]["failed"], 1);
+    }
+}

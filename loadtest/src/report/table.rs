@@ -1,0 +1,181 @@
+//! The report's Markdown tables: the main comparison (one row per arm),
+//! CPU use, and failures by kind.
+
+use crate::runner::ArmResult;
+
+/// Milliseconds, to 0.1 ms below 100 ms.
+fn ms(v: f64) -> String {
+    if v.abs() < 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
+    v.map(f).unwrap_or_else(|| "–".into())
+}
+
+/// A Markdown table from a header and rows.
+pub fn markdown(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut out = format!("| {} |\n", header.join(" | "));
+    out.push('|');
+    for (i, _) in header.iter().enumerate() {
+        out.push_str(if i == 0 { "---|" } else { "---:|" });
+    }
+    out.push('\n');
+    for r in rows {
+        out.push_str(&format!("| {} |\n", r.join(" | ")));
+    }
+    out
+}
+
+/// The main table: rows = arms, columns = the measures.
+pub fn main_table(arms: &[ArmResult]) -> String {
+    let header = [
+        "policy",
+        "routers",
+        "requests",
+        "failed",
+        "hit rate",
+        "TTFT p50 ms",
+        "TTFT p90",
+        "TTFT p99",
+        "E2E p50 ms",
+        "E2E p90",
+        "E2E p99",
+        "req/s",
+        "tok/s",
+        "imbalance",
+        "overhead p50 ms",
+        "overhead p99",
+    ];
+    let rows: Vec<Vec<String>> = arms
+        .iter()
+        .map(|a| {
+            let s = &a.summary;
+            vec![
+                a.label.clone(),
+                // 0: a --target fleet, whose routers are not counted.
+                if a.routers == 0 {
+                    "–".into()
+                } else {
+                    a.routers.to_string()
+                },
+                s.requests.to_string(),
+                s.failed.to_string(),
+                opt(s.hit_rate, |h| format!("{:.1}%", 100.0 * h)),
+                opt(s.ttft_ms, |p| ms(p.p50)),
+                opt(s.ttft_ms, |p| ms(p.p90)),
+                opt(s.ttft_ms, |p| ms(p.p99)),
+                opt(s.e2e_ms, |p| ms(p.p50)),
+                opt(s.e2e_ms, |p| ms(p.p90)),
+                opt(s.e2e_ms, |p| ms(p.p99)),
+                format!("{:.2}", s.req_per_s),
+                format!("{:.0}", s.tokens_per_s),
+                opt(s.imbalance, |i| format!("{i:.2}")),
+                opt(a.overhead, |o| format!("{:+.2}", o.p50_ms())),
+                opt(a.overhead, |o| format!("{:+.2}", o.p99_ms())),
+            ]
+        })
+        .collect();
+    markdown(&header, &rows)
+}
+
+/// CPU use during the workload, % of one core.
+pub fn cpu_table(arms: &[ArmResult]) -> String {
+    let header = [
+        "policy",
+        "routers (all)",
+        "busiest router",
+        "valkey",
+        "sims (all)",
+        "haproxy",
+        "loadtest",
+        "machine (all cores)",
+    ];
+    let rows: Vec<Vec<String>> = arms
+        .iter()
+        .filter_map(|a| {
+            let c = a.cpu?;
+            Some(vec![
+                a.label.clone(),
+                format!("{:.0}%", c.routers),
+                format!("{:.0}%", c.router_max),
+                format!("{:.0}%", c.valkey),
+                format!("{:.0}%", c.sims),
+                format!("{:.0}%", c.balancer),
+                format!("{:.0}%", c.loadtest),
+                format!("{:.0}%", c.machine),
+            ])
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    markdown(&header, &rows)
+}
+
+/// Failures by kind, one line per arm that had any.
+pub fn failures(arms: &[ArmResult]) -> String {
+    let mut out = String::new();
+    for a in arms {
+        if a.summary.errors.is_empty() {
+            continue;
+        }
+        let kinds: Vec<String> = a
+            .summary
+            .errors
+            .iter()
+            .map(|(k, n)| format!("{n} × {k}"))
+            .collect();
+        out.push_str(&format!("* {}: {}\n", a.label, kinds.join(", ")));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{Sample, summarize};
+
+    pub(crate) fn arm(label: &str) -> ArmResult {
+        let samples = vec![Sample {
+            start_s: 0.0,
+            end_s: 1.0,
+            error: None,
+            ttft_ms: Some(12.34),
+            e2e_ms: 250.0,
+            prompt_tokens: 100,
+            cached_tokens: Some(25),
+            completion_tokens: 4,
+            worker: Some("sim-0".into()),
+        }];
+        ArmResult {
+            label: label.into(),
+            routers: 2,
+            summary: summarize(&samples, &["sim-0".into(), "sim-1".into()]),
+            windows: vec![],
+            overhead: None,
+            event: None,
+            cpu: None,
+            log_dir: None,
+        }
+    }
+
+    #[test]
+    fn main_table_has_a_row_per_arm() {
+        let t = main_table(&[arm("cache_aware ×2"), arm("round_robin ×2")]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 4);
+        assert!(lines[0].starts_with("| policy | routers |"));
+        assert!(lines[1].starts_with("|---|---:|---:|"));
+        assert!(lines[2].contains("| 25.0% |"));
+        assert!(lines[2].contains("| 12.3 |"));
+        assert!(lines[2].contains("| 250 |"));
+        assert!(lines[2].contains("| 2.00 |")); // imbalance: 100 vs mean 50
+        assert!(lines[2].ends_with("| – | – |"));
+        assert_eq!(cpu_table(&[arm("x")]), "");
+        assert_eq!(failures(&[arm("x")]), "");
+    }
+}

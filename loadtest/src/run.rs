@@ -1,0 +1,338 @@
+//! `loadtest run`: from the command line to the report. Builds the plan
+//! once, then for each scenario runs every arm on a fresh fleet, one after
+//! another, and writes `report.md`, `results.json` and the plots.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use indicatif::MultiProgress;
+
+use crate::binaries::{WorkspaceBinaries, system_program, workspace_root};
+use crate::cli::RunArgs;
+use crate::drive::DriveOptions;
+use crate::fleet::{
+    Arm, BalancerChoice, BalancerKind, ExternalRouter, FleetSpec, RouterCommon, SimSettings,
+    default_tokenizer_dir,
+};
+use crate::machine::Machine;
+use crate::report::{self, RunReport, ScenarioReport, main_table};
+use crate::runner::{self, Runner};
+use crate::scenario::{EventSettings, Scenario};
+use crate::workload::{
+    Plan, SyntheticKind, SyntheticOptions, TraceOptions, synthetic_plan, trace_plan,
+};
+
+/// Tokens per sim KV block (the sims' default `--block-size`).
+const SIM_BLOCK_TOKENS: usize = 16;
+/// The internal token of every fleet the load test starts.
+const TOKEN: &str = "loadtest-token";
+
+/// Runs `loadtest run` with `args`; returns the report's path.
+pub async fn run(args: RunArgs) -> anyhow::Result<PathBuf> {
+    let (plan, time_scale, input_cap) = build_plan(&args)?;
+    let out = args.out.clone().unwrap_or_else(|| {
+        let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S");
+        crate::binaries::target_dir()
+            .join("loadtest")
+            .join(stamp.to_string())
+    });
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let multi = MultiProgress::new();
+    let drive = DriveOptions {
+        model: args.model.clone(),
+        stream: !args.no_stream,
+    };
+    if !(0.0..=1.0).contains(&args.event_at) {
+        bail!("--event-at must be within 0..=1");
+    }
+    let window_s = args.window.as_secs_f64();
+    if window_s <= 0.0 {
+        bail!("--window must be positive");
+    }
+    eprintln!(
+        "loadtest: {} ({} requests over {:.0} s); output in {}",
+        plan.description,
+        plan.requests(),
+        plan.span().as_secs_f64(),
+        out.display()
+    );
+    let mut settings = vec![
+        ("stream".to_owned(), (!args.no_stream).to_string()),
+        ("calibration pairs".into(), args.calibration.to_string()),
+        ("window".into(), format!("{window_s} s")),
+    ];
+    let mut scenarios = Vec::new();
+    if let Some(url) = &args.target {
+        if args.scenario.iter().any(Scenario::has_event) {
+            bail!("--target runs the steady scenario only (the fleet is not ours to kill)");
+        }
+        settings.push(("target".into(), url.clone()));
+        let result = runner::run_target(
+            url,
+            args.direct.as_deref(),
+            &plan,
+            &drive,
+            args.request_timeout,
+            args.calibration,
+            window_s,
+            &multi,
+        )
+        .await?;
+        scenarios.push(ScenarioReport {
+            scenario: Scenario::Steady,
+            arms: vec![result],
+        });
+    } else {
+        let (runner, arms) = fleet_runner(&args, time_scale, &out, drive)?;
+        settings.extend(fleet_settings(&args, &runner, time_scale, input_cap));
+        for &scenario in &args.scenario {
+            let mut results = Vec::new();
+            for arm in &arms {
+                match runner.run_arm(scenario, arm, &plan, &multi).await {
+                    Ok(r) => results.push(r),
+                    Err(e) => {
+                        eprintln!(
+                            "loadtest: {} / {} not measured: {e:#}",
+                            scenario.name(),
+                            arm.label
+                        )
+                    }
+                }
+            }
+            if results.is_empty() {
+                bail!("no arm of scenario {} could be run", scenario.name());
+            }
+            scenarios.push(ScenarioReport {
+                scenario,
+                arms: results,
+            });
+        }
+    }
+    let report = RunReport {
+        command: command_line(),
+        date: chrono::Local::now()
+            .format("%Y-%m-%d %H:%M:%S %z")
+            .to_string(),
+        machine: Machine::detect(),
+        workload: plan.description.clone(),
+        settings,
+        scenarios,
+    };
+    let path = report::write(&report, &out, window_s)?;
+    for s in &report.scenarios {
+        println!("\n## {}\n\n{}", s.scenario.name(), main_table(&s.arms));
+    }
+    println!("\nreport: {}", path.display());
+    Ok(path)
+}
+
+/// The workload's plan, the sims' time scale, and the prompt cap applied.
+fn build_plan(args: &RunArgs) -> anyhow::Result<(Plan, f64, Option<usize>)> {
+    if args.workload == "trace" {
+        let path = args.trace.clone().unwrap_or_else(|| {
+            workspace_root().join("../shared/traces/mooncake_synthetic_trace.jsonl")
+        });
+        // A prompt (plus its answer) larger than one worker's pool is refused.
+        let pool = args.num_blocks * SIM_BLOCK_TOKENS;
+        let fit = pool.saturating_sub(args.max_output_tokens + SIM_BLOCK_TOKENS);
+        if fit == 0 {
+            bail!(
+                "--num-blocks {} is too small for any prompt",
+                args.num_blocks
+            );
+        }
+        let cap = Some(args.max_input_tokens.unwrap_or(fit).min(fit));
+        let opts = TraceOptions {
+            offset: args.trace_offset,
+            limit: args.limit,
+            speedup: args.speedup,
+            max_output_tokens: args.max_output_tokens,
+            max_input_tokens: cap,
+        };
+        let plan = trace_plan(&path, &opts)?;
+        Ok((plan, args.time_scale.unwrap_or(1.0 / args.speedup), cap))
+    } else {
+        let kind: SyntheticKind = args.workload.parse().map_err(anyhow::Error::msg)?;
+        let o = SyntheticOptions {
+            kind,
+            api: args.api,
+            rate: args.rate,
+            duration: Some(args.duration),
+            requests: args.requests,
+            seed: args.seed,
+            output_tokens: args.output_tokens,
+            documents: args.documents,
+            doc_words: args.doc_words,
+            zipf: args.zipf,
+            question_words: args.question_words,
+            system_words: args.system_words,
+            turns: args.turns,
+            think_time: args.think_time,
+        };
+        Ok((synthetic_plan(&o)?, args.time_scale.unwrap_or(1.0), None))
+    }
+}
+
+/// The runner of launched fleets and the arms to compare.
+fn fleet_runner(
+    args: &RunArgs,
+    time_scale: f64,
+    out: &std::path::Path,
+    drive: DriveOptions,
+) -> anyhow::Result<(Runner, Vec<Arm>)> {
+    if args.routers == 0 || args.workers == 0 {
+        bail!("--routers and --workers must be positive");
+    }
+    if !(time_scale.is_finite() && time_scale > 0.0) {
+        bail!("--time-scale must be a positive number");
+    }
+    let peers = args
+        .peers
+        .iter()
+        .map(|p| ExternalRouter::parse(p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let arms = args
+        .policies
+        .iter()
+        .map(|p| Arm::parse(p, args.routers, args.isolated_ttl, &peers))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if arms.is_empty() {
+        bail!("--policies is empty");
+    }
+    let bins =
+        WorkspaceBinaries::locate(args.router_bin.clone(), args.sim_bin.clone(), &args.profile)?;
+    let valkey = system_program(
+        args.valkey_bin.clone(),
+        "valkey-server",
+        "run scripts/install-deps.sh",
+    )?;
+    let balancer = match args.balancer {
+        BalancerChoice::Haproxy => BalancerKind::Haproxy(system_program(
+            args.haproxy_bin.clone(),
+            "haproxy",
+            "run scripts/install-deps.sh, or pass --balancer builtin",
+        )?),
+        BalancerChoice::Builtin => BalancerKind::Builtin,
+    };
+    let tokenizer_dir = args
+        .tokenizer_dir
+        .clone()
+        .unwrap_or_else(default_tokenizer_dir);
+    if !tokenizer_dir.join("tokenizer.json").is_file() {
+        bail!(
+            "no tokenizer.json in {} (pass --tokenizer-dir)",
+            tokenizer_dir.display()
+        );
+    }
+    let keep_data = args.valkey_restart == "aof";
+    let base = FleetSpec {
+        arm: arms[0].clone(),
+        routers: RouterCommon {
+            program: bins.router,
+            token: TOKEN.into(),
+            extra_args: args.router_args.clone(),
+            log_level: "warn".into(),
+        },
+        sim_program: bins.sim,
+        sims: SimSettings {
+            count: args.workers,
+            num_blocks: args.num_blocks,
+            time_scale,
+            max_num_seqs: args.max_num_seqs,
+            extra_args: args.sim_args.clone(),
+        },
+        valkey_program: valkey,
+        valkey_aof: keep_data,
+        balancer,
+        model: args.model.clone(),
+        tokenizer_dir,
+        dir: out.join("logs"),
+    };
+    let runner = Runner {
+        base,
+        drive,
+        request_timeout: args.request_timeout,
+        calibration_pairs: args.calibration,
+        window_s: args.window.as_secs_f64(),
+        event_at: args.event_at,
+        event: EventSettings {
+            down_for: args.down_for,
+            valkey_keeps_data: keep_data,
+        },
+        out_dir: out.to_owned(),
+    };
+    Ok((runner, arms))
+}
+
+/// The fleet's settings for the report.
+fn fleet_settings(
+    args: &RunArgs,
+    runner: &Runner,
+    time_scale: f64,
+    input_cap: Option<usize>,
+) -> Vec<(String, String)> {
+    let b = &runner.base;
+    let mut s = vec![
+        ("workers".to_owned(), args.workers.to_string()),
+        ("routers (default per arm)".into(), args.routers.to_string()),
+        (
+            "KV capacity per worker".into(),
+            format!(
+                "{} blocks × {SIM_BLOCK_TOKENS} tokens = {} tokens",
+                args.num_blocks,
+                args.num_blocks * SIM_BLOCK_TOKENS
+            ),
+        ),
+        ("sim time scale".into(), time_scale.to_string()),
+        ("sim max-num-seqs".into(), args.max_num_seqs.to_string()),
+        (
+            "balancer".into(),
+            match &b.balancer {
+                BalancerKind::Haproxy(p) => format!("HAProxy ({}), TCP mode", p.display()),
+                BalancerKind::Builtin => "builtin TCP balancer (in the load test)".into(),
+            },
+        ),
+        (
+            "isolated claim TTL".into(),
+            format!("{:?}", args.isolated_ttl),
+        ),
+        ("event at".into(), format!("{} of the span", args.event_at)),
+        (
+            "down time at an event".into(),
+            format!("{:.1} s", args.down_for.as_secs_f64()),
+        ),
+        ("valkey restart".into(), args.valkey_restart.clone()),
+        (
+            "prefix-router".into(),
+            b.routers.program.display().to_string(),
+        ),
+        ("sim-worker".into(), b.sim_program.display().to_string()),
+    ];
+    if let Some(c) = input_cap {
+        s.push(("prompts cut to".into(), format!("{c} tokens")));
+    }
+    if !args.router_args.is_empty() {
+        s.push(("extra router flags".into(), args.router_args.join(" ")));
+    }
+    if !args.sim_args.is_empty() {
+        s.push(("extra sim flags".into(), args.sim_args.join(" ")));
+    }
+    s
+}
+
+/// The process's command line, shell-quoted.
+fn command_line() -> String {
+    std::env::args()
+        .map(|a| {
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c))
+            {
+                a
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
