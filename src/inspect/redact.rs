@@ -1,46 +1,6 @@
 //! Keeps the Valkey password out of everything inspect prints.
 
-/// The URL with its password (and a `pass=` query parameter) replaced by
-/// `***`, for display.
-pub(crate) fn redact_url(url: &str) -> String {
-    let (head, query) = match url.split_once('?') {
-        Some((h, q)) => (h, Some(q)),
-        None => (url, None),
-    };
-    let mut out = match head.split_once("://") {
-        Some((scheme, rest)) => {
-            let (authority, path) = match rest.find('/') {
-                Some(i) => rest.split_at(i),
-                None => (rest, ""),
-            };
-            let authority = match authority.rsplit_once('@') {
-                Some((userinfo, host)) => match userinfo.split_once(':') {
-                    Some((user, _)) => format!("{user}:***@{host}"),
-                    None => format!("{userinfo}@{host}"),
-                },
-                None => authority.to_owned(),
-            };
-            format!("{scheme}://{authority}{path}")
-        }
-        None => head.to_owned(),
-    };
-    if let Some(q) = query {
-        let params: Vec<String> = q
-            .split('&')
-            .map(|p| match p.split_once('=') {
-                Some((k, _))
-                    if k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password") =>
-                {
-                    format!("{k}=***")
-                }
-                _ => p.to_owned(),
-            })
-            .collect();
-        out.push('?');
-        out.push_str(&params.join("&"));
-    }
-    out
-}
+pub(crate) use crate::config::redact_url;
 
 /// Scrubs the secrets of one URL from arbitrary text (client error messages).
 #[derive(Debug, Clone, Default)]
