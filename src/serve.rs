@@ -263,7 +263,10 @@ async fn tick(stop: &mut ShutdownSignal, period: Duration) -> bool {
 
 /// Renews this router's lease on every model and the static workers' leases.
 async fn lease_loop(store: StateStore, cfg: ServeConfig, mut stop: ShutdownSignal) {
-    let period = cfg.ttls.router_lease.min(cfg.ttls.worker_lease) / 3;
+    // At least every second: after Valkey restarts empty, static workers
+    // are unknown (404s) until their next heartbeat here.
+    let period = (cfg.ttls.router_lease.min(cfg.ttls.worker_lease) / 3)
+        .min(Duration::from_secs(1));
     loop {
         if let Some(model) = &cfg.model {
             for w in &cfg.workers {

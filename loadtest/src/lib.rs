@@ -17,6 +17,7 @@ pub mod duration;
 pub mod fleet;
 pub mod machine;
 pub mod metrics;
+pub mod peers;
 pub mod process;
 pub mod report;
 pub mod run;

@@ -30,6 +30,9 @@ const TOKEN: &str = "loadtest-token";
 /// Runs `loadtest run` with `args`; returns the report's path.
 pub async fn run(args: RunArgs) -> anyhow::Result<PathBuf> {
     let (plan, time_scale, input_cap) = build_plan(&args)?;
+    if plan.requests() == 0 {
+        bail!("the workload has no requests (check --requests, --duration, --limit)");
+    }
     let out = args.out.clone().unwrap_or_else(|| {
         let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S");
         crate::binaries::target_dir()
