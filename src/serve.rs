@@ -265,8 +265,7 @@ async fn tick(stop: &mut ShutdownSignal, period: Duration) -> bool {
 async fn lease_loop(store: StateStore, cfg: ServeConfig, mut stop: ShutdownSignal) {
     // At least every second: after Valkey restarts empty, static workers
     // are unknown (404s) until their next heartbeat here.
-    let period = (cfg.ttls.router_lease.min(cfg.ttls.worker_lease) / 3)
-        .min(Duration::from_secs(1));
+    let period = (cfg.ttls.router_lease.min(cfg.ttls.worker_lease) / 3).min(Duration::from_secs(1));
     loop {
         if let Some(model) = &cfg.model {
             for w in &cfg.workers {
