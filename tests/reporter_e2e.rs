@@ -238,18 +238,23 @@ async fn the_fleets_state_equals_every_workers_cache_through_faults() {
     let zmq_b = engine("zmq-b", ports[1]);
     let deadline = std::time::Instant::now() + PATIENCE;
     let mut round = 0;
-    let now = loop {
+    let now = 'outer: loop {
         round += 1;
         serve(&zmq_b, &[format!("mu-{}", round % 3).as_str()]).await;
-        let cached = zmq_b.cached().await;
-        if fleet_blocks(&valkey, "zmq-b") == cached {
-            break cached;
+        // Each prompt changes the cache; give the reports time to land
+        // before the next one.
+        let settle = std::time::Instant::now() + Duration::from_secs(2);
+        while std::time::Instant::now() < settle {
+            let cached = zmq_b.cached().await;
+            if fleet_blocks(&valkey, "zmq-b") == cached {
+                break 'outer cached;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert!(
             std::time::Instant::now() < deadline,
             "zmq-b: the fleet never followed the restarted engine"
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert!(now.is_disjoint(&before), "blocks of the old engine remain");
     // Everyone else is still exact.

@@ -68,7 +68,17 @@ impl<S: FleetSink> Session<S> {
         metrics::counter!("prefix_router_reporter_resyncs_total").increment(1);
         self.with_blocks(EngineBlocks::clear);
         self.tracker.reset();
-        match sub.replay(0).await {
+        // An engine that just restarted may not answer its replay socket
+        // yet: a few tries before settling for the live stream alone.
+        let mut replayed = sub.replay(0).await;
+        for _ in 0..2 {
+            if replayed.is_ok() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            replayed = sub.replay(0).await;
+        }
+        match replayed {
             Ok(batches) => {
                 for b in batches {
                     match b.batch {
