@@ -30,8 +30,28 @@ pub fn metrics_handle() -> anyhow::Result<PrometheusHandle> {
     let recorder = PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
     // Another thread may have won the race; its handle is as good.
-    let _ = metrics::set_global_recorder(recorder);
+    if metrics::set_global_recorder(recorder).is_ok() {
+        spawn_upkeep(handle.clone());
+    }
     Ok(HANDLE.get_or_init(|| handle).clone())
+}
+
+/// Histogram samples accumulate until upkeep drains them, which rendering
+/// `/metrics` does: without a scraper, memory would grow with every request.
+fn spawn_upkeep(handle: PrometheusHandle) {
+    let spawn = |h: PrometheusHandle| {
+        std::thread::Builder::new()
+            .name("metrics-upkeep".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(std::time::Duration::from_secs(5));
+                    h.run_upkeep();
+                }
+            })
+    };
+    if let Err(e) = spawn(handle) {
+        tracing::warn!(error = %e, "metrics upkeep thread not started");
+    }
 }
 
 /// Builds the store described by `cfg`.
@@ -87,7 +107,8 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
     let atomic = (policy.name() == "cache_aware").then_some(cache_aware);
     Ok(
         Proxy::new(store, pipelines, policy, atomic, upstream, cfg.max_attempts)
-            .with_max_prompt_tokens(cfg.max_prompt_tokens),
+            .with_max_prompt_tokens(cfg.max_prompt_tokens)
+            .with_known_for(cfg.ttls.worker_lease),
     )
 }
 

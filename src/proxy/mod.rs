@@ -61,9 +61,15 @@ pub struct Proxy {
     max_attempts: usize,
     /// Longest prompt routed, in tokens (`--max-prompt-tokens`).
     max_prompt_tokens: u64,
-    /// Last workers seen live per model: the fallback when Valkey is away.
-    known: RwLock<HashMap<String, Vec<(String, String)>>>,
+    /// Last workers seen live per model, and when: the fallback when
+    /// Valkey is away or has just restarted empty.
+    known: RwLock<HashMap<String, SeenWorkers>>,
+    /// How long a worker seen live stays a fallback target (a worker lease).
+    known_for: std::time::Duration,
 }
+
+/// When a model's workers were last seen live, and their (id, url).
+type SeenWorkers = (Instant, Vec<(String, String)>);
 
 /// A request's prompt, reduced to what routing needs.
 struct Chain {
@@ -90,7 +96,15 @@ impl Proxy {
             max_attempts: max_attempts.max(1),
             max_prompt_tokens: u64::MAX,
             known: RwLock::new(HashMap::new()),
+            known_for: std::time::Duration::from_secs(15),
         }
+    }
+
+    /// Keeps workers seen live as fallback targets for `d` (the worker
+    /// lease: after it, a worker that stopped heartbeating is gone).
+    pub fn with_known_for(mut self, d: std::time::Duration) -> Self {
+        self.known_for = d;
+        self
     }
 
     /// Refuses prompts of more than `max` tokens with

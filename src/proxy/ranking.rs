@@ -1,6 +1,8 @@
 //! Ranking the workers for a request: the atomic cache-aware step, the
 //! other policies over a read-only lookup, and the fallback without Valkey.
 
+use std::time::Instant;
+
 use super::candidates::{Target, targets};
 use super::{Chain, Proxy, ProxyError};
 use crate::routing::{CacheAwareConfig, Candidate, ConsistentHash, Policy, RouteRequest};
@@ -34,6 +36,21 @@ impl Proxy {
             }),
         };
         match shared {
+            Ok(ranked) if ranked.is_empty() => {
+                // Valkey answers but lists nobody: it may have restarted
+                // empty, before the workers' next heartbeat. Workers seen
+                // live within a lease are still the best guess.
+                let recent = self.fallback_targets(model, true);
+                if !recent.is_empty() {
+                    tracing::info!(
+                        model,
+                        "no live worker in the shared state; routing over workers seen within a lease"
+                    );
+                    metrics::counter!("prefix_router_fallback_routes_total").increment(1);
+                }
+                let order = self.order(&ConsistentHash::new(0.25), &request, recent);
+                Ok((order, false))
+            }
             Ok(ranked) => Ok((ranked, true)),
             Err(e) if e.is_unavailable() => {
                 tracing::warn!(error = %e, model, "valkey unavailable; routing by consistent hash over known workers");
@@ -42,7 +59,7 @@ impl Proxy {
                     self.order(
                         &ConsistentHash::new(0.25),
                         &request,
-                        self.fallback_targets(model),
+                        self.fallback_targets(model, false),
                     ),
                     false,
                 ))
@@ -135,21 +152,35 @@ impl Proxy {
             .collect()
     }
 
+    /// Remembers the live workers a routing step saw, for the fallback. An
+    /// empty list does not erase them: it is the case the fallback is for.
     pub(super) fn remember(&self, model: &str, targets: &[Target]) {
+        if targets.is_empty() {
+            return;
+        }
         let workers = targets
             .iter()
             .map(|t| (t.candidate.worker_id.clone(), t.url.clone()))
             .collect();
         if let Ok(mut known) = self.known.write() {
-            known.insert(model.to_owned(), workers);
+            known.insert(model.to_owned(), (Instant::now(), workers));
         }
     }
 
-    fn fallback_targets(&self, model: &str) -> Vec<Target> {
+    /// The workers last seen live; with `recent_only`, only if seen within
+    /// a worker lease (Valkey answers, so an older memory may be a worker
+    /// that really left; while Valkey is away, any memory is better than
+    /// none).
+    fn fallback_targets(&self, model: &str, recent_only: bool) -> Vec<Target> {
         let known = self
             .known
             .read()
-            .map(|k| k.get(model).cloned().unwrap_or_default())
+            .map(|k| match k.get(model) {
+                Some((seen, workers)) if !recent_only || seen.elapsed() <= self.known_for => {
+                    workers.clone()
+                }
+                _ => Vec::new(),
+            })
             .unwrap_or_default();
         known
             .into_iter()
