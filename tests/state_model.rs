@@ -228,7 +228,11 @@ impl Harness {
         list: &[BlockHash],
         chunks: usize,
     ) -> Result<u64, StateError> {
-        let id = format!("sync-{w}-{}", list.len());
+        // Every snapshot has its own id: a committed id is never applied
+        // twice (a retried commit is a no-op).
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = format!("sync-{w}-{n}");
         let size = list.len().div_ceil(chunks).max(1);
         let mut parts: Vec<&[BlockHash]> = list.chunks(size).collect();
         if parts.is_empty() {
