@@ -234,7 +234,10 @@ async fn a_silent_worker_loses_its_lease_and_resyncs_when_back() {
         f.live("sim-d").await.is_none().then_some(())
     })
     .await;
-    // Requests are not routed to it any more: no live worker for the model.
+    // With no live worker at all, a router keeps trying the workers it saw
+    // live for one more lease (the state may have restarted empty); after
+    // that, requests are not routed to it any more.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
     let resp = http()
         .post(f.router.url("/v1/completions"))
         .json(&completion("anyone there?", 1, false))
