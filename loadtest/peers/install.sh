@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates the peer routers' virtualenvs with their pinned versions from PyPI,
 # idempotently (a venv that already holds the pinned version is left alone).
-# Same layout and pins as loadtest/src/peers.rs (`install`).
+# Same layout and pins as loadtest/src/peers/ (`install`).
 #
 # Usage: loadtest/peers/install.sh [ROOT] [PEER...]
 #   ROOT  where the venvs go (default: <repo>/target/peers)

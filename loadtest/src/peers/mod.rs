@@ -31,15 +31,18 @@
 //! Only `std`, `anyhow` and `tokio` (net, io, time) are used.
 
 use std::fmt;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+
+use crate::process::free_port;
+
+mod install;
+
+pub use install::{PeerInstall, install};
 
 /// The address every peer binds (its API and its metrics).
 pub const BIND_HOST: &str = "127.0.0.1";
@@ -118,152 +121,6 @@ impl FromStr for PeerKind {
             other => bail!("unknown peer {other:?}: expected sglang-router or vllm-router"),
         }
     }
-}
-
-/// An installed peer: the venv's interpreter that runs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerInstall {
-    /// Which peer.
-    pub kind: PeerKind,
-    /// The venv's `bin/python` (absolute when `root` was).
-    pub python: PathBuf,
-    /// The installed package version, as `importlib.metadata` reports it.
-    pub version: String,
-}
-
-/// Installs `kind` into `<root>/<name>-venv` (creating `root` and the venv
-/// as needed) with `pip install <name>==<pinned>` from PyPI, and returns the
-/// venv's interpreter. Idempotent: when the venv already holds the pinned
-/// version nothing is run but one `python -c` version check.
-///
-/// The venv is made with the first of `$PEERS_PYTHON`, `python3.11`,
-/// `python3.12`, `python3.10`, `python3` that is Python ≥ 3.8 with `venv`
-/// and `ensurepip` (Debian: the `python3-venv` package).
-/// Blocking (runs `python` and `pip`; a first install downloads ~40 MB):
-/// call it from `tokio::task::spawn_blocking` in async code.
-pub fn install(kind: PeerKind, root: &Path) -> anyhow::Result<PeerInstall> {
-    let venv = kind.venv_dir(root);
-    let python = venv.join("bin").join("python");
-    let pinned = kind.pinned_version();
-    if python.exists()
-        && let Ok(v) = installed_version(&python, kind)
-        && v == pinned
-    {
-        return Ok(PeerInstall {
-            kind,
-            python,
-            version: v,
-        });
-    }
-    std::fs::create_dir_all(root)
-        .with_context(|| format!("creating the peers' directory {}", root.display()))?;
-    if !python.exists() {
-        let base = base_python()?;
-        run(
-            Command::new(&base).arg("-m").arg("venv").arg(&venv),
-            &format!(
-                "creating the venv {} with {}",
-                venv.display(),
-                base.display()
-            ),
-        )?;
-    }
-    let requirement = format!("{}=={pinned}", kind.name());
-    run(
-        Command::new(&python).args([
-            "-m",
-            "pip",
-            "install",
-            "--disable-pip-version-check",
-            "--no-input",
-            "--quiet",
-            &requirement,
-        ]),
-        &format!("pip install {requirement} into {}", venv.display()),
-    )?;
-    let version = installed_version(&python, kind)?;
-    if version != pinned {
-        bail!(
-            "{} in {} is version {version} after installing {requirement}",
-            kind.name(),
-            venv.display()
-        );
-    }
-    Ok(PeerInstall {
-        kind,
-        python,
-        version,
-    })
-}
-
-/// The peer's version installed in the venv of `python`.
-fn installed_version(python: &Path, kind: PeerKind) -> anyhow::Result<String> {
-    let script = format!(
-        "import importlib.metadata as m; print(m.version({:?}))",
-        kind.name()
-    );
-    let out = Command::new(python)
-        .arg("-c")
-        .arg(&script)
-        .output()
-        .with_context(|| format!("running {}", python.display()))?;
-    if !out.status.success() {
-        bail!(
-            "{} is not installed in {}: {}",
-            kind.name(),
-            python.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
-
-/// The interpreter that creates the venvs (see [`install`]).
-fn base_python() -> anyhow::Result<PathBuf> {
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(p) = std::env::var_os("PEERS_PYTHON").filter(|p| !p.is_empty()) {
-        candidates.push(PathBuf::from(p));
-    }
-    candidates.extend(
-        ["python3.11", "python3.12", "python3.10", "python3"]
-            .iter()
-            .map(PathBuf::from),
-    );
-    let check = "import sys, venv, ensurepip; sys.exit(0 if sys.version_info >= (3, 8) else 1)";
-    for c in &candidates {
-        let ok = Command::new(c)
-            .arg("-c")
-            .arg(check)
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if ok {
-            return Ok(c.clone());
-        }
-    }
-    bail!(
-        "no Python >= 3.8 with venv found (tried {}); set PEERS_PYTHON",
-        candidates
-            .iter()
-            .map(|c| c.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    )
-}
-
-/// Runs `cmd` to completion; fails with its output when it fails.
-fn run(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
-    let out = cmd
-        .output()
-        .with_context(|| format!("{what}: cannot run"))?;
-    if !out.status.success() {
-        bail!(
-            "{what}: {}\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout).trim(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
 }
 
 /// Per-replica settings. `Default` leaves every `cache_aware` knob at the
@@ -363,12 +220,6 @@ pub fn command(
     cmd
 }
 
-/// A free TCP port on 127.0.0.1 (bound, then released).
-fn free_port() -> anyhow::Result<u16> {
-    let l = TcpListener::bind((BIND_HOST, 0)).context("finding a free port")?;
-    Ok(l.local_addr().context("reading a bound port")?.port())
-}
-
 /// Waits until the replica on `127.0.0.1:port` is ready to route: its
 /// `GET /readiness` answers 200 with at least one healthy worker and every
 /// registered worker healthy. Fails after `timeout`.
@@ -390,17 +241,18 @@ pub async fn wait_ready_workers(
     timeout: Duration,
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
+    let url = format!("http://{BIND_HOST}:{port}{READY_PATH}");
+    let http = reqwest::Client::new();
     loop {
-        let last = match http_get(port, READY_PATH, Duration::from_secs(2)).await {
+        let last = match readiness(&http, &url).await {
             Ok((200, body)) => {
-                let healthy = json_uint(&body, "healthy_workers");
-                let total = json_uint(&body, "total_workers");
-                match (healthy, total) {
-                    (Some(h), Some(t)) if h >= expected.max(1) && h == t => return Ok(()),
-                    _ => format!("200 {}", body.trim()),
+                let count = |key: &str| body.get(key).and_then(serde_json::Value::as_u64);
+                match (count("healthy_workers"), count("total_workers")) {
+                    (Some(h), Some(t)) if h >= expected.max(1) as u64 && h == t => return Ok(()),
+                    _ => format!("200 {body}"),
                 }
             }
-            Ok((status, body)) => format!("{status} {}", body.trim()),
+            Ok((status, body)) => format!("{status} {body}"),
             Err(e) => format!("{e:#}"),
         };
         if Instant::now() >= deadline {
@@ -413,80 +265,23 @@ pub async fn wait_ready_workers(
     }
 }
 
-/// `GET path` on 127.0.0.1:port over HTTP/1.1 (`Connection: close`): the
-/// status and the body (de-chunked when chunked).
-async fn http_get(port: u16, path: &str, timeout: Duration) -> anyhow::Result<(u16, String)> {
-    let exchange = async {
-        let mut s = TcpStream::connect((BIND_HOST, port))
-            .await
-            .with_context(|| format!("connecting to {BIND_HOST}:{port}"))?;
-        let req = format!(
-            "GET {path} HTTP/1.1\r\nHost: {BIND_HOST}:{port}\r\nAccept: */*\r\nConnection: close\r\n\r\n"
-        );
-        s.write_all(req.as_bytes())
-            .await
-            .context("sending the request")?;
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw)
-            .await
-            .context("reading the response")?;
-        parse_response(&raw)
-    };
-    tokio::time::timeout(timeout, exchange)
+/// Status and JSON body (`null` if not JSON) of `GET url`.
+async fn readiness(http: &reqwest::Client, url: &str) -> anyhow::Result<(u16, serde_json::Value)> {
+    let resp = http
+        .get(url)
+        .timeout(Duration::from_secs(2))
+        .send()
         .await
-        .with_context(|| format!("GET {path} on port {port} timed out after {timeout:?}"))?
-}
-
-/// Status and body of a whole HTTP/1.1 response.
-fn parse_response(raw: &[u8]) -> anyhow::Result<(u16, String)> {
-    let text = String::from_utf8_lossy(raw);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .context("response without an end of headers")?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse::<u16>().ok())
-        .with_context(|| format!("bad status line in {:?}", head.lines().next()))?;
-    let chunked = head.lines().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
-    let body = if chunked {
-        dechunk(body)
-    } else {
-        body.to_owned()
-    };
-    Ok((status, body))
-}
-
-/// The payload of a chunked body (as far as it is well formed).
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    while let Some((size_line, rest)) = s.split_once("\r\n") {
-        let size_hex = size_line.split(';').next().unwrap_or("").trim();
-        let Ok(size) = usize::from_str_radix(size_hex, 16) else {
-            break;
-        };
-        if size == 0 || rest.len() < size {
-            break;
-        }
-        let Some(chunk) = rest.get(..size) else {
-            break;
-        };
-        out.push_str(chunk);
-        s = rest.get(size..).unwrap_or("").trim_start_matches("\r\n");
-    }
-    out
-}
-
-/// The unsigned integer value of `"key": N` in a flat JSON object.
-fn json_uint(body: &str, key: &str) -> Option<usize> {
-    let needle = format!("\"{key}\"");
-    let at = body.find(&needle)? + needle.len();
-    let rest = body.get(at..)?.trim_start().strip_prefix(':')?.trim_start();
-    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().ok()
+        .with_context(|| format!("GET {url}"))?;
+    let status = resp.status().as_u16();
+    let text = resp
+        .text()
+        .await
+        .with_context(|| format!("reading {url}"))?;
+    Ok((
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+    ))
 }
 
 #[cfg(test)]
@@ -554,23 +349,5 @@ mod tests {
         let metrics = port_at.and_then(|i| a.get(i + 1)).map(|p| p.parse::<u16>());
         assert!(matches!(metrics, Some(Ok(p)) if p > 0), "{a:?}");
         assert!(a.join(" ").contains("--log-level warning"));
-    }
-
-    #[test]
-    fn reads_readiness_bodies() -> anyhow::Result<()> {
-        let plain = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n\
-            {\"status\":\"ready\",\"healthy_workers\":2,\"total_workers\":2}";
-        let (status, body) = parse_response(plain)?;
-        assert_eq!(status, 200);
-        assert_eq!(json_uint(&body, "healthy_workers"), Some(2));
-        assert_eq!(json_uint(&body, "total_workers"), Some(2));
-        let chunked = b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n\
-            7\r\n{\"a\": 1\r\n1\r\n}\r\n0\r\n\r\n";
-        let (status, body) = parse_response(chunked)?;
-        assert_eq!(status, 503);
-        assert_eq!(body, "{\"a\": 1}");
-        assert_eq!(json_uint(&body, "a"), Some(1));
-        assert_eq!(json_uint(&body, "b"), None);
-        Ok(())
     }
 }
