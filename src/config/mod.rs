@@ -2,6 +2,7 @@
 //! (`PREFIX_ROUTER_*`) < command-line flags.
 
 mod duration;
+mod file;
 mod models;
 mod redact;
 mod static_worker;
@@ -12,11 +13,12 @@ pub use redact::redact_url;
 pub use static_worker::StaticWorker;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-use serde::Deserialize;
+use anyhow::bail;
+
+use file::{FileConfig, file_duration, load_file};
 
 use crate::state::{BatchLimits, ConnectionSettings, StateTtls};
 
@@ -130,44 +132,6 @@ pub struct ExposureArgs {
     pub max_prompt_tokens: Option<u64>,
 }
 
-/// The TOML file: the same settings as the flags, durations as strings.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    listen: Option<SocketAddr>,
-    internal_listen: Option<SocketAddr>,
-    valkey: Option<String>,
-    key_prefix: Option<String>,
-    #[serde(default)]
-    workers: Vec<String>,
-    model: Option<String>,
-    tokenizer_dir: Option<PathBuf>,
-    internal_token: Option<String>,
-    allow_unauthenticated_internal: Option<bool>,
-    router_id: Option<String>,
-    speculative_ttl: Option<String>,
-    confirmed_ttl: Option<String>,
-    worker_lease: Option<String>,
-    router_lease: Option<String>,
-    gc_interval: Option<String>,
-    valkey_timeout: Option<String>,
-    max_body_bytes: Option<usize>,
-    client_timeout: Option<String>,
-    max_prompt_tokens: Option<u64>,
-    policy: Option<String>,
-    block_size: Option<usize>,
-    hash_seed: Option<String>,
-    max_attempts: Option<usize>,
-    epsilon: Option<f64>,
-    queue_cost_tokens: Option<f64>,
-    #[serde(default)]
-    loras: Vec<String>,
-    scrape_metrics_interval: Option<String>,
-    /// More base models, each with its own tokenizer (`[[models]]`).
-    #[serde(default)]
-    models: Vec<models::FileModel>,
-}
-
 /// Resolved configuration of `serve`. Its `Debug` redacts the Valkey
 /// password and the internal token, so that printing it cannot leak them.
 #[derive(Clone)]
@@ -223,32 +187,6 @@ pub struct ServeConfig {
     pub epsilon: f64,
     /// Cost of one queued request, in prompt tokens.
     pub queue_cost_tokens: f64,
-}
-
-fn file_duration(v: Option<String>, name: &str) -> anyhow::Result<Option<Duration>> {
-    v.map(|s| {
-        parse_duration(&s)
-            .map_err(anyhow::Error::msg)
-            .with_context(|| format!("config key {name}"))
-    })
-    .transpose()
-}
-
-/// The file's settings. A parse error is reported by message and position
-/// only: toml's own rendering quotes the offending line, which may be the
-/// one holding `internal_token` or a Valkey URL with its password.
-fn load_file(path: &Path) -> anyhow::Result<FileConfig> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    toml::from_str(&text).map_err(|e| {
-        let at = e.span().map_or_else(String::new, |span| {
-            let before = &text[..span.start.min(text.len())];
-            let line = before.matches('\n').count() + 1;
-            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-            format!(" (line {line}, column {column})")
-        });
-        anyhow::anyhow!("parsing {}: {}{at}", path.display(), e.message().trim_end())
-    })
 }
 
 impl ServeConfig {
