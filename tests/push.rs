@@ -98,22 +98,7 @@ fn start(
 
 /// The hashes the shared state holds for `worker`'s live incarnation.
 fn held(valkey: &Valkey, worker: &str) -> BTreeSet<String> {
-    let Ok(mut conn) = valkey.client().get_connection() else {
-        return BTreeSet::new();
-    };
-    let base = format!("pr:{{{M}}}");
-    let idx: Option<String> = redis::cmd("HGET")
-        .arg(format!("{base}:ids"))
-        .arg(worker)
-        .query(&mut conn)
-        .unwrap_or(None);
-    let Some(idx) = idx else {
-        return BTreeSet::new();
-    };
-    redis::cmd("SMEMBERS")
-        .arg(format!("{base}:r:{idx}"))
-        .query(&mut conn)
-        .unwrap_or_default()
+    support::worker_blocks(valkey, "pr", M, worker)
 }
 
 /// Polls until `check` holds, for up to 10 s.

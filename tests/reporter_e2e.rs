@@ -94,20 +94,7 @@ fn pushing(worker: &str, router: &Router) -> Sim {
 
 /// The hashes the shared state holds for `worker`'s live incarnation.
 fn fleet_blocks(valkey: &Valkey, worker: &str) -> BTreeSet<String> {
-    let mut conn = valkey.conn();
-    let base = format!("pr:{{{MODEL}}}");
-    let idx: Option<String> = redis::cmd("HGET")
-        .arg(format!("{base}:ids"))
-        .arg(worker)
-        .query(&mut conn)
-        .expect("HGET ids");
-    let Some(idx) = idx else {
-        return BTreeSet::new();
-    };
-    redis::cmd("SMEMBERS")
-        .arg(format!("{base}:r:{idx}"))
-        .query(&mut conn)
-        .expect("SMEMBERS")
+    support::worker_blocks(valkey, "pr", MODEL, worker)
 }
 
 async fn send(url: String, topic: &str) {

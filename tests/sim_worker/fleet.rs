@@ -46,20 +46,7 @@ impl Fleet {
 
     /// The hashes the shared state holds for `worker`'s live incarnation.
     fn blocks(&self, worker: &str) -> BTreeSet<String> {
-        let mut conn = self.valkey.conn();
-        let base = format!("pr:{{{MODEL}}}");
-        let idx: Option<String> = redis::cmd("HGET")
-            .arg(format!("{base}:ids"))
-            .arg(worker)
-            .query(&mut conn)
-            .expect("HGET ids");
-        let Some(idx) = idx else {
-            return BTreeSet::new();
-        };
-        redis::cmd("SMEMBERS")
-            .arg(format!("{base}:r:{idx}"))
-            .query(&mut conn)
-            .expect("SMEMBERS")
+        crate::support::worker_blocks(&self.valkey, "pr", MODEL, worker)
     }
 
     /// `worker`'s row of `/admin/workers`, if listed as live.

@@ -331,6 +331,27 @@ fn scan_keys(conn: &mut redis::Connection, pattern: &str) -> Vec<String> {
     keys
 }
 
+/// The hashes (16-hex) Valkey holds for `worker`'s live incarnation of
+/// `model` under `prefix` (its reverse set); empty when it has none.
+pub fn worker_blocks(valkey: &Valkey, prefix: &str, model: &str, worker: &str) -> BTreeSet<String> {
+    let Ok(mut conn) = valkey.client().get_connection() else {
+        return BTreeSet::new();
+    };
+    let base = format!("{prefix}:{{{model}}}");
+    let idx: Option<String> = redis::cmd("HGET")
+        .arg(format!("{base}:ids"))
+        .arg(worker)
+        .query(&mut conn)
+        .unwrap_or(None);
+    let Some(idx) = idx else {
+        return BTreeSet::new();
+    };
+    redis::cmd("SMEMBERS")
+        .arg(format!("{base}:r:{idx}"))
+        .query(&mut conn)
+        .unwrap_or_default()
+}
+
 /// Reads every forward bucket and reverse set of `model` under `prefix`.
 pub fn raw_state(valkey: &Valkey, prefix: &str, model: &str) -> RawState {
     let mut conn = valkey.conn();
