@@ -36,33 +36,20 @@ impl Proxy {
             }),
         };
         match shared {
+            // Valkey answers but lists nobody: it may have restarted empty,
+            // before the workers' next heartbeat. Workers seen live within a
+            // lease are still the best guess.
             Ok(ranked) if ranked.is_empty() => {
-                // Valkey answers but lists nobody: it may have restarted
-                // empty, before the workers' next heartbeat. Workers seen
-                // live within a lease are still the best guess.
-                let recent = self.fallback_targets(model, true);
-                if !recent.is_empty() {
-                    tracing::info!(
-                        model,
-                        "no live worker in the shared state; routing over workers seen within a lease"
-                    );
-                    metrics::counter!("prefix_router_fallback_routes_total").increment(1);
-                }
-                let order = self.order(&ConsistentHash::new(0.25), &request, recent);
-                Ok((order, false))
+                tracing::info!(
+                    model,
+                    "no live worker in the shared state; routing over workers seen within a lease"
+                );
+                Ok((self.fallback(model, &request, true), false))
             }
             Ok(ranked) => Ok((ranked, true)),
             Err(e) if e.is_unavailable() => {
                 tracing::warn!(error = %e, model, "valkey unavailable; routing by consistent hash over known workers");
-                metrics::counter!("prefix_router_fallback_routes_total").increment(1);
-                Ok((
-                    self.order(
-                        &ConsistentHash::new(0.25),
-                        &request,
-                        self.fallback_targets(model, false),
-                    ),
-                    false,
-                ))
+                Ok((self.fallback(model, &request, false), false))
             }
             Err(e) => Err(e.into()),
         }
@@ -150,6 +137,17 @@ impl Proxy {
             .into_iter()
             .filter_map(|i| slots.get_mut(i).and_then(Option::take))
             .collect()
+    }
+
+    /// The fallback ranking: consistent hashing over the workers last seen
+    /// live (see [`fallback_targets`](Self::fallback_targets)); nothing is
+    /// claimed or counted.
+    fn fallback(&self, model: &str, request: &RouteRequest, recent_only: bool) -> Vec<Target> {
+        let known = self.fallback_targets(model, recent_only);
+        if !known.is_empty() {
+            metrics::counter!("prefix_router_fallback_routes_total").increment(1);
+        }
+        self.order(&ConsistentHash::new(0.25), request, known)
     }
 
     /// Remembers the live workers a routing step saw, for the fallback. An
