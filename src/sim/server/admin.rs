@@ -124,7 +124,7 @@ pub async fn resync(State(app): State<Arc<App>>) -> Result<StatusCode, ApiError>
 /// faults and the reporters' state.
 pub async fn state(State(app): State<Arc<App>>) -> Json<Value> {
     let faults = current_faults(&app);
-    let st = app.core.lock();
+    let st = app.core.lock_now();
     let cache = st.engine.cache();
     let stats = cache.stats();
     let gauges = st.engine.gauges();

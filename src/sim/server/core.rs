@@ -137,6 +137,15 @@ impl SimCore {
         lock(&self.state)
     }
 
+    /// Locks the engine state after stepping the engine to now, so that an
+    /// observer (gauges, `/metrics`) never sees a request the schedule has
+    /// already finished but the driver task has not stepped past yet.
+    pub fn lock_now(&self) -> MutexGuard<'_, EngineState> {
+        let mut st = lock(&self.state);
+        st.step(self.now());
+        st
+    }
+
     /// A fresh request id.
     pub fn next_id(&self) -> RequestId {
         RequestId(self.next_id.fetch_add(1, Ordering::Relaxed))

@@ -91,7 +91,7 @@ async fn answer(
     guard.finish();
     // vLLM answers the ORCA request header on non-streamed responses only.
     if let Some(format) = headers.get(ORCA_REQUEST).and_then(|v| v.to_str().ok()) {
-        let gauges = app.core.lock().engine.gauges();
+        let gauges = app.core.lock_now().engine.gauges();
         if let Some(v) = orca_header(format, &gauges).and_then(|h| HeaderValue::from_str(&h).ok()) {
             out.insert(HeaderName::from_static(ORCA_RESPONSE), v);
         }
@@ -132,7 +132,7 @@ pub async fn health() -> StatusCode {
 /// `GET /metrics`: vLLM's gauges and counters, then the process's own.
 pub async fn metrics(State(app): State<Arc<App>>) -> Response {
     let sample = {
-        let st = app.core.lock();
+        let st = app.core.lock_now();
         Sample {
             gauges: st.engine.gauges(),
             counters: st.engine.counters(),
