@@ -1,6 +1,7 @@
 //! The routing decision's cost: tokenize + hash + the atomic Valkey call,
 //! for 1k, 8k and 32k-token prompts, cold (a prefix never seen) and warm
-//! (a seen prefix, new question), plus Valkey server time per routed request.
+//! (a seen prefix, new question), plus Valkey server time per routed request
+//! (exact per call, from `INFO commandstats` deltas).
 //!
 //! `cargo bench --bench route_bench`
 
@@ -11,16 +12,16 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use prefix_router::hashing::HashSeed;
+use prefix_router::hashing::{BlockHash, HashSeed};
 use prefix_router::proxy::ModelPipeline;
 use prefix_router::routing::CacheAwareConfig;
 use prefix_router::state::{
-    BatchLimits, ConnectionSettings, ROUTE_HEAD, ScriptName, ScriptSet, StateStore, StateTtls,
-    WorkerHeartbeat,
+    BatchLimits, ConnectionSettings, ROUTE_HEAD, StateStore, StateTtls, WorkerHeartbeat,
 };
 
 const MODEL: &str = "bench";
 const RUNS: usize = 41;
+const ROUTER: &str = "bench-router";
 
 fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
     v.sort();
@@ -47,24 +48,42 @@ fn text(lines: usize, seed: usize) -> String {
     out
 }
 
-/// Wall time of one decision and of its phases.
-#[derive(Clone, Copy)]
-struct Timing {
-    total: Duration,
+/// One prompt, tokenized and hashed, with the time each step took.
+struct Prepared {
+    tokens: usize,
+    hashes: Vec<BlockHash>,
     tokenize: Duration,
     hash: Duration,
 }
 
-/// One routing decision as the proxy makes it.
-async fn decide(store: &StateStore, pipeline: &ModelPipeline, prompt: &str) -> Result<Timing> {
+fn prepare(pipeline: &ModelPipeline, prompt: &str) -> Result<Prepared> {
     let t = Instant::now();
     let ids = pipeline.tokenizer.encode(prompt, true)?;
     let tokenize = t.elapsed();
     let hashes = pipeline.block_hashes(&ids, None, None);
-    let hash = t.elapsed() - tokenize;
-    let head = hashes.len().min(ROUTE_HEAD);
-    let hints: Vec<(String, usize)> = if hashes.len() > ROUTE_HEAD {
-        let full = store.lookup(MODEL, &hashes).await?;
+    Ok(Prepared {
+        tokens: ids.len(),
+        hashes,
+        tokenize,
+        hash: t.elapsed() - tokenize,
+    })
+}
+
+/// What one routing call did: its wall time, and the tail claim the proxy
+/// makes off the critical path.
+struct Routed {
+    wall: Duration,
+    worker: Option<String>,
+    tail: Vec<BlockHash>,
+}
+
+/// The Valkey part of one decision as the proxy makes it: a read-only lookup
+/// when the chain is longer than the routed head, then the atomic route call.
+async fn route(store: &StateStore, p: &Prepared) -> Result<Routed> {
+    let t = Instant::now();
+    let head = p.hashes.len().min(ROUTE_HEAD);
+    let hints: Vec<(String, usize)> = if p.hashes.len() > ROUTE_HEAD {
+        let full = store.lookup(MODEL, &p.hashes).await?;
         full.workers
             .iter()
             .filter(|w| w.matched_blocks > head)
@@ -77,91 +96,125 @@ async fn decide(store: &StateStore, pipeline: &ModelPipeline, prompt: &str) -> R
         epsilon: 1000.0,
         ..CacheAwareConfig::default()
     }
-    .route_params(ids.len() as u64, 16, 1);
-    let o = store.route(MODEL, &hashes[..head], &params, &hints).await?;
-    let total = t.elapsed();
-    // What the proxy does off the critical path: the tail claim; the
-    // request's end releases the in-flight count.
-    if let Some(i) = o.chosen {
-        let worker = o.lookup.workers[i].info.worker_id.clone();
-        let tail = &hashes[o.covered.min(hashes.len())..];
-        if !tail.is_empty() {
-            store.claim(MODEL, &worker, tail).await?;
-        }
-        store.add_in_flight(MODEL, &worker, -1).await?;
-    }
-    Ok(Timing {
-        total,
-        tokenize,
-        hash,
-    })
-}
-
-/// Per-call server time from the slow log (threshold 0 logs every call):
-/// the route script's calls, and every EVALSHA of the row.
-struct ServerTimes {
-    route_usec: Vec<u64>,
-    all_usec: u64,
-}
-
-async fn slowlog_reset(url: &str) -> Result<()> {
-    let mut c = redis::Client::open(url)?
-        .get_multiplexed_async_connection()
+    .route_params(p.tokens as u64, 16, 1);
+    let o = store
+        .route(MODEL, &p.hashes[..head], &params, &hints)
         .await?;
-    for (k, v) in [
-        ("slowlog-log-slower-than", "0"),
-        ("slowlog-max-len", "200000"),
-    ] {
+    let wall = t.elapsed();
+    let worker = o.chosen.map(|i| o.lookup.workers[i].info.worker_id.clone());
+    let tail = p.hashes[o.covered.min(p.hashes.len())..].to_vec();
+    Ok(Routed { wall, worker, tail })
+}
+
+/// Server-side statistics of the script calls in one window.
+struct Window {
+    calls: u64,
+    usec: u64,
+    p50: f64,
+    p99: f64,
+}
+
+/// A raw connection for statistics and the bench's own bookkeeping.
+struct Stats {
+    conn: redis::aio::MultiplexedConnection,
+}
+
+impl Stats {
+    async fn reset(&mut self) -> Result<()> {
         let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg(k)
-            .arg(v)
-            .query_async(&mut c)
+            .arg("RESETSTAT")
+            .query_async(&mut self.conn)
             .await?;
+        Ok(())
     }
-    let _: () = redis::cmd("SLOWLOG")
-        .arg("RESET")
-        .query_async(&mut c)
-        .await?;
-    Ok(())
+
+    /// FCALL and FCALL_RO since the last reset: calls and usec from `INFO
+    /// commandstats`, p50/p99 from `INFO latencystats` (FCALL only).
+    async fn window(&mut self) -> Result<Window> {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .arg("latencystats")
+            .query_async(&mut self.conn)
+            .await?;
+        let mut w = Window {
+            calls: 0,
+            usec: 0,
+            p50: 0.0,
+            p99: 0.0,
+        };
+        for line in info.lines() {
+            let Some((name, fields)) = line.split_once(':') else {
+                continue;
+            };
+            let field = |key: &str| {
+                fields
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            match name {
+                "cmdstat_fcall" | "cmdstat_fcall_ro" => {
+                    w.calls += field("calls") as u64;
+                    w.usec += field("usec") as u64;
+                }
+                "latency_percentiles_usec_fcall" => {
+                    w.p50 = field("p50");
+                    w.p99 = field("p99");
+                }
+                _ => {}
+            }
+        }
+        Ok(w)
+    }
+
+    /// Ends `worker`'s in-flight request with a plain HINCRBY on the routing
+    /// view (docs/state.md), so that the window's FCALLs are the route calls
+    /// alone. The proxy uses the `inflight` script for this.
+    async fn release(&mut self, worker: &str) -> Result<()> {
+        let base = format!("rb:{{{MODEL}}}");
+        let idx: String = redis::cmd("HGET")
+            .arg(format!("{base}:ids"))
+            .arg(worker)
+            .query_async(&mut self.conn)
+            .await?;
+        let _: i64 = redis::cmd("HINCRBY")
+            .arg(format!("{base}:view"))
+            .arg(format!("{idx}:{ROUTER}"))
+            .arg(-1)
+            .query_async(&mut self.conn)
+            .await?;
+        Ok(())
+    }
 }
 
-async fn slowlog_times(url: &str, route_sha: &str) -> Result<ServerTimes> {
-    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-    let mut c = redis::Client::open(url)?
-        .get_multiplexed_async_connection_with_config(&config)
-        .await?;
-    let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
-        .arg("GET")
-        .arg(-1)
-        .query_async(&mut c)
-        .await?;
-    let mut out = ServerTimes {
-        route_usec: Vec::new(),
-        all_usec: 0,
-    };
-    for e in entries {
-        let redis::Value::Array(fields) = e else {
-            continue;
-        };
-        let (Some(redis::Value::Int(usec)), Some(redis::Value::Array(args))) =
-            (fields.get(2), fields.get(3))
-        else {
-            continue;
-        };
-        let arg = |i: usize| match args.get(i) {
-            Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).to_lowercase(),
-            _ => String::new(),
-        };
-        if !arg(0).starts_with("evalsha") {
-            continue;
+/// One row: prompts prepared first, then their route calls back to back in
+/// one statistics window (each request released before the next, as if it
+/// had completed), then the tail claims the proxy would make off the
+/// critical path.
+async fn row(
+    store: &StateStore,
+    stats: &mut Stats,
+    prepared: &[Prepared],
+) -> Result<(Vec<Duration>, Window)> {
+    stats.reset().await?;
+    let mut walls = Vec::new();
+    let mut tails = Vec::new();
+    for p in prepared {
+        let r = route(store, p).await?;
+        if let Some(w) = &r.worker {
+            stats.release(w).await?;
+            tails.push((w.clone(), r.tail));
         }
-        out.all_usec += *usec as u64;
-        if arg(1) == route_sha {
-            out.route_usec.push(*usec as u64);
+        walls.push(p.tokenize + p.hash + r.wall);
+    }
+    let window = stats.window().await?;
+    for (worker, tail) in tails {
+        if !tail.is_empty() {
+            store.claim(MODEL, &worker, &tail).await?;
         }
     }
-    Ok(out)
+    Ok((walls, window))
 }
 
 async fn run() -> Result<()> {
@@ -173,7 +226,7 @@ async fn run() -> Result<()> {
         worker_lease: Duration::from_secs(3600),
         ..StateTtls::default()
     };
-    let store = StateStore::new(settings, "rb", "bench-router", ttls, BatchLimits::default())?;
+    let store = StateStore::new(settings, "rb", ROUTER, ttls, BatchLimits::default())?;
     store.router_lease(MODEL, Duration::from_secs(3600)).await?;
     for i in 0..8 {
         let hb = WorkerHeartbeat {
@@ -183,13 +236,15 @@ async fn run() -> Result<()> {
         };
         store.heartbeat(MODEL, &hb).await?;
     }
+    let mut stats = Stats {
+        conn: redis::Client::open(url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?,
+    };
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tokenizers/qwen3");
     let pipeline = ModelPipeline::load(&dir, 16, &HashSeed::Default)?;
-    let route_sha = redis::Script::new(ScriptSet::new().source(ScriptName::Route))
-        .get_hash()
-        .to_owned();
     println!(
-        "| prompt | prefix | p50 | p99 | p50 tokenize | p50 hash | p50 Valkey call | route.lua server p50 | server time per request |"
+        "| prompt | prefix | p50 | p99 | p50 tokenize | p50 hash | p50 Valkey call | route server p50 / p99 | server time per request (mean) |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
     // Lines per prompt size, calibrated with the tokenizer.
@@ -199,43 +254,51 @@ async fn run() -> Result<()> {
         for warm in [false, true] {
             let shared = text(lines, 999_999);
             if warm {
-                decide(&store, &pipeline, &format!("{shared}Warm-up question\n")).await?;
+                let p = prepare(&pipeline, &format!("{shared}Warm-up question\n"))?;
+                row(&store, &mut stats, &[p]).await?;
             }
-            slowlog_reset(&url).await?;
-            let mut times = Vec::new();
+            let mut prepared = Vec::new();
             for r in 0..RUNS {
                 let prompt = if warm {
                     format!("{shared}Question {r}?\n")
                 } else {
                     text(lines, r * 31 + tokens)
                 };
-                times.push(decide(&store, &pipeline, &prompt).await?);
+                prepared.push(prepare(&pipeline, &prompt)?);
             }
-            let server = slowlog_times(&url, &route_sha).await?;
-            let mut route_usec = server.route_usec.clone();
-            route_usec.sort_unstable();
-            let route_p50 = route_usec.get(route_usec.len() / 2).copied().unwrap_or(0);
-            let per_request = server.all_usec as f64 / RUNS as f64;
+            let (walls, w) = row(&store, &mut stats, &prepared).await?;
             let ms = |d: Duration| d.as_secs_f64() * 1e3;
-            let of = |f: fn(&Timing) -> Duration| times.iter().map(f).collect::<Vec<_>>();
+            let p50_of =
+                |f: fn(&Prepared) -> Duration| ms(pct(prepared.iter().map(f).collect(), 0.5));
+            let calls: Vec<Duration> = walls
+                .iter()
+                .zip(&prepared)
+                .map(|(w, p)| *w - p.tokenize - p.hash)
+                .collect();
             println!(
-                "| {}k tokens | {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {route_p50} µs | {per_request:.0} µs |",
+                "| {}k tokens | {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.0} / {:.0} µs | {:.0} µs |",
                 tokens / 1024,
                 if warm {
                     "seen before (warm)"
                 } else {
                     "new (cold)"
                 },
-                ms(pct(of(|t| t.total), 0.5)),
-                ms(pct(of(|t| t.total), 0.99)),
-                ms(pct(of(|t| t.tokenize), 0.5)),
-                ms(pct(of(|t| t.hash), 0.5)),
-                ms(pct(of(|t| t.total - t.tokenize - t.hash), 0.5)),
+                ms(pct(walls.clone(), 0.5)),
+                ms(pct(walls, 0.99)),
+                p50_of(|p| p.tokenize),
+                p50_of(|p| p.hash),
+                ms(pct(calls, 0.5)),
+                w.p50,
+                w.p99,
+                w.usec as f64 / RUNS as f64,
             );
+            if w.calls != RUNS as u64 {
+                println!("(row above: {} script calls for {RUNS} requests)", w.calls);
+            }
         }
     }
     println!(
-        "\n{RUNS} decisions per row; 8 live workers. Server times from SLOWLOG with a 0 µs threshold: the route script's median, and every EVALSHA of the row (route, tail claims, in-flight release, lookups for chains over {ROUTE_HEAD} blocks) per request."
+        "\n{RUNS} decisions per row; 8 live workers. Prompts are tokenized and hashed first; then their route calls run back to back (each request released before the next), and the tail claims after. Server times: `INFO latencystats` p50/p99 of FCALL and `INFO commandstats` usec per request, over the route calls alone (long chains add a FCALL_RO lookup)."
     );
     Ok(())
 }

@@ -1,9 +1,16 @@
 -- lib.lua: helpers shared by every script. The loader (src/state/scripts.rs)
--- prepends this file to each script before SCRIPT LOAD; it is not a script.
+-- builds one Valkey function library: this file, then each script's body as
+-- a local function, each registered as a function (FUNCTION LOAD, FCALL).
+-- So the helpers are defined once per load, not once per call.
 --
 -- KEYS contract shared by all scripts: KEYS[1] = "<base>:ids", where
 -- base = "<ns>:{<model>}" is ARGV[1]. Other keys are built from base and
 -- share its hash tag, so every script touches exactly one cluster slot.
+-- Hot paths avoid turning numbers into strings (tostring, `..` with a
+-- number): Lua formats them with "%.14g", about 1 µs each. Replies carry
+-- numbers as RESP integers instead; keys use string.format('%d').
+-- KEYS, ARGV and BASE are the library's locals, set by `enter` (below) at
+-- the start of every call; the scripts read them as plain Lua scripts would.
 --
 -- Forward-map value: comma-separated entries "<idx><kind><expiry_s>":
 --   idx = worker incarnation, kind = 's' (speculative) or 'c' (confirmed),
@@ -11,9 +18,15 @@
 -- Per incarnation: r:<idx> holds every hash it has an entry for, sp:<idx>
 -- the subset whose entry is speculative.
 
-local BASE = ARGV[1]
-if KEYS[1] ~= BASE .. ':ids' then
-  return redis.error_reply('ERR KEYS[1] must be ' .. BASE .. ':ids')
+local KEYS, ARGV, BASE = {}, {}, ''
+
+-- Binds one call's KEYS and ARGV, checks the KEYS contract, runs `body`.
+local function enter(keys, args, body)
+  KEYS, ARGV, BASE = keys, args, args[1] or ''
+  if KEYS[1] ~= BASE .. ':ids' then
+    return redis.error_reply('ERR KEYS[1] must be ' .. BASE .. ':ids')
+  end
+  return body()
 end
 
 local ROUND8 = { ['0']='0',['1']='0',['2']='0',['3']='0',['4']='0',['5']='0',['6']='0',['7']='0',
@@ -43,6 +56,9 @@ local function sync_target_key(idx) return BASE .. ':s:' .. idx end
 -- that router's in-flight count for <idx>. The record stays the source of
 -- truth; every script that changes a viewed field calls view_refresh.
 local VIEW_FIELDS = { 'id', 'url', 'waiting', 'running', 'kv_usage', 'load_ms', 'syncing', 'synced_until' }
+-- One record's 8 fields in VIEW_FIELDS order, matched in one call. A literal:
+-- while FUNCTION LOAD runs this file, only `redis` is reachable.
+local VIEW_RECORD = '^([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)$'
 local function view_key() return BASE .. ':view' end
 local function inflight_field(idx, router) return idx .. ':' .. router end
 
@@ -167,7 +183,7 @@ end
 -- Live routers (lease in the future), as a set, for summing in-flight gauges.
 local function live_routers(now)
   local set = {}
-  for _, r in ipairs(redis.call('ZRANGEBYSCORE', BASE .. ':routers', '(' .. now, '+inf')) do
+  for _, r in ipairs(redis.call('ZRANGEBYSCORE', BASE .. ':routers', string.format('(%d', now), '+inf')) do
     set[r] = true
   end
   return set
@@ -175,7 +191,7 @@ end
 
 -- Live incarnations with their lease expiry: {idx, lease, idx, lease, ...}.
 local function live_leases(now)
-  return redis.call('ZRANGEBYSCORE', BASE .. ':leases', '(' .. now, '+inf', 'WITHSCORES')
+  return redis.call('ZRANGEBYSCORE', BASE .. ':leases', string.format('(%d', now), '+inf', 'WITHSCORES')
 end
 
 -- The routing view of every worker in one HGETALL: recs[idx] = record
@@ -189,12 +205,11 @@ local function fleet_view(routers)
     if idx then
       if routers[router] then inflight[idx] = (inflight[idx] or 0) + math.max(0, tonumber(v) or 0) end
     else
-      local rec, j = {}, 1
-      for part in string.gmatch(v .. '\n', '([^\n]*)\n') do
-        rec[VIEW_FIELDS[j]] = part
-        j = j + 1
-      end
-      recs[k] = rec
+      local id, url, waiting, running, kv, load_ms, syncing, synced = string.match(v, VIEW_RECORD)
+      recs[k] = {
+        id = id, url = url, waiting = waiting, running = running, kv_usage = kv,
+        load_ms = load_ms, syncing = syncing, synced_until = synced,
+      }
     end
   end
   return { recs = recs, inflight = inflight }
@@ -217,18 +232,19 @@ local function blank(v, default)
 end
 
 -- Everything routing and operators need to know about one incarnation, as a
--- flat array of 10 strings: id, url, inflight, waiting, running, kv_usage,
+-- flat array of 10 values: id, url, inflight, waiting, running, kv_usage,
 -- load_age_ms (-1 if never reported), lease_left_ms, blocks (-1 when
--- count_blocks is false: routing does not need it), syncing.
+-- count_blocks is false: routing does not need it), syncing. Counts and
+-- times are numbers (RESP integers in a reply), the rest strings.
 local function worker_info(idx, lease, now, view, count_blocks)
   local rec = view_record(view, idx)
   local load_ms = tonumber(rec.load_ms)
-  local blocks = '-1'
-  if count_blocks ~= false then blocks = tostring(redis.call('SCARD', reverse_key(idx))) end
+  local blocks = -1
+  if count_blocks ~= false then blocks = redis.call('SCARD', reverse_key(idx)) end
   return {
-    rec.id or '', rec.url or '', tostring(view.inflight[idx] or 0), blank(rec.waiting, '0'),
-    blank(rec.running, '0'), blank(rec.kv_usage, '0'), load_ms and tostring(now - load_ms) or '-1',
-    lease and tostring(lease - now) or '-1', blocks, blank(rec.syncing, '0'),
+    rec.id or '', rec.url or '', view.inflight[idx] or 0, blank(rec.waiting, '0'),
+    blank(rec.running, '0'), blank(rec.kv_usage, '0'), load_ms and now - load_ms or -1,
+    lease and lease - now or -1, blocks, blank(rec.syncing, '0'),
   }
 end
 
@@ -278,25 +294,46 @@ end
 -- tail before its head, and claims cover a contiguous run. lookup.lua scans
 -- every block (exact, for explain and operators). Probe order: the tip (a
 -- warm prompt is done in one probe), then block 1 (a cold one in two), then
--- a binary search per group of workers. Returns states, matched, probes, or
+-- block n - 1 (a warm prefix with a new last block in three), then a binary
+-- search per group of workers. Returns states, matched, probes, or
 -- nil and the bad position if a probed hash is malformed.
 local function probe_chain(live, chain, now, view)
   local n = math.floor(#chain / 16)
-  local states, matched, all = {}, {}, {}
+  local states, matched, all, position = {}, {}, {}, {}
   for i = 1, #live / 2 do
-    states[i] = view_state(view, live[2 * i - 1])
+    local idx = live[2 * i - 1]
+    states[i] = view_state(view, idx)
     matched[i] = 0
     all[i] = i
+    position[idx] = i
   end
   local probes, bad = 0, nil
+  -- Splits `set` into the workers that hold block pos and the others, as
+  -- holds() would, walking the value's few entries once rather than
+  -- searching it once per worker.
   local function split(pos, set)
     local h = packed_hash(chain, pos)
     if not valid_hash(h) then bad = bad or pos; return {}, {} end
     probes = probes + 1
     local v = fwd_read(h)
+    local has = {}
+    if v then
+      for idx, kind, exp in string.gmatch(v, '(%d+)([sc])(%d+)') do
+        local i = position[idx]
+        local ws = states[i]
+        if ws and (kind == 's' or not ws.syncing) and alive(kind, tonumber(exp), ws, now) then
+          has[i] = true
+        end
+      end
+    end
     local yes, no = {}, {}
     for _, i in ipairs(set) do
-      if holds(v, states[i], h, now) then yes[#yes + 1] = i else no[#no + 1] = i end
+      local ws = states[i]
+      if has[i] or (ws.syncing and redis.call('SISMEMBER', sync_target_key(ws.idx), h) == 1) then
+        yes[#yes + 1] = i
+      else
+        no[#no + 1] = i
+      end
     end
     return yes, no
   end
@@ -317,7 +354,15 @@ local function probe_chain(live, chain, now, view)
     for _, i in ipairs(tip) do matched[i] = n end
     if #rest > 0 and n > 1 then
       local head = split(1, rest)
-      search(head, 1, n - 1)
+      -- A seen prompt with a new last block (a new question or turn) is
+      -- common: try n - 1 before bisecting.
+      if #head > 0 and n > 2 then
+        local most, fewer = split(n - 1, head)
+        for _, i in ipairs(most) do matched[i] = n - 1 end
+        search(fewer, 1, n - 2)
+      else
+        search(head, 1, n - 1)
+      end
     end
   end
   if bad then return nil, bad end

@@ -3,7 +3,7 @@
 -- ARGV[1] = base, ARGV[2..] = the request's block hashes in chain order.
 -- For each live worker: the number of leading blocks of the chain it holds,
 -- plus its load. The scan stops at the first block no remaining worker holds.
--- Returns {blocks scanned, then per worker 11 strings: matched blocks, then
+-- Returns {blocks scanned, then per worker 11 values: matched blocks, then
 -- worker_info's 10 fields (see lib.lua)}.
 -- Complexity: O(matched blocks x live workers holding them + live workers);
 -- callers send at most 1024 hashes per call.
@@ -13,9 +13,9 @@ local now = now_ms()
 local live = live_leases(now)
 local _, matched, scanned = match_chain(live, 2, now)
 local view = fleet_view(live_routers(now))
-local out = { tostring(scanned) }
+local out = { scanned }
 for i = 1, #live / 2 do
-  out[#out + 1] = tostring(matched[i])
+  out[#out + 1] = matched[i]
   for _, v in ipairs(worker_info(live[2 * i - 1], tonumber(live[2 * i]), now, view)) do
     out[#out + 1] = v
   end

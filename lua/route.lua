@@ -19,7 +19,7 @@
 -- chain: its block hashes packed into one string of 16-hex hashes.
 -- Returns {blocks probed, chosen worker position (1-based, 0 if none),
 -- leading blocks the chosen worker now holds (matched or claimed here),
--- then per worker 11 strings as lookup.lua, blocks given as -1}.
+-- then per worker 11 values as lookup.lua, blocks given as -1}.
 -- Matching probes blocks instead of scanning them (probe_chain in lib.lua):
 -- one probe for a warm prompt, two for a cold one.
 -- Complexity: O(workers x log blocks + claimed blocks); no O(prompt) step.
@@ -91,9 +91,9 @@ if best > 0 then
   redis.call('HINCRBY', view_key(), inflight_field(ws.idx, ARGV[2]), 1)
   covered = to
 end
-local out = { tostring(probes), tostring(best), tostring(covered) }
+local out = { probes, best, covered }
 for i = 1, n do
-  out[#out + 1] = tostring(matched[i])
+  out[#out + 1] = matched[i]
   for _, v in ipairs(infos[i]) do out[#out + 1] = v end
 end
 return out

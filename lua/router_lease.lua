@@ -6,4 +6,4 @@
 -- Returns the number of live routers. Complexity: O(log R).
 local now = now_ms()
 redis.call('ZADD', BASE .. ':routers', now + tonumber(ARGV[3]), ARGV[2])
-return redis.call('ZCOUNT', BASE .. ':routers', '(' .. now, '+inf')
+return redis.call('ZCOUNT', BASE .. ':routers', string.format('(%d', now), '+inf')

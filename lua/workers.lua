@@ -2,7 +2,7 @@
 -- and inspect: live, expired (lease over, not yet collected) and draining.
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base
--- Returns per incarnation 12 strings: idx, status (live|expired|draining),
+-- Returns per incarnation 12 values: idx, status (live|expired|draining),
 -- then worker_info's 10 fields (see lib.lua).
 -- Complexity: O(workers + routers).
 local now = now_ms()

@@ -100,7 +100,7 @@ async fn after_valkey_restarts_empty_the_next_heartbeats_and_syncs_rebuild_the_s
         s.lookup(M, &chain).await.unwrap().workers[0].matched_blocks,
         4
     );
-    // The scripts were reloaded transparently after NOSCRIPT.
+    // The library was reloaded transparently after "Function not found".
     let metrics = r.get("/metrics").await;
     assert!(
         metrics.contains("prefix_router_script_reloads_total"),
@@ -109,7 +109,7 @@ async fn after_valkey_restarts_empty_the_next_heartbeats_and_syncs_rebuild_the_s
 }
 
 #[tokio::test]
-async fn scripts_reload_transparently_after_script_flush() {
+async fn scripts_reload_transparently_after_function_flush() {
     let v = Valkey::start();
     let s = store(&v, "pr", "r1", StateTtls::default());
     let hb = WorkerHeartbeat {
@@ -119,11 +119,11 @@ async fn scripts_reload_transparently_after_script_flush() {
     };
     s.heartbeat(M, &hb).await.unwrap();
     s.claim(M, "w", &[BlockHash(1)]).await.unwrap();
-    let _: () = redis::cmd("SCRIPT")
+    let _: () = redis::cmd("FUNCTION")
         .arg("FLUSH")
         .query(&mut v.conn())
         .unwrap();
-    // Both a write script (EVALSHA) and a read-only one (EVALSHA_RO).
+    // Both a write script (FCALL) and a read-only one (FCALL_RO).
     assert_eq!(s.claim(M, "w", &[BlockHash(2)]).await.unwrap(), 1);
     let l = s.lookup(M, &[BlockHash(1), BlockHash(2)]).await.unwrap();
     assert_eq!(l.workers[0].matched_blocks, 2);

@@ -16,9 +16,9 @@ pub const MODEL: &str = "bench-model";
 pub const WORKERS: usize = 8;
 pub const FILL_BATCH: usize = 4096;
 
-pub fn sha_of(script: ScriptName) -> String {
-    let set = ScriptSet::new();
-    redis::Script::new(set.source(script)).get_hash().to_owned()
+/// The library function `script` is called as (FCALL's first argument).
+pub fn function_of(script: ScriptName) -> String {
+    ScriptSet::new().function(script).to_owned()
 }
 
 pub fn bucket_key(h: BlockHash) -> String {

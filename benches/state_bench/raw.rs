@@ -9,7 +9,7 @@ use prefix_router::state::ScriptName;
 use redis::Value;
 use redis::aio::MultiplexedConnection;
 
-use crate::fixtures::sha_of;
+use crate::fixtures::function_of;
 
 /// A plain connection to the bench's valkey-server.
 pub struct Raw {
@@ -168,8 +168,8 @@ impl Raw {
         Ok(())
     }
 
-    /// Ends a window: stats of `cmd` (evalsha or evalsha_ro) and the slowlog
-    /// entries (calls over 1 ms) as (usec, sha).
+    /// Ends a window: stats of `cmd` (fcall or fcall_ro) and the slowlog
+    /// entries (calls over 1 ms) as (usec, function).
     pub async fn window(&mut self, cmd: &str) -> Result<Window> {
         let stat = self
             .command_stats()
@@ -199,11 +199,11 @@ pub struct Window {
 impl Window {
     /// Sorted durations of the logged (over 1 ms) calls of `script`.
     pub fn slow_of(&self, script: ScriptName) -> Vec<u64> {
-        let sha = sha_of(script);
+        let function = function_of(script);
         let mut d: Vec<u64> = self
             .slow
             .iter()
-            .filter(|(_, s)| *s == sha)
+            .filter(|(_, s)| *s == function)
             .map(|(d, _)| *d)
             .collect();
         d.sort_unstable();

@@ -195,7 +195,7 @@ pub fn timing(out: &mut String, rows: &[Timing], patch_rows: &[Timing]) {
     let _ = writeln!(out, "\n## B. Server time per script call\n");
     let _ = writeln!(
         out,
-        "Background state: the 1M-entry, 1-worker-per-block state of section A (1,000,000 blocks over 8 workers, ~122 fields per forward bucket). Each row is one script and one batch size measured alone: `CONFIG RESETSTAT` + `SLOWLOG RESET`, the calls (sequential, one at a time), then `INFO commandstats` (`cmdstat_evalsha`, or `cmdstat_evalsha_ro` for lookup). p50/p99/max are the `INFO latencystats` percentiles of the same command (p100 = max; HDR histogram, ~1% resolution); calls > 1 ms are counted from SLOWLOG (`slowlog-log-slower-than 1000`, exact usec), filtered by the script's SHA. SLOWLOG is deliberately not set to 0: it also logs every `redis.call` inside a script, and that logging runs inside the script's time (it nearly doubled a test script's time on this machine). The store was built with `BatchLimits {{ hashes_per_call: 512, .. }}` so every batch is exactly one EVALSHA. Client wall/call is the round trip seen by `StateStore` (loopback, includes client work).\n"
+        "Background state: the 1M-entry, 1-worker-per-block state of section A (1,000,000 blocks over 8 workers, ~122 fields per forward bucket). Each row is one script and one batch size measured alone: `CONFIG RESETSTAT` + `SLOWLOG RESET`, the calls (sequential, one at a time), then `INFO commandstats` (`cmdstat_fcall`, or `cmdstat_fcall_ro` for lookup). p50/p99/max are the `INFO latencystats` percentiles of the same command (p100 = max; HDR histogram, ~1% resolution); calls > 1 ms are counted from SLOWLOG (`slowlog-log-slower-than 1000`, exact usec), filtered by the function name. SLOWLOG is deliberately not set to 0: it also logs every `redis.call` inside a script, and that logging runs inside the script's time (it nearly doubled a test script's time on this machine). The store was built with `BatchLimits {{ hashes_per_call: 512, .. }}` so every batch is exactly one FCALL. Client wall/call is the round trip seen by `StateStore` (loopback, includes client work).\n"
     );
     let _ = writeln!(
         out,
@@ -221,7 +221,7 @@ pub fn full_sync(out: &mut String, whole: &SyncRun, split: &SyncRun, steady: &Sy
     );
     let _ = writeln!(
         out,
-        "| run | measured call | wall s | EVALSHA calls | server usec total | **usec_per_call** | p50 | p99 | max (p100) | server / wall | calls > 1 ms by script (exact max usec) |"
+        "| run | measured call | wall s | FCALL calls | server usec total | **usec_per_call** | p50 | p99 | max (p100) | server / wall | calls > 1 ms by script (exact max usec) |"
     );
     let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for (run, r) in [("1", whole), ("2", split), ("3", steady)] {
@@ -260,7 +260,7 @@ pub fn full_sync(out: &mut String, whole: &SyncRun, split: &SyncRun, steady: &Sy
     for (run, r) in [("1", whole), ("2", split), ("3", steady)] {
         let _ = writeln!(
             out,
-            "\nRun {run}: worker holds {} blocks afterwards (SyncOutcome.active {}); total wall {:.3} s over {} EVALSHA calls.",
+            "\nRun {run}: worker holds {} blocks afterwards (SyncOutcome.active {}); total wall {:.3} s over {} FCALL calls.",
             r.held_after,
             r.active,
             r.parts.iter().map(|p| p.wall.as_secs_f64()).sum::<f64>(),

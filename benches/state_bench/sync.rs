@@ -51,7 +51,7 @@ pub async fn full_sync(
         parts.push(SyncPart {
             label: "sync_stage()",
             wall,
-            w: raw.window("evalsha").await?,
+            w: raw.window("fcall").await?,
         });
         raw.begin().await?;
         let t = Instant::now();
@@ -60,7 +60,7 @@ pub async fn full_sync(
         parts.push(SyncPart {
             label: "sync_commit() (commit + patch steps)",
             wall,
-            w: raw.window("evalsha").await?,
+            w: raw.window("fcall").await?,
         });
         active
     } else {
@@ -71,7 +71,7 @@ pub async fn full_sync(
         parts.push(SyncPart {
             label: "sync()",
             wall,
-            w: raw.window("evalsha").await?,
+            w: raw.window("fcall").await?,
         });
         active
     };

@@ -41,9 +41,9 @@ async fn end(
     mut note: String,
 ) -> Result<Timing> {
     let cmd = if matches!(script, ScriptName::Lookup | ScriptName::Workers) {
-        "evalsha_ro"
+        "fcall_ro"
     } else {
-        "evalsha"
+        "fcall"
     };
     let w = raw.window(cmd).await?;
     let (stat, lat, slow) = (w.stat, w.lat, w.slow_of(script));

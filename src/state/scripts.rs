@@ -1,15 +1,24 @@
-//! [`ScriptSet`]: the Lua scripts of `lua/`, loaded once and called by SHA.
+//! [`ScriptSet`]: the Lua scripts of `lua/`, built into one Valkey function
+//! library (`FUNCTION LOAD`) and called with `FCALL`.
+//!
+//! A library defines `lib.lua`'s helpers once per load rather than once per
+//! call (an `EVALSHA` script runs its whole prelude on every call), and it
+//! lives in the functions' own small Lua heap. Its name and its functions'
+//! names carry a digest of the code, so routers of two versions can share a
+//! Valkey during a rolling upgrade, each calling its own functions.
 
+use std::fmt::Write as _;
 use std::time::Instant;
 
+use redis::FromRedisValue;
 use redis::aio::ConnectionLike;
-use redis::{ErrorKind, FromRedisValue, ServerErrorKind};
+use sha2::{Digest, Sha256};
 
 use super::StateError;
 
 const PRELUDE: &str = include_str!("../../lua/lib.lua");
 
-/// One script of `lua/`. Each is the shared prelude followed by its own body.
+/// One script of `lua/`: a function of the library, over the shared helpers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScriptName {
     /// Register a worker or renew its lease.
@@ -110,21 +119,23 @@ impl ScriptName {
         }
     }
 
-    /// Read-only scripts run with EVALSHA_RO, so replicas may serve them.
+    /// Read-only scripts are called with FCALL_RO, so replicas may serve them.
     fn read_only(self) -> bool {
         matches!(self, ScriptName::Lookup | ScriptName::Workers)
     }
+
+    /// The script's name inside the library (its file name without `.lua`).
+    fn stem(self) -> &'static str {
+        self.file().trim_end_matches(".lua")
+    }
 }
 
-struct LoadedScript {
-    source: String,
-    sha: String,
-}
-
-/// The scripts with their SHA-1 digests. Calls use EVALSHA; a NOSCRIPT reply
-/// (Valkey restarted, flushed or failed over) loads the script and retries once.
+/// The function library and the names of its functions. Calls use FCALL; a
+/// "Function not found" reply (Valkey restarted, flushed or failed over)
+/// loads the library and retries once.
 pub struct ScriptSet {
-    scripts: Vec<LoadedScript>,
+    library: String,
+    functions: Vec<String>,
 }
 
 impl Default for ScriptSet {
@@ -134,59 +145,69 @@ impl Default for ScriptSet {
 }
 
 impl ScriptSet {
-    /// The scripts compiled into this binary.
+    /// The scripts compiled into this binary, as one library.
     pub fn new() -> Self {
-        let scripts = ScriptName::ALL
-            .iter()
-            .map(|name| {
-                let source = format!("{PRELUDE}\n{}", name.body());
-                let sha = redis::Script::new(&source).get_hash().to_owned();
-                LoadedScript { source, sha }
-            })
-            .collect();
-        ScriptSet { scripts }
-    }
-
-    fn get(&self, name: ScriptName) -> &LoadedScript {
-        // ALL lists the variants in declaration order.
-        &self.scripts[name as usize]
-    }
-
-    /// The full source of a script, prelude included (for tests and tools).
-    pub fn source(&self, name: ScriptName) -> &str {
-        &self.get(name).source
-    }
-
-    /// SCRIPT LOAD of every script on this connection's server.
-    pub async fn load_all<C: ConnectionLike + Send>(&self, conn: &mut C) -> Result<(), StateError> {
+        let mut code = String::from(PRELUDE);
         for name in ScriptName::ALL {
-            self.load(conn, name).await?;
+            // Each body runs as a function: its top-level locals and `return`
+            // stay what they are in a plain script.
+            let _ = write!(
+                code,
+                "\nlocal function script_{}()\n{}\nend\n",
+                name.stem(),
+                name.body()
+            );
         }
-        Ok(())
+        let digest = Sha256::digest(code.as_bytes());
+        let tag: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+        let mut functions = Vec::with_capacity(ScriptName::ALL.len());
+        for name in ScriptName::ALL {
+            let function = format!("prefix_router_{tag}_{}", name.stem());
+            let flags = if name.read_only() {
+                ", flags = { 'no-writes' }"
+            } else {
+                ""
+            };
+            let _ = write!(
+                code,
+                "redis.register_function{{ function_name = '{function}', \
+                 callback = function(keys, args) return enter(keys, args, script_{}) end{flags} }}\n",
+                name.stem()
+            );
+            functions.push(function);
+        }
+        ScriptSet {
+            library: format!("#!lua name=prefix_router_{tag}\n{code}"),
+            functions,
+        }
     }
 
-    async fn load<C: ConnectionLike + Send>(
-        &self,
-        conn: &mut C,
-        name: ScriptName,
-    ) -> Result<(), StateError> {
-        let script = self.get(name);
-        let sha: String = redis::cmd("SCRIPT")
+    /// The library's source, as sent with FUNCTION LOAD (for tests and tools).
+    pub fn library(&self) -> &str {
+        &self.library
+    }
+
+    /// The name `name` is registered under (what FCALL and SLOWLOG show).
+    pub fn function(&self, name: ScriptName) -> &str {
+        // ALL lists the variants in declaration order.
+        &self.functions[name as usize]
+    }
+
+    /// FUNCTION LOAD of the library on this connection's server (REPLACE:
+    /// the same name always means the same code, so replacing is a no-op).
+    pub async fn load_all<C: ConnectionLike + Send>(&self, conn: &mut C) -> Result<(), StateError> {
+        let _: String = redis::cmd("FUNCTION")
             .arg("LOAD")
-            .arg(&script.source)
+            .arg("REPLACE")
+            .arg(&self.library)
             .query_async(conn)
             .await
-            .map_err(|e| StateError::from_redis(name.file(), e))?;
-        if sha != script.sha {
-            return Err(StateError::Script {
-                script: name.file(),
-                detail: format!("server returned sha {sha}, expected {}", script.sha),
-            });
-        }
+            .map_err(|e| StateError::from_redis("library", e))?;
         Ok(())
     }
 
-    /// Runs `name` with `keys` and `args`, reloading it once on NOSCRIPT.
+    /// Runs `name` with `keys` and `args`, loading the library once if the
+    /// server does not have it.
     pub async fn call<T, C>(
         &self,
         conn: &mut C,
@@ -199,12 +220,12 @@ impl ScriptSet {
         C: ConnectionLike + Send,
     {
         let started = Instant::now();
-        let mut result = self.evalsha(conn, name, keys, args).await;
-        if matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
+        let mut result = self.fcall(conn, name, keys, args).await;
+        if matches!(&result, Err(e) if is_function_missing(e)) {
             metrics::counter!("prefix_router_script_reloads_total", "script" => name.file())
                 .increment(1);
-            self.load(conn, name).await?;
-            result = self.evalsha(conn, name, keys, args).await;
+            self.load_all(conn).await?;
+            result = self.fcall(conn, name, keys, args).await;
         }
         let outcome = if result.is_ok() { "ok" } else { "error" };
         metrics::counter!("prefix_router_script_calls_total", "script" => name.file(), "outcome" => outcome)
@@ -214,7 +235,7 @@ impl ScriptSet {
         result.map_err(|e| StateError::from_redis(name.file(), e))
     }
 
-    async fn evalsha<T, C>(
+    async fn fcall<T, C>(
         &self,
         conn: &mut C,
         name: ScriptName,
@@ -226,16 +247,23 @@ impl ScriptSet {
         C: ConnectionLike + Send,
     {
         let command = if name.read_only() {
-            "EVALSHA_RO"
+            "FCALL_RO"
         } else {
-            "EVALSHA"
+            "FCALL"
         };
         redis::cmd(command)
-            .arg(&self.get(name).sha)
+            .arg(self.function(name))
             .arg(keys.len())
             .arg(keys)
             .arg(args)
             .query_async(conn)
             .await
     }
+}
+
+/// Valkey's reply to FCALL of a function it does not have.
+fn is_function_missing(e: &redis::RedisError) -> bool {
+    e.detail()
+        .is_some_and(|d| d.starts_with("Function not found"))
+        || e.to_string().contains("Function not found")
 }
