@@ -168,10 +168,10 @@ impl ScriptSet {
             } else {
                 ""
             };
-            let _ = write!(
+            let _ = writeln!(
                 code,
                 "redis.register_function{{ function_name = '{function}', \
-                 callback = function(keys, args) return enter(keys, args, script_{}) end{flags} }}\n",
+                 callback = function(keys, args) return enter(keys, args, script_{}) end{flags} }}",
                 name.stem()
             );
             functions.push(function);
