@@ -80,8 +80,9 @@ pub struct RunArgs {
     #[arg(long, default_value = "10m", value_parser = parse_duration, help_heading = "Fleet")]
     pub isolated_ttl: Duration,
     /// An external router NAME=COMMAND (placeholders {port}, {aux_port},
-    /// {worker_urls}, {worker_urls_csv}, {model}, …), usable in --policies
-    /// (repeatable).
+    /// {worker_urls}, {worker_urls_csv}, {model}, …), or the name of a known
+    /// peer (sglang-router, vllm-router: installed from PyPI into
+    /// target/peers, run with cache_aware), usable in --policies (repeatable).
     #[arg(long = "peer", help_heading = "Fleet")]
     pub peers: Vec<String>,
     /// An extra flag for every `prefix-router serve` (repeatable).

@@ -177,6 +177,35 @@ pub struct Window {
     pub ttft_p50_ms: Option<f64>,
 }
 
+/// The measures just before and just after a scenario's event.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AroundEvent {
+    /// Width of each side, seconds.
+    pub span_s: f64,
+    /// Requests sent in `[at - span, at)`.
+    pub before: Summary,
+    /// Requests sent in `[at, at + span)`.
+    pub after: Summary,
+}
+
+/// The requests sent in the `span_s` seconds before `at_s` and in the
+/// `span_s` seconds from it, each side summarized.
+pub fn around(samples: &[Sample], at_s: f64, span_s: f64) -> AroundEvent {
+    let side = |lo: f64, hi: f64| {
+        let owned: Vec<Sample> = samples
+            .iter()
+            .filter(|s| s.start_s >= lo && s.start_s < hi)
+            .cloned()
+            .collect();
+        summarize(&owned, &[])
+    };
+    AroundEvent {
+        span_s,
+        before: side(at_s - span_s, at_s),
+        after: side(at_s, at_s + span_s),
+    }
+}
+
 /// `samples` bucketed by send time into windows of `width_s` seconds.
 pub fn windows(samples: &[Sample], width_s: f64) -> Vec<Window> {
     if samples.is_empty() || width_s <= 0.0 {
@@ -222,6 +251,22 @@ mod tests {
             completion_tokens: 10,
             worker: Some(worker.into()),
         }
+    }
+
+    #[test]
+    fn around_splits_at_the_event() {
+        let s = vec![
+            sample(5.0, "a", 100, 10, 5.0),  // out of span
+            sample(50.0, "a", 100, 80, 5.0), // before
+            sample(69.9, "a", 100, 60, 5.0), // before
+            sample(70.0, "b", 100, 0, 5.0),  // after
+            sample(129.0, "b", 100, 50, 5.0),
+            sample(130.0, "b", 100, 100, 5.0), // out of span
+        ];
+        let a = around(&s, 70.0, 60.0);
+        assert_eq!((a.before.requests, a.after.requests), (2, 2));
+        assert_eq!(a.before.hit_rate, Some(0.7));
+        assert_eq!(a.after.hit_rate, Some(0.25));
     }
 
     #[test]

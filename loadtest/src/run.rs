@@ -15,7 +15,8 @@ use crate::fleet::{
     default_tokenizer_dir,
 };
 use crate::machine::Machine;
-use crate::report::{self, RunReport, ScenarioReport, main_table};
+use crate::peers;
+use crate::report::{self, RunReport, ScenarioReport, around_table, main_table};
 use crate::runner::{self, Runner};
 use crate::scenario::{EventSettings, Scenario};
 use crate::workload::{
@@ -124,6 +125,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<PathBuf> {
     let path = report::write(&report, &out, window_s)?;
     for s in &report.scenarios {
         println!("\n## {}\n\n{}", s.scenario.name(), main_table(&s.arms));
+        let around = around_table(&s.arms);
+        if !around.is_empty() {
+            println!("Before and after the event:\n\n{around}");
+        }
     }
     println!("\nreport: {}", path.display());
     Ok(path)
@@ -192,7 +197,7 @@ fn fleet_runner(
     let peers = args
         .peers
         .iter()
-        .map(|p| ExternalRouter::parse(p))
+        .map(|p| peer_router(p))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let arms = args
         .policies
@@ -338,4 +343,47 @@ fn command_line() -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// A `--peer` spec: `NAME=COMMAND`, or just the name of a known peer
+/// (`sglang-router`, `vllm-router`), which installs its pinned version into
+/// `target/peers/` if needed and runs its documented `cache_aware` launcher
+/// (see `loadtest/peers/README.md`), checked on its readiness route.
+fn peer_router(spec: &str) -> anyhow::Result<ExternalRouter> {
+    if spec.contains('=') {
+        return ExternalRouter::parse(spec);
+    }
+    let kind: peers::PeerKind = spec.parse()?;
+    let root = workspace_root().join("target").join("peers");
+    let install = peers::install(kind, &root)
+        .with_context(|| format!("installing {kind} into {}", root.display()))?;
+    let mut args: Vec<String> = vec!["-m".into(), kind.launcher_module().into()];
+    for a in [
+        "--host",
+        "{host}",
+        "--port",
+        "{port}",
+        "--worker-urls",
+        "{worker_urls}",
+        "--policy",
+        "cache_aware",
+        "--prometheus-host",
+        peers::BIND_HOST,
+        "--prometheus-port",
+        "{aux_port}",
+        "--worker-startup-check-interval",
+        "1",
+        "--log-level",
+        kind.default_log_level(),
+    ] {
+        args.push(a.into());
+    }
+    Ok(ExternalRouter {
+        name: kind.name().to_owned(),
+        program: install.python,
+        args,
+        env: vec![("PYTHONUNBUFFERED".into(), "1".into())],
+        health_path: peers::READY_PATH.into(),
+        startup_timeout: std::time::Duration::from_secs(60),
+    })
 }

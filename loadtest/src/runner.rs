@@ -15,7 +15,10 @@ use crate::client::Client;
 use crate::drive::{DriveOptions, drive};
 use crate::fleet::{Arm, Fleet, FleetSpec};
 use crate::machine::cpu_ticks;
-use crate::metrics::{Sample, Summary, Window, summarize, windows};
+use crate::metrics::{AroundEvent, Sample, Summary, Window, around, summarize, windows};
+
+/// Width of each side of the before/after comparison around an event.
+const AROUND_EVENT_S: f64 = 60.0;
 use crate::process::proc_cpu_seconds;
 use crate::scenario::{self, EventSettings, Scenario};
 use crate::workload::Plan;
@@ -63,6 +66,8 @@ pub struct ArmResult {
     pub overhead: Option<Overhead>,
     /// The scenario's event.
     pub event: Option<EventMark>,
+    /// The minute before the event against the minute after it.
+    pub around: Option<AroundEvent>,
     /// CPU use, when the fleet was ours.
     pub cpu: Option<CpuPercent>,
     /// Logs of this run's processes, and its samples.
@@ -191,7 +196,12 @@ impl Runner {
             }
         };
         save_samples(&dir, &driven.samples);
+        let around_event = driven
+            .event
+            .as_ref()
+            .map(|(at_s, _)| around(&driven.samples, *at_s, AROUND_EVENT_S));
         Ok(ArmResult {
+            around: around_event,
             label: arm.label.clone(),
             routers: arm.routers,
             windows: windows(&driven.samples, self.window_s),
@@ -247,6 +257,7 @@ pub async fn run_target(
         windows: windows(&driven.samples, window_s),
         overhead,
         event: None,
+        around: None,
         cpu: None,
         log_dir: None,
         summary,

@@ -2,7 +2,7 @@
 //! scenario (main table, plots, CPU, failures), then how the measures are
 //! computed, so that the numbers can be read without the source.
 
-use super::table::{cpu_table, failures, main_table, markdown};
+use super::table::{around_table, cpu_table, failures, main_table, markdown};
 use super::{RunReport, plot_names};
 
 /// How each measure is computed (kept beside the numbers).
@@ -72,6 +72,11 @@ pub fn render(r: &RunReport) -> String {
             out.push('\n');
         }
         out.push_str(&main_table(&s.arms));
+        let around = around_table(&s.arms);
+        if !around.is_empty() {
+            out.push_str("\nBefore and after the event (requests by send time):\n\n");
+            out.push_str(&around);
+        }
         let (hit, ttft) = plot_names(s.scenario);
         out.push_str(&format!(
             "\n![hit rate over time]({hit})\n\n![TTFT p50 over time]({ttft})\n"

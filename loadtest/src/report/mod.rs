@@ -7,7 +7,7 @@ mod table;
 
 pub use markdown::render;
 pub use plot::{LinePlot, Series, write_svg};
-pub use table::{cpu_table, main_table};
+pub use table::{around_table, cpu_table, main_table};
 
 use std::path::{Path, PathBuf};
 
@@ -144,6 +144,7 @@ mod tests {
                 at_s: 10.0,
                 what: "every router SIGKILLed".into(),
             }),
+            around: Some(crate::metrics::around(&samples, 10.0, 60.0)),
             cpu: None,
             log_dir: None,
         };

@@ -30,6 +30,53 @@ pub fn markdown(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// Around the scenario's event: per arm, the hit rate, TTFT p50 and
+/// failures of the requests sent in the minute before it and the minute
+/// after it. Empty when no arm had an event.
+pub fn around_table(arms: &[ArmResult]) -> String {
+    let rows: Vec<Vec<String>> = arms
+        .iter()
+        .filter_map(|a| {
+            let e = a.around.as_ref()?;
+            let hit =
+                |s: &crate::metrics::Summary| opt(s.hit_rate, |h| format!("{:.1}%", 100.0 * h));
+            let ttft = |s: &crate::metrics::Summary| opt(s.ttft_ms, |p| ms(p.p50));
+            let delta = match (e.before.hit_rate, e.after.hit_rate) {
+                (Some(b), Some(a)) => format!("{:+.1}", 100.0 * (a - b)),
+                _ => "–".into(),
+            };
+            Some(vec![
+                a.label.clone(),
+                format!("{:.0} s", e.span_s),
+                format!("{} / {}", e.before.requests, e.before.failed),
+                hit(&e.before),
+                ttft(&e.before),
+                format!("{} / {}", e.after.requests, e.after.failed),
+                hit(&e.after),
+                ttft(&e.after),
+                delta,
+            ])
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    markdown(
+        &[
+            "policy",
+            "each side",
+            "before: requests / failed",
+            "hit rate",
+            "TTFT p50 ms",
+            "after: requests / failed",
+            "hit rate",
+            "TTFT p50 ms",
+            "hit rate change (points)",
+        ],
+        &rows,
+    )
+}
+
 /// The main table: rows = arms, columns = the measures.
 pub fn main_table(arms: &[ArmResult]) -> String {
     let header = [
@@ -158,6 +205,7 @@ mod tests {
             windows: vec![],
             overhead: None,
             event: None,
+            around: None,
             cpu: None,
             log_dir: None,
         }
