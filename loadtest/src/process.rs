@@ -198,10 +198,17 @@ impl ChildProc {
 
     /// Starts it again with the same command (after [`kill`](Self::kill)).
     pub async fn respawn(&mut self) -> anyhow::Result<()> {
+        let spec = self.spec.clone();
+        self.respawn_as(spec).await
+    }
+
+    /// Starts it again with `spec` (after [`kill`](Self::kill)); CPU time
+    /// keeps adding up over incarnations.
+    pub async fn respawn_as(&mut self, spec: ProcSpec) -> anyhow::Result<()> {
         if self.exited().is_none() {
             self.kill().await;
         }
-        let fresh = self.spec.spawn()?;
+        let fresh = spec.spawn()?;
         let spent = self.cpu_spent;
         *self = fresh;
         self.cpu_spent = spent;

@@ -84,6 +84,10 @@ pub struct LaunchContext {
     pub aux_port: u16,
     /// The replica's index (0-based).
     pub index: usize,
+    /// 0 at the first start, one more after each restart of the routers.
+    /// An isolated router's key prefix includes it, so that a restarted one
+    /// starts with an empty view, as an in-memory router does.
+    pub generation: u32,
     /// The workers' base URLs.
     pub worker_urls: Vec<String>,
     /// The served model name.
@@ -235,6 +239,7 @@ mod tests {
             port: 9000,
             aux_port: 9100,
             index: 1,
+            generation: 0,
             worker_urls: vec!["http://a:1".into(), "http://b:2".into()],
             model: "qwen3".into(),
             tokenizer_dir: "/tok".into(),

@@ -99,6 +99,8 @@ pub struct Fleet {
     routers: Vec<ChildProc>,
     router_ports: Vec<u16>,
     aux_ports: Vec<u16>,
+    /// How many times the routers were restarted.
+    generation: u32,
     balancer: Balancer,
     http: reqwest::Client,
 }
@@ -134,6 +136,7 @@ impl Fleet {
             routers: Vec::new(),
             router_ports,
             aux_ports,
+            generation: 0,
             valkey,
             sims: Vec::new(),
             balancer,
@@ -183,6 +186,7 @@ impl Fleet {
             port: self.router_ports[index],
             aux_port: self.aux_ports[index],
             index,
+            generation: self.generation,
             worker_urls: self.sims.iter().map(|s| s.url.clone()).collect(),
             model: self.spec.model.clone(),
             tokenizer_dir: self.spec.tokenizer_dir.clone(),
@@ -298,9 +302,18 @@ impl Fleet {
 
     /// Starts every router replica again on its port (after
     /// [`kill_routers`](Self::kill_routers)) and waits for their health.
+    /// Isolated routers come back with an empty view of their own, like an
+    /// in-memory router after a restart (see [`LaunchContext::generation`]).
     pub async fn restart_routers(&mut self) -> anyhow::Result<()> {
-        for r in &mut self.routers {
-            r.respawn().await?;
+        self.generation += 1;
+        for i in 0..self.routers.len() {
+            let spec = router_spec(
+                &self.spec.arm.kind,
+                &self.spec.routers,
+                &self.launch_context(i),
+                &self.spec.dir,
+            );
+            self.routers[i].respawn_as(spec).await?;
         }
         self.wait_routers().await
     }

@@ -49,7 +49,7 @@ pub fn router_spec(
                 View::Isolated { claim_ttl } => {
                     args.extend([
                         "--key-prefix".into(),
-                        format!("lt{}", ctx.index),
+                        format!("lt{}g{}", ctx.index, ctx.generation),
                         "--speculative-ttl".into(),
                         format!("{}ms", claim_ttl.as_millis()),
                     ]);
@@ -83,6 +83,7 @@ mod tests {
             port: 9001,
             aux_port: 9002,
             index: 1,
+            generation: 0,
             worker_urls: vec!["http://127.0.0.1:5".into(), "http://127.0.0.1:6".into()],
             model: "qwen3".into(),
             tokenizer_dir: "/tok".into(),
@@ -123,7 +124,7 @@ mod tests {
         };
         let s = router_spec(&kind, &common(), &ctx(), Path::new("/tmp"));
         let line = s.args.join(" ");
-        assert!(line.contains("--key-prefix lt1"));
+        assert!(line.contains("--key-prefix lt1g0 "));
         assert!(line.contains("--speculative-ttl 600000ms"));
         assert!(line.contains("--worker sim-0=http://127.0.0.1:5"));
         assert!(line.contains("--worker sim-1=http://127.0.0.1:6"));
