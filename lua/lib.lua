@@ -282,6 +282,18 @@ local function view_state(view, idx)
   return { idx = idx, synced_until = tonumber(rec.synced_until) or 0, syncing = rec.syncing == '1' }
 end
 
+-- A pseudo-random key for worker position i under a per-request seed, so
+-- that among tied workers each is equally likely to come first. Two
+-- squarings modulo a prime below 2^26 mix seed and position (x * x stays
+-- below 2^53, exact in Lua's doubles); a linear key (seed + i * c) would
+-- favour the first positions.
+local TIE_PRIME = 67108859
+local function tie_break(seed, i)
+  local x = (seed + i * 40503) % TIE_PRIME
+  x = (x * x + 12345) % TIE_PRIME
+  return (x * x + i) % TIE_PRIME
+end
+
 -- The i-th hash (1-based) of a chain packed as one string of 16-hex hashes.
 local function packed_hash(chain, i)
   return string.sub(chain, 16 * i - 15, 16 * i)

@@ -6,7 +6,8 @@
 -- two are kept equal by tests/route_script.rs): among workers within the
 -- bounded load ceil((1+eps) * (total load + 1) / workers) + slack, the least
 -- estimated time to first token in tokens: uncached prompt tokens + load x
--- tokens_per_queued + KV pressure; else the least loaded. Ties by `seed`.
+-- tokens_per_queued + KV pressure; else the least loaded. Ties by `seed`
+-- (tie_break in lib.lua: each worker equally likely among the tied).
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base, ARGV[2] = router id, ARGV[3] = speculative ttl_ms,
 -- ARGV[4] = prompt tokens, ARGV[5] = block size, ARGV[6] = epsilon,
@@ -71,7 +72,7 @@ for i = 1, n do
   else
     k1, k2 = 1, loads[i]
   end
-  local k3 = (seed + i * 7919) % 1000003
+  local k3 = tie_break(seed, i)
   if best == 0 or k1 < b1 or (k1 == b1 and (k2 < b2 or (k2 == b2 and k3 < b3))) then
     best, b1, b2, b3 = i, k1, k2, k3
   end

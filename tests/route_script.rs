@@ -186,6 +186,34 @@ async fn concurrent_routers_agree_on_one_worker_for_a_new_prefix() {
 }
 
 #[tokio::test]
+async fn misses_on_an_idle_fleet_are_spread_evenly() {
+    let v = Valkey::start();
+    let s = store(&v, "rs", "router-a", ttls());
+    for i in 0..4 {
+        worker(&s, &format!("w{i}"), None).await;
+    }
+    let mut per_worker = BTreeMap::<String, u32>::new();
+    for i in 0..200u64 {
+        // A new prefix every time, on an idle fleet: every worker ties.
+        let seed = ((i * 2_654_435_761) % 1_000_003) as u32;
+        let o = s
+            .route(M, &chain(2, 10_000 + i), &params(100, 0.25, seed), &[])
+            .await
+            .unwrap();
+        let id = o.lookup.workers[o.chosen.unwrap()].info.worker_id.clone();
+        s.add_in_flight(M, &id, -1).await.unwrap();
+        *per_worker.entry(id).or_default() += 1;
+    }
+    // Each worker's expected share is 50 of 200; a tie-break that favours
+    // the first position gives it most of them.
+    assert_eq!(per_worker.len(), 4, "{per_worker:?}");
+    assert!(
+        per_worker.values().all(|&n| (25..=75).contains(&n)),
+        "uneven: {per_worker:?}"
+    );
+}
+
+#[tokio::test]
 async fn bounded_load_spreads_a_prefix_every_request_shares() {
     let v = Valkey::start();
     let s = store(&v, "rs", "router-a", ttls());
