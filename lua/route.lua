@@ -6,7 +6,8 @@
 -- two are kept equal by tests/route_script.rs): among workers within the
 -- bounded load ceil((1+eps) * (total load + 1) / workers) + slack, the least
 -- estimated time to first token in tokens: uncached prompt tokens + load x
--- tokens_per_queued + KV pressure; else the least loaded. Ties by `seed`
+-- tokens_per_queued + KV pressure (a prefix most workers hold counts as
+-- cached on all: the hotspot guard); else the least loaded. Ties by `seed`
 -- (tie_break in lib.lua: each worker equally likely among the tied).
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base, ARGV[2] = router id, ARGV[3] = speculative ttl_ms,
@@ -59,11 +60,25 @@ for i = 1, n do
   total = total + loads[i]
 end
 local cap = math.ceil((1 + eps) * (total + 1) / math.max(n, 1)) + tonumber(ARGV[13])
+-- Blocks each worker is credited with: its own match (plus hints beyond
+-- the head), or the depth a strict majority holds (at least two workers),
+-- if deeper: the hotspot guard of shared_tokens() in cache_aware.rs.
+local credited = {}
+for i = 1, n do
+  credited[i] = matched[i]
+  if credited[i] == head then credited[i] = credited[i] + (hints[infos[i][1]] or 0) end
+end
+local shared = 0
+if n >= 2 then
+  local sorted = {}
+  for i = 1, n do sorted[i] = credited[i] end
+  table.sort(sorted, function(a, b) return a > b end)
+  shared = sorted[math.floor(n / 2) + 1]
+end
 -- The least key (over bound?, cost, tie-break), compared in order.
 local best, b1, b2, b3 = 0, 0, 0, 0
 for i = 1, n do
-  local blocks = matched[i]
-  if blocks == head then blocks = blocks + (hints[infos[i][1]] or 0) end
+  local blocks = math.max(credited[i], shared)
   local k1, k2
   if loads[i] < cap then
     local pressure, kv = 0, kvs[i]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use prefix_router::hashing::BlockHash;
 use prefix_router::routing::{
-    CacheAware, CacheAwareConfig, Candidate, RouteRequest, capacity, within,
+    CacheAware, CacheAwareConfig, Candidate, RouteRequest, capacity, shared_tokens, within,
 };
 use prefix_router::state::{
     RouteOutcome, RouteParams, StateStore, StateTtls, WorkerHeartbeat, WorkerLoad,
@@ -77,9 +77,10 @@ fn rust_best(c: &[Candidate], prompt_tokens: u64, epsilon: f64) -> BTreeSet<Stri
         prefix_key: 0,
     };
     let cap = capacity(c, epsilon, CacheAwareConfig::default().load_slack);
+    let shared = shared_tokens(c);
     let key = |x: &Candidate| {
         if within(x, cap) {
-            (0, policy.cost(&req, x))
+            (0, policy.cost(&req, x, shared))
         } else {
             (1, x.load() as f64)
         }

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::candidates::targets;
 use super::{Endpoint, Proxy, ProxyError};
-use crate::routing::{CacheAware, Candidate, RouteRequest, capacity, within};
+use crate::routing::{CacheAware, Candidate, RouteRequest, capacity, shared_tokens, within};
 
 impl Proxy {
     /// The routing decision for `body` (a completions or chat request,
@@ -34,6 +34,7 @@ impl Proxy {
         let cfg = self.atomic.unwrap_or_default();
         let scorer = CacheAware::new(cfg);
         let cap = capacity(&candidates, cfg.epsilon, cfg.load_slack);
+        let shared = shared_tokens(&candidates);
         let order = self.policy.rank(&request, &candidates);
         let rows: Vec<Value> = order
             .iter()
@@ -51,14 +52,16 @@ impl Proxy {
                     "kv_cache_usage_perc": c.kv_usage,
                     "load": c.load(),
                     "within_load_bound": within(c, cap),
-                    "score_tokens": scorer.cost(&request, c),
+                    "score_tokens": scorer.cost(&request, c, shared),
                 })
             })
             .collect();
         let chosen = order.first().map(|&i| {
             let (t, c) = (&all[i], &candidates[i]);
             let deeper = all.iter().map(|o| o.matched_blocks).max().unwrap_or(0);
-            let reason = if deeper > t.matched_blocks {
+            let reason = if c.cached_tokens < shared {
+                format!("shared: most workers hold the first {shared} tokens, which count as cached on every worker (hotspot guard); this one, holding {}, is chosen by load and will hold them too", c.cached_tokens)
+            } else if deeper > t.matched_blocks {
                 format!("spill: a worker holding {deeper} blocks is over the load bound or costs more; this one holds {}", t.matched_blocks)
             } else if t.matched_blocks > 0 {
                 format!("hit: the deepest cached prefix ({} tokens) at an acceptable load", c.cached_tokens)

@@ -64,6 +64,13 @@ impl CacheAwareConfig {
 /// the deepest match wins unless its queue costs more than the match saves.
 /// Workers over the bound come last, by load. Equal costs (a miss on an idle
 /// fleet) are broken at random, never "always the first worker".
+///
+/// Hotspot guard: a prefix that a majority of the workers already hold (a
+/// global system prompt) is counted as cached on every worker
+/// ([`shared_tokens`]). Otherwise, at a load too light for the bound to
+/// spill, the workers that do not hold it yet would never be chosen: their
+/// one prefill of it is not worth a queued request, so the prefix would stay
+/// on the majority and the rest of the fleet would idle.
 #[derive(Debug, Clone)]
 pub struct CacheAware {
     config: CacheAwareConfig,
@@ -80,10 +87,12 @@ impl CacheAware {
         &self.config
     }
 
-    /// The estimated cost of sending the request to `c`, in prompt tokens.
-    pub fn cost(&self, request: &RouteRequest, c: &Candidate) -> f64 {
+    /// The estimated cost of sending the request to `c`, in prompt tokens,
+    /// with `shared` tokens counted as cached everywhere ([`shared_tokens`]).
+    pub fn cost(&self, request: &RouteRequest, c: &Candidate, shared: u64) -> f64 {
         let cfg = &self.config;
-        let uncached = request.prompt_tokens.saturating_sub(c.cached_tokens) as f64;
+        let cached = c.cached_tokens.max(shared);
+        let uncached = request.prompt_tokens.saturating_sub(cached) as f64;
         let queue = c.load() as f64 * cfg.tokens_per_queued_request;
         let pressure = if c.kv_usage > cfg.kv_pressure_from {
             (c.kv_usage - cfg.kv_pressure_from) / (1.0 - cfg.kv_pressure_from).max(f64::EPSILON)
@@ -102,14 +111,28 @@ impl Policy for CacheAware {
 
     fn rank(&self, request: &RouteRequest, candidates: &[Candidate]) -> Vec<usize> {
         let cap = capacity(candidates, self.config.epsilon, self.config.load_slack);
+        let shared = shared_tokens(candidates);
         ranked_by(candidates, |c| {
             if within(c, cap) {
-                (0, self.cost(request, c))
+                (0, self.cost(request, c, shared))
             } else {
                 (1, c.load() as f64)
             }
         })
     }
+}
+
+/// The cached prefix a strict majority of the candidates (at least two)
+/// hold: the ⌊n/2⌋+1-th largest cached length; 0 with fewer than two
+/// candidates. route.lua computes the same.
+pub fn shared_tokens(candidates: &[Candidate]) -> u64 {
+    let k = candidates.len() / 2 + 1;
+    if candidates.len() < 2 {
+        return 0;
+    }
+    let mut cached: Vec<u64> = candidates.iter().map(|c| c.cached_tokens).collect();
+    cached.sort_unstable_by(|a, b| b.cmp(a));
+    cached[k - 1]
 }
 
 #[cfg(test)]
@@ -164,6 +187,32 @@ mod tests {
             ids(&c, policy().rank(&req(100_000), &c)),
             ["holder", "other"]
         );
+    }
+
+    #[test]
+    fn a_prefix_most_workers_hold_counts_as_cached_on_all() {
+        // Three of four hold the 2,048-token system prompt; the fourth is
+        // idle. Without the guard its prefill outweighs one queued request.
+        let c = vec![
+            cand("a", 2048, 1),
+            cand("b", 2048, 1),
+            cand("c", 2048, 1),
+            cand("new", 0, 0),
+        ];
+        assert_eq!(shared_tokens(&c), 2048);
+        assert_eq!(ids(&c, policy().rank(&req(2100), &c))[0], "new");
+        // Held by two of four: not a majority, locality wins.
+        let c = vec![
+            cand("a", 2048, 1),
+            cand("b", 2048, 1),
+            cand("c", 0, 0),
+            cand("d", 0, 0),
+        ];
+        assert_eq!(shared_tokens(&c), 0);
+        assert!(["a", "b"].contains(&ids(&c, policy().rank(&req(2100), &c))[0].as_str()));
+        // One worker alone never makes a prefix shared.
+        assert_eq!(shared_tokens(&[cand("a", 2048, 1)]), 0);
+        assert_eq!(shared_tokens(&[cand("a", 2048, 1), cand("b", 0, 0)]), 0);
     }
 
     #[test]
