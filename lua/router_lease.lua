@@ -1,9 +1,22 @@
 -- router_lease.lua: renew (or, with lease_ms = 0, end) a router's lease.
 -- A router's share of the in-flight gauges counts only while its lease lives,
 -- so a crashed router's requests stop weighing on workers when it expires.
+-- A process's first lease (fresh = 1) also drops the in-flight counts left
+-- under its id: a router restarted with the same --router-id (a pod name,
+-- say) has nothing in flight, and its predecessor's requests died with it.
 -- KEYS[1] = <base>:ids
--- ARGV[1] = base, ARGV[2] = router_id, ARGV[3] = lease_ms
--- Returns the number of live routers. Complexity: O(log R).
+-- ARGV[1] = base, ARGV[2] = router_id, ARGV[3] = lease_ms, ARGV[4] = fresh
+-- (1 or 0).
+-- Returns the number of live routers. Complexity: O(log R), plus
+-- O(view fields) when fresh.
 local now = now_ms()
+if ARGV[4] == '1' then
+  local res = redis.call('HSCAN', view_key(), 0, 'MATCH', '*:' .. ARGV[2], 'COUNT', 100000)
+  if #res[2] > 0 then
+    local fields = {}
+    for i = 1, #res[2], 2 do fields[#fields + 1] = res[2][i] end
+    redis.call('HDEL', view_key(), unpack(fields))
+  end
+end
 redis.call('ZADD', BASE .. ':routers', now + tonumber(ARGV[3]), ARGV[2])
 return redis.call('ZCOUNT', BASE .. ':routers', string.format('(%d', now), '+inf')

@@ -147,6 +147,46 @@ async fn a_crashed_routers_in_flight_share_expires_with_its_lease() {
 }
 
 #[tokio::test]
+async fn a_router_restarted_under_the_same_id_drops_its_predecessors_counts() {
+    let v = Valkey::start();
+    let long = StateTtls {
+        worker_lease: Duration::from_secs(60),
+        ..StateTtls::default()
+    };
+    let before = store(&v, "ex", "pod-a", long.clone());
+    let other = store(&v, "ex", "pod-b", long.clone());
+    before.heartbeat(M, &hb("w")).await.unwrap();
+    before
+        .router_lease(M, Duration::from_secs(60))
+        .await
+        .unwrap();
+    other
+        .router_lease(M, Duration::from_secs(60))
+        .await
+        .unwrap();
+    before.add_in_flight(M, "w", 4).await.unwrap();
+    other.add_in_flight(M, "w", 1).await.unwrap();
+    // Renewals by the same process keep its counts.
+    before
+        .router_lease(M, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let in_flight = |l: prefix_router::state::PrefixLookup| l.workers[0].info.in_flight;
+    assert_eq!(in_flight(other.lookup(M, &[]).await.unwrap()), 5);
+    // "pod-a" crashes with 4 requests in flight and comes back under the
+    // same id, with its lease still live: those 4 must not weigh on "w".
+    drop(before);
+    let after = store(&v, "ex", "pod-a", long);
+    after
+        .router_lease(M, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(in_flight(after.lookup(M, &[]).await.unwrap()), 1);
+    after.add_in_flight(M, "w", 1).await.unwrap();
+    assert_eq!(in_flight(after.lookup(M, &[]).await.unwrap()), 2);
+}
+
+#[tokio::test]
 async fn long_chains_are_looked_up_in_chunks_with_the_same_answer() {
     use prefix_router::state::{BatchLimits, ConnectionSettings};
     let v = Valkey::start();

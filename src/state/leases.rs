@@ -153,20 +153,28 @@ impl StateStore {
         Ok(recorded == 1)
     }
 
-    /// Renews this router's lease for `model` (a zero lease ends it).
+    /// Renews this router's lease for `model` (a zero lease ends it). This
+    /// process's first renewal for a model also drops in-flight counts left
+    /// under the same router id by an earlier process.
     pub async fn router_lease(
         &self,
         model: &str,
         lease: std::time::Duration,
     ) -> Result<u64, StateError> {
         let router = self.router_id().to_owned();
-        self.run(
-            Lane::Bulk,
-            ScriptName::RouterLease,
-            model,
-            &[&router, &ms(lease)],
-        )
-        .await
+        let fresh = !self.leased_models().contains(model);
+        let live = self
+            .run(
+                Lane::Bulk,
+                ScriptName::RouterLease,
+                model,
+                &[&router, &ms(lease), if fresh { "1" } else { "0" }],
+            )
+            .await?;
+        if fresh {
+            self.leased_models().insert(model.to_owned());
+        }
+        Ok(live)
     }
 
     /// Adds `delta` to this router's in-flight count for a worker; returns

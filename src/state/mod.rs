@@ -47,6 +47,9 @@ struct Inner {
     ttls: StateTtls,
     limits: BatchLimits,
     router_id: String,
+    /// Models this process has renewed its router lease for (the first
+    /// renewal also clears counts left under the same router id).
+    leased: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// Which connection a call goes on.
@@ -77,6 +80,7 @@ impl StateStore {
                 ttls,
                 limits,
                 router_id: router_id.to_owned(),
+                leased: Default::default(),
             }),
         })
     }
@@ -99,6 +103,10 @@ impl StateStore {
     /// This router's id (its in-flight gauges and lease are kept under it).
     pub fn router_id(&self) -> &str {
         &self.inner.router_id
+    }
+
+    fn leased_models(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.inner.leased.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Connects the routing lane now, waiting up to the bulk deadline
