@@ -23,17 +23,19 @@ pub type ShutdownSignal = tokio::sync::watch::Receiver<bool>;
 /// The process-wide Prometheus recorder (installed once, shared by servers
 /// started in the same process, as tests do).
 pub fn metrics_handle() -> anyhow::Result<PrometheusHandle> {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    if let Some(h) = HANDLE.get() {
-        return Ok(h.clone());
-    }
-    let recorder = PrometheusBuilder::new().build_recorder();
-    let handle = recorder.handle();
-    // Another thread may have won the race; its handle is as good.
-    if metrics::set_global_recorder(recorder).is_ok() {
+    // Built and installed inside one get_or_init: two servers starting at
+    // once in one process must not end up rendering a recorder that is not
+    // the global one (all their metrics would read empty).
+    static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
+    let installed = HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::set_global_recorder(recorder)
+            .map_err(|e| format!("another metrics recorder is installed: {e}"))?;
         spawn_upkeep(handle.clone());
-    }
-    Ok(HANDLE.get_or_init(|| handle).clone())
+        Ok(handle)
+    });
+    installed.clone().map_err(|e| anyhow::anyhow!(e))
 }
 
 /// Histogram samples accumulate until upkeep drains them, which rendering
