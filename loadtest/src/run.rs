@@ -357,32 +357,14 @@ fn peer_router(spec: &str) -> anyhow::Result<ExternalRouter> {
     let root = workspace_root().join("target").join("peers");
     let install = peers::install(kind, &root)
         .with_context(|| format!("installing {kind} into {}", root.display()))?;
-    let mut args: Vec<String> = vec!["-m".into(), kind.launcher_module().into()];
-    for a in [
-        "--host",
-        "{host}",
-        "--port",
-        "{port}",
-        "--worker-urls",
-        "{worker_urls}",
-        "--policy",
-        "cache_aware",
-        "--prometheus-host",
-        peers::BIND_HOST,
-        "--prometheus-port",
-        "{aux_port}",
-        "--worker-startup-check-interval",
-        "1",
-        "--log-level",
-        kind.default_log_level(),
-    ] {
-        args.push(a.into());
-    }
     Ok(ExternalRouter {
         name: kind.name().to_owned(),
         program: install.python,
-        args,
-        env: vec![("PYTHONUNBUFFERED".into(), "1".into())],
+        args: peers::launcher_args(kind, &peers::PeerOptions::default()),
+        env: peers::ENV
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
         health_path: peers::READY_PATH.into(),
         startup_timeout: std::time::Duration::from_secs(60),
     })

@@ -181,43 +181,103 @@ pub fn command(
     port: u16,
     extra: &PeerOptions,
 ) -> Command {
-    let kind = install.kind;
-    let mut cmd = Command::new(&install.python);
-    cmd.arg("-m").arg(kind.launcher_module());
-    cmd.args(["--host", BIND_HOST, "--port", &port.to_string()]);
-    cmd.arg("--worker-urls").args(worker_urls);
-    cmd.args(["--policy", "cache_aware"]);
-    cmd.args(["--prometheus-host", BIND_HOST]);
     // A free port can only fail to be found if the machine has none; the
     // peer's default (29000) is then the least bad choice.
-    if let Some(m) = extra.metrics_port.or_else(|| free_port().ok()) {
-        cmd.args(["--prometheus-port", &m.to_string()]);
+    let metrics = extra
+        .metrics_port
+        .or_else(|| free_port().ok())
+        .unwrap_or(29000);
+    let mut cmd = Command::new(&install.python);
+    for a in launcher_args(install.kind, extra) {
+        if a == WORKER_URLS {
+            cmd.args(worker_urls);
+        } else {
+            cmd.arg(
+                a.replace(PORT, &port.to_string())
+                    .replace(AUX_PORT, &metrics.to_string()),
+            );
+        }
     }
-    cmd.args(["--worker-startup-check-interval", "1"]);
+    cmd.envs(ENV);
+    cmd
+}
+
+/// Placeholder of [`launcher_args`] for the replica's port.
+pub const PORT: &str = "{port}";
+/// Placeholder for its metrics port, unless `PeerOptions::metrics_port` is set.
+pub const AUX_PORT: &str = "{aux_port}";
+/// Placeholder, as a whole argument, for one argument per worker URL.
+pub const WORKER_URLS: &str = "{worker_urls}";
+/// The environment every replica gets (see [`command`]).
+pub const ENV: [(&str, &str); 2] = [("PYTHONUNBUFFERED", "1"), ("HF_HUB_OFFLINE", "1")];
+
+/// The arguments of [`command`] after the interpreter, with the
+/// placeholders [`PORT`], [`AUX_PORT`] and [`WORKER_URLS`] left in (the
+/// load test's fleet fills in the same ones for each replica).
+pub fn launcher_args(kind: PeerKind, extra: &PeerOptions) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "-m",
+        kind.launcher_module(),
+        "--host",
+        BIND_HOST,
+        "--port",
+        PORT,
+    ]
+    .map(String::from)
+    .to_vec();
+    let metrics = extra
+        .metrics_port
+        .map_or_else(|| AUX_PORT.to_owned(), |m| m.to_string());
     let level = extra
         .log_level
-        .as_deref()
-        .unwrap_or(kind.default_log_level());
-    cmd.args(["--log-level", level]);
-    if let Some(v) = extra.cache_threshold {
-        cmd.args(["--cache-threshold", &v.to_string()]);
+        .clone()
+        .unwrap_or_else(|| kind.default_log_level().to_owned());
+    a.extend(
+        [
+            "--worker-urls",
+            WORKER_URLS,
+            "--policy",
+            "cache_aware",
+            "--prometheus-host",
+            BIND_HOST,
+            "--prometheus-port",
+            &metrics,
+            "--worker-startup-check-interval",
+            "1",
+            "--log-level",
+            &level,
+        ]
+        .map(String::from),
+    );
+    let knobs = [
+        (
+            "--cache-threshold",
+            extra.cache_threshold.map(|v| v.to_string()),
+        ),
+        (
+            "--balance-abs-threshold",
+            extra.balance_abs_threshold.map(|v| v.to_string()),
+        ),
+        (
+            "--balance-rel-threshold",
+            extra.balance_rel_threshold.map(|v| v.to_string()),
+        ),
+        (
+            "--eviction-interval-secs",
+            extra.eviction_interval_secs.map(|v| v.to_string()),
+        ),
+        (
+            "--max-tree-size",
+            extra.max_tree_size.map(|v| v.to_string()),
+        ),
+    ];
+    for (flag, value) in knobs {
+        if let Some(v) = value {
+            a.extend([flag.to_owned(), v]);
+        }
     }
-    if let Some(v) = extra.balance_abs_threshold {
-        cmd.args(["--balance-abs-threshold", &v.to_string()]);
-    }
-    if let Some(v) = extra.balance_rel_threshold {
-        cmd.args(["--balance-rel-threshold", &v.to_string()]);
-    }
-    if let Some(v) = extra.eviction_interval_secs {
-        cmd.args(["--eviction-interval-secs", &v.to_string()]);
-    }
-    if let Some(v) = extra.max_tree_size {
-        cmd.args(["--max-tree-size", &v.to_string()]);
-    }
-    cmd.args(&extra.extra_args);
-    cmd.env("PYTHONUNBUFFERED", "1");
-    cmd.env("HF_HUB_OFFLINE", "1");
-    cmd
+    a.extend(extra.extra_args.iter().cloned());
+    a
 }
 
 /// Waits until the replica on `127.0.0.1:port` is ready to route: its
