@@ -26,11 +26,7 @@ end
 local live = live_leases(now)
 local dead_routers = redis.call('ZRANGEBYSCORE', BASE .. ':routers', '-inf', now, 'LIMIT', 0, 16)
 for _, r in ipairs(dead_routers) do
-  local fields = {}
-  for _, k in ipairs(redis.call('HKEYS', view_key())) do
-    if not string.find(k, ':', 1, true) then fields[#fields + 1] = inflight_field(k, r) end
-  end
-  set_call('HDEL', view_key(), fields)
+  view_drop_router(r)
   redis.call('ZREM', BASE .. ':routers', r)
 end
 

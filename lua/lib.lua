@@ -77,6 +77,15 @@ local function view_drop(idx)
   redis.call('HDEL', view_key(), unpack(fields))
 end
 
+-- Removes router r's in-flight counts from the view.
+local function view_drop_router(r)
+  local fields = {}
+  for _, k in ipairs(redis.call('HKEYS', view_key())) do
+    if not string.find(k, ':', 1, true) then fields[#fields + 1] = inflight_field(k, r) end
+  end
+  if #fields > 0 then redis.call('HDEL', view_key(), unpack(fields)) end
+end
+
 -- idx's entry in a forward value: kind, expiry, and its span in ',' .. v.
 local function entry_of(v, idx)
   if not v then return nil end
@@ -145,15 +154,21 @@ local function alive(kind, exp, ws, now)
   return kind == 'c' and ws.synced_until > now
 end
 
--- Does worker ws hold h, given h's forward value v? While a sync is being
--- applied, its target set is the worker's confirmed membership.
-local function holds(v, ws, h, now)
-  local kind, exp = entry_of(v, ws.idx)
+-- Does worker ws hold h, given its entry in h's forward value (kind and
+-- expiry, nil when it has none)? While a sync is being applied, its target
+-- set is the worker's confirmed membership.
+local function entry_holds(kind, exp, ws, h, now)
   if kind and (kind == 's' or not ws.syncing) and alive(kind, exp, ws, now) then return true end
   if ws.syncing then
     return redis.call('SISMEMBER', sync_target_key(ws.idx), h) == 1
   end
   return false
+end
+
+-- Does worker ws hold h, given h's forward value v?
+local function holds(v, ws, h, now)
+  local kind, exp = entry_of(v, ws.idx)
+  return entry_holds(kind, exp, ws, h, now)
 end
 
 -- The live incarnation of a worker id, or nil when unknown or its lease expired.
@@ -320,28 +335,24 @@ local function probe_chain(live, chain, now, view)
     position[idx] = i
   end
   local probes, bad = 0, nil
-  -- Splits `set` into the workers that hold block pos and the others, as
-  -- holds() would, walking the value's few entries once rather than
-  -- searching it once per worker.
+  -- Splits `set` into the workers that hold block pos and the others,
+  -- walking the value's few entries once rather than searching it once per
+  -- worker (entry_of per worker).
   local function split(pos, set)
     local h = packed_hash(chain, pos)
     if not valid_hash(h) then bad = bad or pos; return {}, {} end
     probes = probes + 1
     local v = fwd_read(h)
-    local has = {}
+    local kinds, exps = {}, {}
     if v then
       for idx, kind, exp in string.gmatch(v, '(%d+)([sc])(%d+)') do
         local i = position[idx]
-        local ws = states[i]
-        if ws and (kind == 's' or not ws.syncing) and alive(kind, tonumber(exp), ws, now) then
-          has[i] = true
-        end
+        if i then kinds[i], exps[i] = kind, tonumber(exp) end
       end
     end
     local yes, no = {}, {}
     for _, i in ipairs(set) do
-      local ws = states[i]
-      if has[i] or (ws.syncing and redis.call('SISMEMBER', sync_target_key(ws.idx), h) == 1) then
+      if entry_holds(kinds[i], exps[i], states[i], h, now) then
         yes[#yes + 1] = i
       else
         no[#no + 1] = i

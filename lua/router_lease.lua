@@ -8,15 +8,8 @@
 -- ARGV[1] = base, ARGV[2] = router_id, ARGV[3] = lease_ms, ARGV[4] = fresh
 -- (1 or 0).
 -- Returns the number of live routers. Complexity: O(log R), plus
--- O(view fields) when fresh.
+-- O(workers) when fresh.
 local now = now_ms()
-if ARGV[4] == '1' then
-  local res = redis.call('HSCAN', view_key(), 0, 'MATCH', '*:' .. ARGV[2], 'COUNT', 100000)
-  if #res[2] > 0 then
-    local fields = {}
-    for i = 1, #res[2], 2 do fields[#fields + 1] = res[2][i] end
-    redis.call('HDEL', view_key(), unpack(fields))
-  end
-end
+if ARGV[4] == '1' then view_drop_router(ARGV[2]) end
 redis.call('ZADD', BASE .. ':routers', now + tonumber(ARGV[3]), ARGV[2])
 return redis.call('ZCOUNT', BASE .. ':routers', string.format('(%d', now), '+inf')
