@@ -764,48 +764,18 @@ async fn acl_user_with_read_rights_only_and_no_secret_in_output() {
 
 #[tokio::test]
 async fn tls_through_a_valkeys_url() {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-    let dir = tempfile::tempdir().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let key_pair = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-        .unwrap()
-        .signed_by(&key_pair, &ca)
-        .unwrap();
-    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
-    std::fs::write(path("ca.pem"), ca.pem()).unwrap();
-    std::fs::write(path("server.pem"), cert.pem()).unwrap();
-    std::fs::write(path("server.key"), key_pair.serialize_pem()).unwrap();
-    let tls_port = support::free_port().to_string();
-    let (cert_file, key_file, ca_file) = (path("server.pem"), path("server.key"), path("ca.pem"));
-    let v = Valkey::start_with(&[
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--tls-port",
-        &tls_port,
-        "--tls-cert-file",
-        &cert_file,
-        "--tls-key-file",
-        &key_file,
-        "--tls-ca-cert-file",
-        &ca_file,
-        "--tls-auth-clients",
-        "no",
-    ]);
-    let s = new_store(&v, "r", long_ttls());
+    let tls = support::tls::TlsValkey::start();
+    let v = &tls.valkey;
+    let s = new_store(v, "r", long_ttls());
     heartbeat(&s, "w0", None).await;
     s.stored(M, "w0", &pick(&[1, 2])).await.unwrap();
-    let url = format!("valkeys://127.0.0.1:{tls_port}");
+    let url = tls.url();
     let run = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_prefix-router"))
             .arg("inspect")
             .args(["--valkey", &url, "--key-prefix", NS])
             .args(args)
-            .env("SSL_CERT_FILE", &ca_file)
+            .env("SSL_CERT_FILE", &tls.ca_file)
             .output()
             .unwrap()
     };

@@ -5,7 +5,6 @@ mod support;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use serde_json::json;
 use support::{Router, TOKEN, Valkey, args, free_port, http, post};
 
@@ -50,44 +49,14 @@ async fn password_and_acl_user_in_the_url() {
 
 #[tokio::test]
 async fn tls_through_a_valkeys_url() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-        .unwrap()
-        .signed_by(&key, &ca)
-        .unwrap();
-    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
-    std::fs::write(path("ca.pem"), ca.pem()).unwrap();
-    std::fs::write(path("server.pem"), cert.pem()).unwrap();
-    std::fs::write(path("server.key"), key.serialize_pem()).unwrap();
-    let tls_port = free_port().to_string();
-    let (cert_file, key_file, ca_file) = (path("server.pem"), path("server.key"), path("ca.pem"));
-    let _v = Valkey::start_with(&[
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--tls-port",
-        &tls_port,
-        "--tls-cert-file",
-        &cert_file,
-        "--tls-key-file",
-        &key_file,
-        "--tls-ca-cert-file",
-        &ca_file,
-        "--tls-auth-clients",
-        "no",
-    ]);
+    let tls = support::tls::TlsValkey::start();
     // The router trusts the CA through SSL_CERT_FILE, as an operator would.
     let port = free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_prefix-router"))
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--valkey", &format!("valkeys://127.0.0.1:{tls_port}")])
+        .args(["--valkey", &tls.url()])
         .env("PREFIX_ROUTER_INTERNAL_TOKEN", TOKEN)
-        .env("SSL_CERT_FILE", &ca_file)
+        .env("SSL_CERT_FILE", &tls.ca_file)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 pub mod fake_worker;
 pub mod haproxy;
 pub mod router_process;
+pub mod tls;
 
 use prefix_router::config::{ServeArgs, ServeConfig};
 use prefix_router::state::{BatchLimits, ConnectionSettings, StateStore, StateTtls};
