@@ -20,7 +20,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -33,13 +32,9 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{Map, Value, json};
 use support::fake_worker::FakeWorker;
-use support::{Router, TOKEN, Valkey, args, raw_state, store};
+use support::{Router, TOKEN, Valkey, args, raw_state, store, tokenizer_dir};
 
 const QWEN: &str = "qwen3";
-
-fn tokenizer_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tokenizers/qwen3")
-}
 
 /// Cases per target: `default`, or `PREFIX_ROUTER_FUZZ_CASES`.
 fn cases(default: u32) -> u32 {

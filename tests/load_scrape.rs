@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -14,14 +13,10 @@ use prefix_router::proxy::WORKER_HEADER;
 use prefix_router::state::{StateStore, StateTtls, WorkerHeartbeat};
 use serde_json::{Value, json};
 use support::fake_worker::FakeWorker;
-use support::{Router, TOKEN, Valkey, args, http, store};
+use support::{Router, TOKEN, Valkey, args, http, store, tokenizer_dir};
 
 const MODEL: &str = "qwen3";
 const INTERVAL: Duration = Duration::from_millis(100);
-
-fn tokenizer_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tokenizers/qwen3")
-}
 
 /// A vLLM-shaped `/metrics` page: one (waiting, running, kv) per engine.
 fn vllm_metrics(engines: &[(u32, u32, f64)]) -> String {

@@ -5,7 +5,7 @@
 mod support;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use prefix_router::config::{ServeArgs, ServeConfig};
 use prefix_router::hashing::{HashSeed, LoraKey};
@@ -13,11 +13,7 @@ use prefix_router::proxy::{ModelPipeline, WORKER_HEADER};
 use prefix_router::state::{StateStore, StateTtls, WorkerHeartbeat};
 use serde_json::{Value, json};
 use support::fake_worker::FakeWorker;
-use support::{Router, Valkey, args, http, post, store};
-
-fn tokenizer_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tokenizers/qwen3")
-}
+use support::{Router, Valkey, args, http, post, store, tokenizer_dir};
 
 fn toml_file(text: &str) -> tempfile::NamedTempFile {
     let mut f = tempfile::NamedTempFile::new().unwrap();

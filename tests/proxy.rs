@@ -13,13 +13,9 @@ use prefix_router::proxy::{ModelPipeline, WORKER_HEADER};
 use prefix_router::state::{StateStore, StateTtls, WorkerHeartbeat};
 use serde_json::{Value, json};
 use support::fake_worker::{FakeWorker, SSE_CHUNKS};
-use support::{Router, Valkey, args, http, store};
+use support::{Router, Valkey, args, http, store, tokenizer_dir};
 
 const MODEL: &str = "qwen3";
-
-fn tokenizer_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tokenizers/qwen3")
-}
 
 struct Fleet {
     valkey: Valkey,

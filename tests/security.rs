@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -15,15 +14,11 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use support::fake_worker::{FakeWorker, SSE_CHUNKS};
 use support::router_process::RouterProcess;
-use support::{M, Router, TOKEN, Valkey, args, http, raw_state, store};
+use support::{M, Router, TOKEN, Valkey, args, http, raw_state, store, tokenizer_dir};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const QWEN: &str = "qwen3";
-
-fn tokenizer_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tokenizers/qwen3")
-}
 
 /// Asserts `body` is the API's JSON error shape for `status`.
 fn assert_json_error(status: u16, body: &[u8], what: &str) -> Value {

@@ -263,5 +263,6 @@ impl ScriptSet {
 
 /// Valkey's reply to FCALL of a function it does not have.
 fn is_function_missing(e: &redis::RedisError) -> bool {
-    e.detail().is_some_and(|d| d.starts_with("Function not found"))
+    e.detail()
+        .is_some_and(|d| d.starts_with("Function not found"))
 }

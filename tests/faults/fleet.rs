@@ -5,7 +5,6 @@
 //! logs into `$CARGO_TARGET_TMPDIR/faults/<scenario>/`.
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -17,7 +16,8 @@ use serde_json::{Value, json};
 use crate::slow_proxy::SlowProxy;
 use crate::support::haproxy::Haproxy;
 use crate::support::router_process::RouterProcess;
-use crate::support::{TOKEN, Valkey, free_port, http};
+use crate::support::sim_process::spawn_sim_worker;
+use crate::support::{TOKEN, Valkey, free_port, http, tokenizer_dir};
 
 /// The served model.
 pub const MODEL: &str = "qwen3";
@@ -28,11 +28,6 @@ pub const PREFIX: &str = "pr";
 /// The longest any wait polls (2 shared cores, debug builds): a deadline,
 /// not a latency bound.
 pub const PATIENCE: Duration = Duration::from_secs(45);
-
-/// The tokenizer the routers and the sims share.
-pub fn tokenizer_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tokenizers/qwen3")
-}
 
 /// Flags as (name, value) pairs; a later `set` of the same name replaces
 /// the value (clap refuses a flag given twice).
@@ -150,28 +145,13 @@ impl Launching {
             .append(true)
             .open(log)
             .expect("sim log");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sim-worker"))
-            .args(["--port", "0", "--model", MODEL, "--tokenizer-dir"])
-            .arg(tokenizer_dir())
-            .args(["--worker-id", id, "--fleet-url", fleet_url])
-            .args(["--internal-token", TOKEN])
-            .args(flags.args())
-            .env("SIM_WORKER_LOG", "warn")
-            .env_remove("PREFIX_ROUTER_INTERNAL_TOKEN")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("spawn sim-worker");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let mut args: Vec<String> = ["--worker-id", id, "--fleet-url", fleet_url]
+            .into_iter()
+            .chain(["--internal-token", TOKEN])
+            .map(String::from)
+            .collect();
+        args.extend(flags.args());
+        let (child, lines) = spawn_sim_worker(MODEL, &args, Stdio::from(log));
         Launching {
             child,
             id: id.to_owned(),

@@ -1,24 +1,19 @@
 //! The `sim-worker` binary as a child process, and what the tests ask it.
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+use crate::support::sim_process::spawn_sim_worker;
+pub use crate::support::tokenizer_dir;
 
 /// The model name every test serves.
 pub const MODEL: &str = "qwen3";
 
 /// The longest a test waits for anything to happen (machines are shared).
 pub const PATIENCE: Duration = Duration::from_secs(10);
-
-/// The tokenizer the router and the sim share.
-pub fn tokenizer_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tokenizers/qwen3")
-}
 
 /// A running `sim-worker`; SIGKILLed on drop.
 pub struct Sim {
@@ -35,27 +30,8 @@ impl Sim {
     /// Starts `sim-worker --port 0 <extra>` and reads the addresses it
     /// prints.
     pub fn start(extra: &[&str]) -> Sim {
-        let tokenizer = tokenizer_dir();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sim-worker"))
-            .args(["--port", "0", "--model", MODEL, "--tokenizer-dir"])
-            .arg(&tokenizer)
-            .args(extra)
-            .env("SIM_WORKER_LOG", "warn")
-            .env_remove("PREFIX_ROUTER_INTERNAL_TOKEN")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn sim-worker");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let args: Vec<String> = extra.iter().map(|a| (*a).to_owned()).collect();
+        let (child, rx) = spawn_sim_worker(MODEL, &args, Stdio::inherit());
         let wants_kv = extra.contains(&"--kv-events-endpoint");
         let wants_replay = extra.contains(&"--kv-events-replay-endpoint");
         let (mut base, mut kv, mut kv_replay) = (None, None, None);

@@ -11,10 +11,16 @@ use std::time::{Duration, Instant};
 pub mod fake_worker;
 pub mod haproxy;
 pub mod router_process;
+pub mod sim_process;
 pub mod tls;
 
 use prefix_router::config::{ServeArgs, ServeConfig};
 use prefix_router::state::{BatchLimits, ConnectionSettings, StateStore, StateTtls};
+
+/// The real Qwen3 tokenizer of `../shared`.
+pub fn tokenizer_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tokenizers/qwen3")
+}
 
 /// A free TCP port on 127.0.0.1 (bound, then released).
 pub fn free_port() -> u16 {

@@ -1,0 +1,39 @@
+//! Spawning the `sim-worker` binary and reading the lines it prints
+//! (`listening on …`, `kv-events on …`) as it starts.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+
+use super::tokenizer_dir;
+
+/// Starts `sim-worker --port 0 --model <model> --tokenizer-dir <Qwen3>
+/// <args>` (log level warn, no inherited internal token); returns the child
+/// and its stdout, line by line.
+pub fn spawn_sim_worker(
+    model: &str,
+    args: &[String],
+    stderr: Stdio,
+) -> (Child, mpsc::Receiver<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sim-worker"))
+        .args(["--port", "0", "--model", model, "--tokenizer-dir"])
+        .arg(tokenizer_dir())
+        .args(args)
+        .env("SIM_WORKER_LOG", "warn")
+        .env_remove("PREFIX_ROUTER_INTERNAL_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn sim-worker");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, lines)
+}
