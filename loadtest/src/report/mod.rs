@@ -15,6 +15,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::machine::Machine;
+use crate::metrics::Window;
 use crate::runner::ArmResult;
 use crate::scenario::Scenario;
 
@@ -60,30 +61,22 @@ pub fn write(r: &RunReport, dir: &Path, window_s: f64) -> anyhow::Result<PathBuf
         let (hit, ttft) = plot_names(s.scenario);
         let event = s.arms.iter().find_map(|a| a.event.as_ref().map(|e| e.at_s));
         let mid = window_s / 2.0;
-        let hits: Vec<Series> = s
-            .arms
-            .iter()
-            .map(|a| {
-                let pts = a
-                    .windows
-                    .iter()
-                    .filter_map(|w| Some((w.start_s + mid, w.hit_rate? * 100.0)))
-                    .collect();
-                (a.label.clone(), pts)
-            })
-            .collect();
-        let ttfts: Vec<Series> = s
-            .arms
-            .iter()
-            .map(|a| {
-                let pts = a
-                    .windows
-                    .iter()
-                    .filter_map(|w| Some((w.start_s + mid, w.ttft_p50_ms?)))
-                    .collect();
-                (a.label.clone(), pts)
-            })
-            .collect();
+        // One line per arm: `value` of each window, at the window's middle.
+        let series = |value: fn(&Window) -> Option<f64>| -> Vec<Series> {
+            s.arms
+                .iter()
+                .map(|a| {
+                    let pts = a
+                        .windows
+                        .iter()
+                        .filter_map(|w| Some((w.start_s + mid, value(w)?)))
+                        .collect();
+                    (a.label.clone(), pts)
+                })
+                .collect()
+        };
+        let hits = series(|w| w.hit_rate.map(|h| h * 100.0));
+        let ttfts = series(|w| w.ttft_p50_ms);
         let name = s.scenario.name();
         write_svg(
             &dir.join(hit),
