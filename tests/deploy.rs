@@ -394,7 +394,7 @@ fn cargo_toml() -> toml::Value {
 /// its flags and the log filter.
 fn router_env_vars() -> BTreeSet<String> {
     let mut names = BTreeSet::new();
-    for file in ["src/config/mod.rs", "src/main.rs"] {
+    for file in ["src/config/args.rs", "src/config/mod.rs", "src/main.rs"] {
         let text = read(file);
         for (i, _) in text.match_indices("\"PREFIX_ROUTER_") {
             let name: String = text[i + 1..]
