@@ -8,5 +8,7 @@ local idx = redis.call('HGET', KEYS[1], ARGV[2])
 if not idx then return 0 end
 redis.call('HDEL', KEYS[1], ARGV[2])
 redis.call('ZREM', BASE .. ':leases', idx)
+redis.call('HSET', worker_key(idx), 'lease_until', 0)
+view_refresh(idx)
 redis.call('SADD', BASE .. ':purge', idx)
 return tonumber(idx)

@@ -22,7 +22,7 @@ if not idx then
   redis.call('HSET', worker_key(idx), 'id', worker_id, 'registered_ms', now, 'synced_until', 0, 'syncing', 0)
   is_new = 1
 end
-redis.call('HSET', worker_key(idx), 'url', url, 'heartbeat_ms', now)
+redis.call('HSET', worker_key(idx), 'url', url, 'heartbeat_ms', now, 'lease_until', now + lease_ms)
 if ARGV[5] == '1' then
   redis.call('HSET', worker_key(idx), 'waiting', ARGV[6], 'running', ARGV[7], 'kv_usage', ARGV[8], 'load_ms', now)
 end

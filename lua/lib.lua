@@ -50,23 +50,41 @@ local function worker_key(idx) return BASE .. ':w:' .. idx end
 local function reverse_key(idx) return BASE .. ':r:' .. idx end
 local function spec_key(idx) return BASE .. ':sp:' .. idx end
 local function sync_target_key(idx) return BASE .. ':s:' .. idx end
--- The routing view: one hash that routing reads with a single HGETALL.
--- Field <idx> = the routing part of the worker's record (VIEW_FIELDS,
--- newline-joined; ids and URLs hold no white space); field <idx>:<router> =
--- that router's in-flight count for <idx>. The record stays the source of
--- truth; every script that changes a viewed field calls view_refresh.
-local VIEW_FIELDS = { 'id', 'url', 'waiting', 'running', 'kv_usage', 'load_ms', 'syncing', 'synced_until' }
--- One record's 8 fields in VIEW_FIELDS order, matched in one call. A literal:
--- while FUNCTION LOAD runs this file, only `redis` is reachable.
-local VIEW_RECORD = '^([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)$'
+-- The routing view: one hash that routing reads with a single HGETALL,
+-- instead of the leases, the routers and every record.
+-- Field <idx> = the routing part of the worker's record: VIEW_FIELDS 1-7
+-- packed as little-endian doubles (-1 when unset; struct.unpack reads them
+-- in one C call, where parsing text cost about 1 us per record), then
+-- id .. '\n' .. url. Field <idx>:<router> = that router's in-flight count
+-- for <idx>; field router:<router> = that router's lease expiry (ms, as in
+-- `routers`). The record and the sorted sets stay the source of truth; every
+-- script that changes a viewed value updates the view in the same call.
+local VIEW_FIELDS = { 'lease_until', 'synced_until', 'syncing', 'waiting', 'running', 'kv_usage', 'load_ms', 'id', 'url' }
+local VIEW_PACK, VIEW_NUMBERS, VIEW_BYTES = '<ddddddd', 7, 56
+local ROUTER_FIELD = 'router:'
 local function view_key() return BASE .. ':view' end
 local function inflight_field(idx, router) return idx .. ':' .. router end
 
 local function view_refresh(idx)
   local f = redis.call('HMGET', worker_key(idx), unpack(VIEW_FIELDS))
-  if not f[1] then return end -- purged
-  for i = 1, #VIEW_FIELDS do f[i] = f[i] or '' end
-  redis.call('HSET', view_key(), idx, table.concat(f, '\n'))
+  if not f[8] then return end -- purged
+  local n = {}
+  for i = 1, VIEW_NUMBERS do n[i] = tonumber(f[i]) or -1 end
+  redis.call('HSET', view_key(), idx, struct.pack(VIEW_PACK, unpack(n)) .. f[8] .. '\n' .. (f[9] or ''))
+end
+
+-- A view record's values by VIEW_FIELDS name (nil when unset), or nil when
+-- it is not a record.
+local function view_decode(v)
+  if #v < VIEW_BYTES then return nil end
+  local rec = { struct.unpack(VIEW_PACK, v) }
+  for i = 1, VIEW_NUMBERS do
+    local x = rec[i]
+    rec[i] = nil
+    if x >= 0 then rec[VIEW_FIELDS[i]] = x end
+  end
+  rec.id, rec.url = string.match(string.sub(v, VIEW_BYTES + 1), '^([^\n]*)\n(.*)$')
+  return rec
 end
 
 -- Removes idx and its in-flight counts from the view.
@@ -79,9 +97,9 @@ end
 
 -- Removes router r's in-flight counts from the view.
 local function view_drop_router(r)
-  local fields = {}
+  local fields = { ROUTER_FIELD .. r }
   for _, k in ipairs(redis.call('HKEYS', view_key())) do
-    if not string.find(k, ':', 1, true) then fields[#fields + 1] = inflight_field(k, r) end
+    if string.find(k, '^%d+$') then fields[#fields + 1] = inflight_field(k, r) end
   end
   if #fields > 0 then redis.call('HDEL', view_key(), unpack(fields)) end
 end
@@ -219,12 +237,8 @@ local function fleet_view(routers)
     local idx, router = string.match(k, '^(%d+):(.+)$')
     if idx then
       if routers[router] then inflight[idx] = (inflight[idx] or 0) + math.max(0, tonumber(v) or 0) end
-    else
-      local id, url, waiting, running, kv, load_ms, syncing, synced = string.match(v, VIEW_RECORD)
-      recs[k] = {
-        id = id, url = url, waiting = waiting, running = running, kv_usage = kv,
-        load_ms = load_ms, syncing = syncing, synced_until = synced,
-      }
+    elseif string.find(k, '^%d+$') then
+      recs[k] = view_decode(v)
     end
   end
   return { recs = recs, inflight = inflight }
@@ -236,30 +250,22 @@ local function view_record(view, idx)
   if rec then return rec end
   local f = redis.call('HMGET', worker_key(idx), unpack(VIEW_FIELDS))
   rec = {}
-  for i = 1, #VIEW_FIELDS do rec[VIEW_FIELDS[i]] = f[i] or '' end
+  for i = 1, VIEW_NUMBERS do rec[VIEW_FIELDS[i]] = tonumber(f[i]) end
+  rec.id, rec.url = f[8], f[9]
   view.recs[idx] = rec
   return rec
 end
 
-local function blank(v, default)
-  if v == nil or v == '' then return default end
-  return v
-end
-
--- Everything routing and operators need to know about one incarnation, as a
--- flat array of 10 values: id, url, inflight, waiting, running, kv_usage,
--- load_age_ms (-1 if never reported), lease_left_ms, blocks (-1 when
--- count_blocks is false: routing does not need it), syncing. Counts and
--- times are numbers (RESP integers in a reply), the rest strings.
-local function worker_info(idx, lease, now, view, count_blocks)
+-- Everything operators need to know about one incarnation, as a flat array
+-- of 10 values: id, url, inflight, waiting, running, kv_usage, load_age_ms
+-- (-1 if never reported), lease_left_ms, blocks, syncing. Counts and times
+-- are numbers (RESP integers in a reply); kv_usage is a string (a fraction).
+local function worker_info(idx, lease, now, view)
   local rec = view_record(view, idx)
-  local load_ms = tonumber(rec.load_ms)
-  local blocks = -1
-  if count_blocks ~= false then blocks = redis.call('SCARD', reverse_key(idx)) end
   return {
-    rec.id or '', rec.url or '', view.inflight[idx] or 0, blank(rec.waiting, '0'),
-    blank(rec.running, '0'), blank(rec.kv_usage, '0'), load_ms and now - load_ms or -1,
-    lease and lease - now or -1, blocks, blank(rec.syncing, '0'),
+    rec.id or '', rec.url or '', view.inflight[idx] or 0, rec.waiting or 0, rec.running or 0,
+    tostring(rec.kv_usage or 0), rec.load_ms and now - rec.load_ms or -1,
+    lease and lease - now or -1, redis.call('SCARD', reverse_key(idx)), rec.syncing or 0,
   }
 end
 
@@ -291,12 +297,6 @@ local function match_chain(live, first, now)
   return states, matched, scanned
 end
 
--- worker_state from the routing view.
-local function view_state(view, idx)
-  local rec = view_record(view, idx)
-  return { idx = idx, synced_until = tonumber(rec.synced_until) or 0, syncing = rec.syncing == '1' }
-end
-
 -- A pseudo-random key for worker position i under a per-request seed, so
 -- that among tied workers each is equally likely to come first. Two
 -- squarings modulo a prime below 2^26 mix seed and position (x * x stays
@@ -309,97 +309,138 @@ local function tie_break(seed, i)
   return (x * x + i) % TIE_PRIME
 end
 
--- The i-th hash (1-based) of a chain packed as one string of 16-hex hashes.
+-- The i-th hash (1-based), as 16 hex digits, of a chain packed as one string
+-- of 8-byte big-endian hashes. Binary halves the argument: Valkey's Lua
+-- hashes every byte of every string it creates (~1.2 ns a byte here), and
+-- the chain is most of what a routing call sends.
+local HEX8 = '%02x%02x%02x%02x%02x%02x%02x%02x'
 local function packed_hash(chain, i)
-  return string.sub(chain, 16 * i - 15, 16 * i)
+  return string.format(HEX8, string.byte(chain, 8 * i - 7, 8 * i))
 end
 
--- Leading blocks of the packed chain that each live worker holds, found by
--- probing O(log n) blocks per distinct depth instead of scanning them all.
--- Sound because holdings are prefix-closed: a block's hash chains its
--- parent, vLLM frees a request's blocks tail first so LRU evicts a prefix's
--- tail before its head, and claims cover a contiguous run. lookup.lua scans
--- every block (exact, for explain and operators). Probe order: the tip (a
--- warm prompt is done in one probe), then block 1 (a cold one in two), then
--- block n - 1 (a warm prefix with a new last block in three), then a binary
--- search per group of workers. Returns states, matched, probes, or
--- nil and the bad position if a probed hash is malformed.
-local function probe_chain(live, chain, now, view)
-  local n = math.floor(#chain / 16)
-  local states, matched, all, position = {}, {}, {}, {}
-  for i = 1, #live / 2 do
-    local idx = live[2 * i - 1]
-    states[i] = view_state(view, idx)
-    matched[i] = 0
-    all[i] = i
-    position[idx] = i
-  end
-  local probes, bad = 0, nil
-  -- Splits `set` into the workers that hold block pos and the others,
-  -- walking the value's few entries once rather than searching it once per
-  -- worker (entry_of per worker).
-  local function split(pos, set)
-    local h = packed_hash(chain, pos)
-    if not valid_hash(h) then bad = bad or pos; return {}, {} end
-    probes = probes + 1
-    local v = fwd_read(h)
-    local kinds, exps = {}, {}
-    if v then
-      for idx, kind, exp in string.gmatch(v, '(%d+)([sc])(%d+)') do
-        local i = position[idx]
-        if i then kinds[i], exps[i] = kind, tonumber(exp) end
-      end
-    end
-    local yes, no = {}, {}
-    for _, i in ipairs(set) do
-      if entry_holds(kinds[i], exps[i], states[i], h, now) then
-        yes[#yes + 1] = i
-      else
-        no[#no + 1] = i
-      end
-    end
-    return yes, no
-  end
-  -- Every worker of `set` holds block lo (or lo == 0) and not block hi + 1.
-  local function search(set, lo, hi)
-    if #set == 0 then return end
-    if lo == hi then
-      for _, i in ipairs(set) do matched[i] = lo end
-      return
-    end
-    local mid = math.floor((lo + hi + 1) / 2)
-    local yes, no = split(mid, set)
-    search(yes, mid, hi)
-    search(no, lo, mid - 1)
-  end
-  if n > 0 and #all > 0 then
-    local tip, rest = split(n, all)
-    for _, i in ipairs(tip) do matched[i] = n end
-    if #rest > 0 and n > 1 then
-      local head = split(1, rest)
-      -- A seen prompt with a new last block (a new question or turn) is
-      -- common: try n - 1 before bisecting.
-      if #head > 0 and n > 2 then
-        local most, fewer = split(n - 1, head)
-        for _, i in ipairs(most) do matched[i] = n - 1 end
-        search(fewer, 1, n - 2)
-      else
-        search(head, 1, n - 1)
+-- The live fleet as routing sees it, from one HGETALL of the view: a list
+-- of worker tables (view order), each { idx, raw (the record as stored: the
+-- reply carries it unparsed), synced_until, syncing (as worker_state, so it
+-- serves as one), waiting, kv, load_ms (-1 if never reported), inflight
+-- (summed over live routers and `router`, the caller), matched, kind and
+-- exp (probing scratch) }, and at[idx] = the worker's table. One table per
+-- worker, built by one constructor: growing many parallel lists cost more
+-- than the rest of the parse.
+local function routing_view(now, router)
+  local flat = redis.call('HGETALL', view_key())
+  local list, at, routers, counts = {}, {}, { [router] = true }, {}
+  for i = 1, #flat, 2 do
+    local k, v = flat[i], flat[i + 1]
+    if string.byte(k) == 114 then -- 'r': router:<id>
+      if (tonumber(v) or 0) > now then routers[string.sub(k, 8)] = true end
+    elseif string.find(k, ':', 2, true) then
+      counts[#counts + 1] = i
+    elseif #v >= VIEW_BYTES then
+      local lease, synced, syncing, waiting, _, kv, load_ms = struct.unpack(VIEW_PACK, v)
+      if lease > now then
+        local w = {
+          idx = k, raw = v, synced_until = synced, syncing = syncing == 1, waiting = math.max(waiting, 0),
+          kv = math.max(kv, 0), load_ms = load_ms, inflight = 0, matched = 0, kind = false, exp = 0,
+        }
+        list[#list + 1] = w
+        at[k] = w
       end
     end
   end
-  if bad then return nil, bad end
-  return states, matched, probes
+  for _, i in ipairs(counts) do
+    local k = flat[i]
+    local colon = string.find(k, ':', 2, true)
+    local w = at[string.sub(k, 1, colon - 1)]
+    if w and routers[string.sub(k, colon + 1)] then
+      w.inflight = w.inflight + math.max(0, tonumber(flat[i + 1]) or 0)
+    end
+  end
+  return list, at
+end
+
+-- Probing state `p`: chain, now, at (routing_view's), probes made and
+-- values (hash -> forward value read, false for none: claims reuse them).
+-- Splits `set` (worker tables) into those that hold block pos and the
+-- others, walking the forward value's few entries once.
+local function probe_split(p, pos, set)
+  local h = packed_hash(p.chain, pos)
+  p.probes = p.probes + 1
+  local v = fwd_read(h)
+  p.values[h] = v or false
+  for _, w in ipairs(set) do w.kind = false end
+  if v then
+    for idx, kind, exp in string.gmatch(v, '(%d+)([sc])(%d+)') do
+      local w = p.at[idx]
+      if w then w.kind, w.exp = kind, tonumber(exp) end
+    end
+  end
+  local yes, no = {}, {}
+  for _, w in ipairs(set) do
+    if (w.kind or w.syncing) and entry_holds(w.kind, w.exp, w, h, p.now) then
+      yes[#yes + 1] = w
+    else
+      no[#no + 1] = w
+    end
+  end
+  return yes, no
+end
+
+-- Every worker of `set` holds block lo (or lo == 0) and not block hi + 1.
+local function probe_search(p, set, lo, hi)
+  if #set == 0 then return end
+  if lo == hi then
+    for _, w in ipairs(set) do w.matched = lo end
+    return
+  end
+  local mid = math.floor((lo + hi + 1) / 2)
+  local yes, no = probe_split(p, mid, set)
+  probe_search(p, yes, mid, hi)
+  probe_search(p, no, lo, mid - 1)
+end
+
+-- Sets w.matched, for each worker table of `list` (routing_view), to the
+-- leading blocks of the packed chain it holds, found by probing O(log n)
+-- blocks per distinct depth instead of scanning them all. Sound because
+-- holdings are prefix-closed: a block's hash chains its parent, vLLM frees
+-- a request's blocks tail first so LRU evicts a prefix's tail before its
+-- head, and claims cover a contiguous run. lookup.lua scans every block
+-- (exact, for explain and operators). Probe order: the tip (a warm prompt
+-- is done in one probe), then block 1 (a cold one in two), then block n - 1
+-- (a warm prefix with a new last block in three), then a binary search per
+-- group of workers. Returns the probing state (see probe_split).
+local function probe_chain(list, at, chain, now)
+  local n = math.floor(#chain / 8)
+  local p = { chain = chain, now = now, at = at, probes = 0, values = {} }
+  if n == 0 or #list == 0 then return p end
+  local tip, rest = probe_split(p, n, list)
+  for _, w in ipairs(tip) do w.matched = n end
+  if #rest > 0 and n > 1 then
+    local head = probe_split(p, 1, rest)
+    -- A seen prompt with a new last block (a new question or turn) is
+    -- common: try n - 1 before bisecting.
+    if #head > 0 and n > 2 then
+      local most, fewer = probe_split(p, n - 1, head)
+      for _, w in ipairs(most) do w.matched = n - 1 end
+      probe_search(p, fewer, 1, n - 2)
+    else
+      probe_search(p, head, 1, n - 1)
+    end
+  end
+  return p
 end
 
 -- Speculative insert, for worker state ws, of each hash in `hashes` it does
--- not hold yet; returns how many were inserted.
-local function claim_blocks(ws, hashes, exp, now)
+-- not hold yet; returns how many were inserted. `values` (optional): forward
+-- values already read in this call (hash -> value, false for none).
+local function claim_blocks(ws, hashes, exp, now, values)
   local added = {}
   for _, h in ipairs(hashes) do
-    local v = fwd_read(h)
+    local v = values and values[h]
+    if v == nil then v = fwd_read(h) elseif v == false then v = nil end
     if not holds(v, ws, h, now) then
-      fwd_write(h, with_entry(v, ws.idx, 's', exp))
+      local nv = with_entry(v, ws.idx, 's', exp)
+      fwd_write(h, nv)
+      if values then values[h] = nv end
       added[#added + 1] = h
     end
   end

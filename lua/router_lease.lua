@@ -11,5 +11,7 @@
 -- O(workers) when fresh.
 local now = now_ms()
 if ARGV[4] == '1' then view_drop_router(ARGV[2]) end
-redis.call('ZADD', BASE .. ':routers', now + tonumber(ARGV[3]), ARGV[2])
+local expiry = now + tonumber(ARGV[3])
+redis.call('ZADD', BASE .. ':routers', expiry, ARGV[2])
+redis.call('HSET', view_key(), ROUTER_FIELD .. ARGV[2], expiry)
 return redis.call('ZCOUNT', BASE .. ':routers', string.format('(%d', now), '+inf')

@@ -181,14 +181,19 @@ async fn partial_sync(
             &mut c,
             ScriptName::SyncCommit,
             &[&ids],
-            &[&base, w, &id, "600000"],
+            &[base.as_bytes(), w.as_bytes(), id.as_bytes(), b"600000"],
         )
         .await;
     let Ok(r) = r else { return };
     let idx = r[2].to_string();
     for _ in 0..steps {
         let _: Vec<i64> = scripts
-            .call(&mut c, ScriptName::SyncPatch, &[&ids], &[&base, &idx, "1"])
+            .call(
+                &mut c,
+                ScriptName::SyncPatch,
+                &[&ids],
+                &[base.as_bytes(), idx.as_bytes(), b"1"],
+            )
             .await
             .unwrap();
     }

@@ -283,7 +283,12 @@ async fn sync_patch_steps(
             &mut raw.conn,
             ScriptName::SyncCommit,
             &[&ids],
-            &[&base, &id, &sync_id, &ttl],
+            &[
+                base.as_bytes(),
+                id.as_bytes(),
+                sync_id.as_bytes(),
+                ttl.as_bytes(),
+            ],
         )
         .await?;
     ensure!(committed == 1 && cidx == idx, "sync commit failed");
@@ -307,7 +312,7 @@ async fn sync_patch_steps(
                     &mut raw.conn,
                     ScriptName::SyncPatch,
                     &[&ids],
-                    &[&base, &idx_s, &budget_s],
+                    &[base.as_bytes(), idx_s.as_bytes(), budget_s.as_bytes()],
                 )
                 .await?;
             calls += 1;
@@ -348,7 +353,7 @@ async fn sync_patch_steps(
                     &mut raw.conn,
                     ScriptName::SyncPatch,
                     &[&ids],
-                    &[&base, &idx_s, &big],
+                    &[base.as_bytes(), idx_s.as_bytes(), big.as_bytes()],
                 )
                 .await?;
             done = d == 1;

@@ -8,6 +8,7 @@ use super::codes::{Code, Issue};
 use super::format::{ViewField, view_field, view_record};
 use super::rules::Known;
 use super::schema::parse_idx;
+use crate::state::ViewRecord;
 
 /// What is known about one incarnation outside the maps.
 #[derive(Debug, Clone, Default)]
@@ -19,7 +20,7 @@ pub(crate) struct IncarnationFacts {
     /// Its record `w:<idx>`, if it exists.
     pub(crate) record: Option<BTreeMap<String, String>>,
     /// Its routing-view record, if any.
-    pub(crate) view: Option<String>,
+    pub(crate) view: Option<Vec<u8>>,
     /// `ids[record.id]`, read along with the record.
     pub(crate) ids_of_record_id: Option<String>,
     /// The `seq` counter.
@@ -107,10 +108,15 @@ pub(crate) fn incarnation_issues(f: &IncarnationFacts) -> Vec<Issue> {
     }
     if let (Some(view), Some(rec)) = (&f.view, &f.record) {
         let want = view_record(rec);
-        if *view != want {
+        if Some(view) != want.as_ref() {
+            let decoded = |b: Option<&Vec<u8>>| b.and_then(|b| ViewRecord::decode(b));
             push(
                 Code::StaleViewRecord,
-                format!("view record of {i} is {view:?}, its record gives {want:?}"),
+                format!(
+                    "view record of {i} is {:?}, its record gives {:?}",
+                    decoded(Some(view)),
+                    decoded(want.as_ref())
+                ),
             );
         }
     }
@@ -219,10 +225,21 @@ pub(crate) fn view_field_issues(f: &ViewFieldFacts) -> Vec<Issue> {
         ViewField::Bad => out.push(Issue::new(
             Code::BadViewField,
             format!(
-                "view field {:?} is neither <idx> nor <idx>:<router>",
+                "view field {:?} is neither <idx>, <idx>:<router> nor router:<router>",
                 f.field
             ),
         )),
+        ViewField::RouterLease(router) => {
+            if f.value.parse::<i64>().is_err() {
+                out.push(Issue::new(
+                    Code::BadViewField,
+                    format!(
+                        "lease of router {router:?} in the view is {:?}, not unix ms",
+                        f.value
+                    ),
+                ));
+            }
+        }
         ViewField::InFlight(i, router) => {
             if !f.known.known() {
                 out.push(Issue::new(
@@ -277,7 +294,7 @@ mod tests {
                 lease: Some(2_000),
                 purging: false,
             },
-            view: Some(view_record(&rec)),
+            view: view_record(&rec),
             record: Some(rec),
             ids_of_record_id: Some(idx.to_string()),
             seq: Some("7".into()),

@@ -5,18 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::schema::parse_idx;
-
-/// The fields of a routing-view record, in order (`VIEW_FIELDS` of lib.lua).
-pub(crate) const VIEW_FIELDS: [&str; 8] = [
-    "id",
-    "url",
-    "waiting",
-    "running",
-    "kv_usage",
-    "load_ms",
-    "syncing",
-    "synced_until",
-];
+use crate::state::ViewRecord;
 
 /// A forward entry's kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,29 +95,35 @@ fn parse_entry(token: &str) -> Option<Entry> {
     })
 }
 
-/// The routing-view record lib.lua's `view_refresh` writes for `record`.
-pub(crate) fn view_record(record: &BTreeMap<String, String>) -> String {
-    VIEW_FIELDS
-        .iter()
-        .map(|f| record.get(*f).map(String::as_str).unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n")
+/// The routing-view record lib.lua's `view_refresh` writes for `record`
+/// (`None` when it has no id).
+pub(crate) fn view_record(record: &BTreeMap<String, String>) -> Option<Vec<u8>> {
+    ViewRecord::encode(record)
 }
 
-/// A routing-view field: an incarnation's record, or a router's in-flight
-/// count for one (`<idx>:<router>`).
+/// A routing-view field: an incarnation's record, a router's in-flight
+/// count for one (`<idx>:<router>`), or a router's lease (`router:<id>`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ViewField {
     /// `<idx>`
     Record(u64),
     /// `<idx>:<router>`
     InFlight(u64, String),
+    /// `router:<router>`
+    RouterLease(String),
     /// Anything else.
     Bad,
 }
 
 /// Classifies a routing-view field name.
 pub(crate) fn view_field(field: &str) -> ViewField {
+    if let Some(router) = field.strip_prefix("router:") {
+        return if router.is_empty() {
+            ViewField::Bad
+        } else {
+            ViewField::RouterLease(router.to_owned())
+        };
+    }
     match field.split_once(':') {
         None => parse_idx(field).map_or(ViewField::Bad, ViewField::Record),
         Some((idx, router)) if !router.is_empty() => match parse_idx(idx) {
@@ -159,6 +154,11 @@ mod tests {
         assert_eq!(view_field("3"), ViewField::Record(3));
         assert_eq!(view_field("3:r:1"), ViewField::InFlight(3, "r:1".into()));
         assert_eq!(view_field("x"), ViewField::Bad);
+        assert_eq!(
+            view_field("router:r:1"),
+            ViewField::RouterLease("r:1".into())
+        );
+        assert_eq!(view_field("router:"), ViewField::Bad);
         assert_eq!(view_field("3:"), ViewField::Bad);
     }
 }

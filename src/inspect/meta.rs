@@ -33,7 +33,7 @@ pub(crate) struct ModelMeta {
     /// `routers`: router id → lease expiry (unix ms).
     pub(crate) routers: BTreeMap<String, i64>,
     /// View records by incarnation.
-    pub(crate) view_records: BTreeMap<u64, String>,
+    pub(crate) view_records: BTreeMap<u64, Vec<u8>>,
     /// Other view fields (in-flight counts, malformed fields) with values.
     pub(crate) view_other: Vec<(String, String)>,
     /// Worker records `w:<idx>` that exist.
@@ -146,12 +146,12 @@ pub(crate) async fn read(
     }
     if let Some(k) = usable(&ModelKey::View) {
         for (f, v) in pairs_of(&reader.scan_all("HSCAN", &k).await?) {
-            let (f, v) = (lossy(&f), lossy(&v));
+            let f = lossy(&f);
             match view_field(&f) {
                 ViewField::Record(i) => {
                     m.view_records.insert(i, v);
                 }
-                _ => m.view_other.push((f, v)),
+                _ => m.view_other.push((f, lossy(&v))),
             }
         }
     }

@@ -236,7 +236,7 @@ impl Probe {
                 idx: *idx,
                 known: known(&v[0], &v[1]),
                 record: record(&v[2]),
-                view: text(&v[3]),
+                view: bytes(&v[3]),
                 ids_of_record_id: text(&v[4]),
                 seq: text(&v[5]),
                 has_r: int(&v[6]) == Some(1),

@@ -16,6 +16,7 @@ mod route;
 mod scripts;
 mod sync;
 mod ttl;
+mod view_record;
 
 pub use blocks::StoredOutcome;
 pub use connections::{ConnectionSettings, normalize_url};
@@ -28,6 +29,7 @@ pub use route::{ROUTE_CLAIM, ROUTE_HEAD, RouteOutcome, RouteParams};
 pub use scripts::{ScriptName, ScriptSet};
 pub use sync::SyncOutcome;
 pub use ttl::{BatchLimits, StateTtls};
+pub use view_record::{VIEW_FIELDS, ViewRecord};
 
 use connections::Connections;
 use std::sync::Arc;
@@ -128,12 +130,24 @@ impl StateStore {
         model: &str,
         args: &[&str],
     ) -> Result<T, StateError> {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        self.run_bytes(lane, name, model, &args).await
+    }
+
+    /// [`run`](Self::run) with arguments that need not be text.
+    async fn run_bytes<T: redis::FromRedisValue>(
+        &self,
+        lane: Lane,
+        name: ScriptName,
+        model: &str,
+        args: &[&[u8]],
+    ) -> Result<T, StateError> {
         check_name("model", model)?;
         let keys = &self.inner.keys;
         let ids = keys.worker_ids(model);
         let base = keys.model_base(model);
-        let mut argv: Vec<&str> = Vec::with_capacity(args.len() + 1);
-        argv.push(&base);
+        let mut argv: Vec<&[u8]> = Vec::with_capacity(args.len() + 1);
+        argv.push(base.as_bytes());
         argv.extend_from_slice(args);
         let scripts = &self.inner.scripts;
         match lane {

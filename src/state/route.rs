@@ -2,9 +2,12 @@
 
 use std::time::Duration;
 
-use super::lookup::{bad_reply, num, parse_matches};
+use super::lookup::bad_reply;
 use super::ttl::ms;
-use super::{Lane, PrefixLookup, ScriptName, StateError, StateStore};
+use super::{
+    Lane, PrefixLookup, ScriptName, StateError, StateStore, ViewRecord, WorkerInfo, WorkerLoad,
+    WorkerMatch,
+};
 use crate::hashing::BlockHash;
 
 /// Most hashes `route.lua` matches in one call. Matching probes O(log n)
@@ -84,34 +87,84 @@ impl StateStore {
             .flat_map(|(w, n)| [w.clone(), n.to_string()])
             .collect();
         let packed = packed_chain(head);
-        let args: Vec<&str> = fixed
+        let args: Vec<&[u8]> = fixed
             .iter()
             .chain(&hint_args)
-            .chain(std::iter::once(&packed))
-            .map(String::as_str)
+            .map(String::as_bytes)
+            .chain(std::iter::once(packed.as_slice()))
             .collect();
-        let reply: Vec<String> = self.run(Lane::Hot, S, model, &args).await?;
-        if reply.len() < 3 {
-            return Err(bad_reply(S, "short reply"));
-        }
-        let chosen: usize = num(S, &reply[1])?;
-        let covered: usize = num(S, &reply[2])?;
-        let lookup = parse_matches(S, &reply[0], &reply[3..])?;
-        Ok(RouteOutcome {
-            chosen: chosen.checked_sub(1).filter(|&i| i < lookup.workers.len()),
-            covered,
-            lookup,
-        })
+        let reply: Vec<redis::Value> = self.run_bytes(Lane::Hot, S, model, &args).await?;
+        parse_reply(&reply)
     }
 }
 
-/// The chain as one argument: its hashes' 16-hex forms, concatenated, so
-/// that the script reads only the blocks it probes.
-fn packed_chain(hashes: &[BlockHash]) -> String {
-    use std::fmt::Write;
-    let mut out = String::with_capacity(hashes.len() * 16);
-    for h in hashes {
-        let _ = write!(out, "{:016x}", h.0);
+/// The chain as one argument: its hashes as 8 big-endian bytes each,
+/// concatenated (half the bytes of hex; the script reads only the blocks it
+/// probes or claims).
+fn packed_chain(hashes: &[BlockHash]) -> Vec<u8> {
+    hashes.iter().flat_map(|h| h.0.to_be_bytes()).collect()
+}
+
+const HEADER: usize = 4;
+const PER_WORKER: usize = 3;
+
+/// Decodes {probes, chosen, covered, now, then per worker: matched, in
+/// flight, view record}.
+fn parse_reply(reply: &[redis::Value]) -> Result<RouteOutcome, StateError> {
+    const S: ScriptName = ScriptName::Route;
+    let int = |v: &redis::Value| match v {
+        redis::Value::Int(n) => Ok(*n),
+        other => Err(bad_reply(S, format!("not an integer: {other:?}"))),
+    };
+    if reply.len() < HEADER || !(reply.len() - HEADER).is_multiple_of(PER_WORKER) {
+        return Err(bad_reply(S, format!("{} values", reply.len())));
     }
-    out
+    let now = int(&reply[3])?;
+    let workers = reply[HEADER..]
+        .chunks(PER_WORKER)
+        .map(|w| {
+            let redis::Value::BulkString(raw) = &w[2] else {
+                return Err(bad_reply(S, "a view record is not a string"));
+            };
+            let rec =
+                ViewRecord::decode(raw).ok_or_else(|| bad_reply(S, "malformed view record"))?;
+            Ok(WorkerMatch {
+                matched_blocks: usize::try_from(int(&w[0])?)
+                    .map_err(|_| bad_reply(S, "negative match"))?,
+                info: worker_info(&rec, u64::try_from(int(&w[1])?).unwrap_or(0), now),
+            })
+        })
+        .collect::<Result<Vec<_>, StateError>>()?;
+    let chosen = usize::try_from(int(&reply[1])?).unwrap_or(0);
+    Ok(RouteOutcome {
+        chosen: chosen.checked_sub(1).filter(|&i| i < workers.len()),
+        covered: usize::try_from(int(&reply[2])?).unwrap_or(0),
+        lookup: PrefixLookup {
+            scanned_blocks: usize::try_from(int(&reply[0])?).unwrap_or(0),
+            workers,
+        },
+    })
+}
+
+/// A routing reply's worker, as the read-only lookups report it (without
+/// the block count, which routing does not read).
+fn worker_info(rec: &ViewRecord, in_flight: u64, now: i64) -> WorkerInfo {
+    let count = |x: Option<f64>| x.map_or(0, |x| x as u64);
+    WorkerInfo {
+        worker_id: rec.id.clone(),
+        url: rec.url.clone(),
+        in_flight,
+        load: WorkerLoad {
+            num_requests_waiting: count(rec.waiting),
+            num_requests_running: count(rec.running),
+            kv_cache_usage_perc: rec.kv_usage.unwrap_or(0.0),
+        },
+        load_age: rec
+            .load_ms
+            .and_then(|at| u64::try_from(now - at as i64).ok())
+            .map(Duration::from_millis),
+        lease_left_ms: rec.lease_until_ms.map_or(-1, |l| l as i64 - now),
+        blocks: None,
+        syncing: rec.syncing,
+    }
 }

@@ -213,7 +213,7 @@ impl ScriptSet {
         conn: &mut C,
         name: ScriptName,
         keys: &[&str],
-        args: &[&str],
+        args: &[&[u8]],
     ) -> Result<T, StateError>
     where
         T: FromRedisValue,
@@ -240,7 +240,7 @@ impl ScriptSet {
         conn: &mut C,
         name: ScriptName,
         keys: &[&str],
-        args: &[&str],
+        args: &[&[u8]],
     ) -> redis::RedisResult<T>
     where
         T: FromRedisValue,
