@@ -42,54 +42,56 @@ local kv_tokens, kv_from = tonumber(ARGV[8]), tonumber(ARGV[9])
 local stale_ms, seed = tonumber(ARGV[10]), tonumber(ARGV[11])
 local head = #chain / 8
 
-local list, at = routing_view(now, ARGV[2])
-local p = probe_chain(list, at, chain, now)
-local n, total = #list, 0
+local view = routing_view(now, ARGV[2])
+local list = view.list
+local p = probe_chain(view.at, view.syncing, chain, now)
+-- Per worker: its load (in flight, or the queue it reported if fresher and
+-- longer) and the blocks it is credited with: its own match (plus hints
+-- beyond the head), or the depth a strict majority holds (at least two
+-- workers), if deeper: the hotspot guard of shared_tokens() in
+-- cache_aware.rs.
+local hints = nhints > 0 and {} or nil
+for i = 15, first - 1, 2 do hints[ARGV[i]] = tonumber(ARGV[i + 1]) end
+local n, total, depths = #list, 0, {}
 for _, w in ipairs(list) do
   local age = w.load_ms >= 0 and now - w.load_ms or -1
   local fresh = age >= 0 and age <= stale_ms
-  w.load = math.max(w.inflight, fresh and w.waiting or 0)
-  if not fresh then w.kv = 0 end
-  total = total + w.load
+  local load = w.inflight
+  if fresh and w.waiting > load then load = w.waiting end
+  w.pressure_kv = fresh and w.kv or 0
+  w.load, total = load, total + load
+  local credited = w.matched
+  if credited == head and hints then
+    credited = credited + (hints[string.match(w.raw, '([^\n]*)\n[^\n]*$', VIEW_BYTES + 1)] or 0)
+  end
+  w.credited = credited
+  if credited > 0 then depths[#depths + 1] = credited end
 end
 local cap = math.ceil((1 + eps) * (total + 1) / math.max(n, 1)) + tonumber(ARGV[13])
--- Blocks each worker is credited with: its own match (plus hints beyond
--- the head), or the depth a strict majority holds (at least two workers),
--- if deeper: the hotspot guard of shared_tokens() in cache_aware.rs.
-local credited = {}
-for i, w in ipairs(list) do credited[i] = w.matched end
-if nhints > 0 then
-  local hints = {}
-  for i = 15, first - 1, 2 do hints[ARGV[i]] = tonumber(ARGV[i + 1]) end
-  for i, w in ipairs(list) do
-    if credited[i] == head then
-      local id = string.match(w.raw, '([^\n]*)\n[^\n]*$', VIEW_BYTES + 1)
-      credited[i] = credited[i] + (hints[id] or 0)
-    end
-  end
-end
-local shared = 0
-if n >= 2 then
-  local sorted = {}
-  for i = 1, n do sorted[i] = credited[i] end
-  table.sort(sorted, function(a, b) return a > b end)
-  shared = sorted[math.floor(n / 2) + 1]
+local shared, majority = 0, math.floor(n / 2) + 1
+if n >= 2 and #depths >= majority then
+  table.sort(depths, function(a, b) return a > b end)
+  shared = depths[majority]
 end
 -- The least key (over bound?, cost, tie-break), compared in order.
 local best, b1, b2, b3 = 0, 0, 0, 0
 for i, w in ipairs(list) do
-  local blocks = math.max(credited[i], shared)
+  local blocks = math.max(w.credited, shared)
   local k1, k2
   if w.load < cap then
     local pressure = 0
-    if w.kv > kv_from then pressure = (w.kv - kv_from) / math.max(1 - kv_from, 1e-9) * kv_tokens end
+    local kv = w.pressure_kv
+    if kv > kv_from then pressure = (kv - kv_from) / math.max(1 - kv_from, 1e-9) * kv_tokens end
     k1, k2 = 0, math.max(prompt - blocks * block_size, 0) + w.load * per_queued + pressure
   else
     k1, k2 = 1, w.load
   end
-  local k3 = tie_break(seed, i)
-  if best == 0 or k1 < b1 or (k1 == b1 and (k2 < b2 or (k2 == b2 and k3 < b3))) then
-    best, b1, b2, b3 = i, k1, k2, k3
+  if best == 0 or k1 < b1 or (k1 == b1 and k2 < b2) then
+    best, b1, b2, b3 = i, k1, k2, nil
+  elseif k1 == b1 and k2 == b2 then
+    b3 = b3 or tie_break(seed, best)
+    local k3 = tie_break(seed, i)
+    if k3 < b3 then best, b3 = i, k3 end
   end
 end
 local covered = 0
@@ -102,7 +104,8 @@ if best > 0 then
   redis.call('HINCRBY', view_key(), inflight_field(w.idx, ARGV[2]), 1)
   covered = to
 end
-local out = { p.probes, best, covered, now }
+local out = view.out -- reused: its length is fixed while the view is
+out[1], out[2], out[3], out[4] = p.probes, best, covered, now
 for i, w in ipairs(list) do
   local j = 4 + 3 * i
   out[j - 2], out[j - 1], out[j] = w.matched, w.inflight, w.raw

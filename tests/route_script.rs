@@ -278,3 +278,86 @@ async fn hints_extend_matches_beyond_one_calls_head() {
         "long"
     );
 }
+
+/// Who the routing step sees, by worker id, with its waiting count and
+/// requests in flight.
+async fn seen(s: &StateStore, c: &[BlockHash]) -> BTreeMap<String, (u64, u64)> {
+    let o = s.route(M, c, &params(100, 1000.0, 1), &[]).await.unwrap();
+    // Release what the route counted, so that each probe leaves no load.
+    let chosen = &o.lookup.workers[o.chosen.unwrap()].info.worker_id;
+    s.add_in_flight(M, chosen, -1).await.unwrap();
+    o.lookup
+        .workers
+        .iter()
+        .map(|w| {
+            let i = &w.info;
+            (
+                i.worker_id.clone(),
+                (i.load.num_requests_waiting, i.in_flight),
+            )
+        })
+        .collect()
+}
+
+/// route.lua reuses its parse of the routing view across calls; every
+/// change to the view must still show in the next call.
+#[tokio::test]
+async fn the_routing_step_sees_every_change_to_the_fleet() {
+    let v = Valkey::start();
+    let s = store(&v, "rs", "router-a", ttls());
+    let c = chain(4, 3);
+    worker(&s, "w0", None).await;
+    worker(&s, "w1", None).await;
+    let ids = |m: &BTreeMap<String, (u64, u64)>| m.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(ids(&seen(&s, &c).await), ["w0", "w1"]);
+    // A load report rewrites a record.
+    let load = WorkerLoad {
+        num_requests_waiting: 7,
+        num_requests_running: 1,
+        kv_cache_usage_perc: 0.5,
+    };
+    worker(&s, "w1", Some(load)).await;
+    assert_eq!(seen(&s, &c).await["w1"].0, 7);
+    // A new worker, a deregistered one.
+    worker(&s, "w2", None).await;
+    assert_eq!(ids(&seen(&s, &c).await), ["w0", "w1", "w2"]);
+    assert!(s.deregister(M, "w0").await.unwrap());
+    assert_eq!(ids(&seen(&s, &c).await), ["w1", "w2"]);
+    // In-flight counts of this router, then of another router whose lease
+    // ends.
+    s.add_in_flight(M, "w2", 3).await.unwrap();
+    assert_eq!(seen(&s, &c).await["w2"].1, 3);
+    let other = store(&v, "rs", "router-b", ttls());
+    other
+        .router_lease(M, Duration::from_millis(300))
+        .await
+        .unwrap();
+    other.add_in_flight(M, "w1", 2).await.unwrap();
+    assert_eq!(seen(&s, &c).await["w1"].1, 2);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(seen(&s, &c).await["w1"].1, 0);
+    // A lease that runs out, with nothing else changing in the view.
+    let short = store(
+        &v,
+        "rs",
+        "router-a",
+        StateTtls {
+            worker_lease: Duration::from_millis(300),
+            ..ttls()
+        },
+    );
+    short
+        .heartbeat(
+            M,
+            &WorkerHeartbeat {
+                worker_id: "w3".into(),
+                url: "http://127.0.0.1:9".into(),
+                load: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(seen(&s, &c).await.contains_key("w3"));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(ids(&seen(&s, &c).await), ["w1", "w2"]);
+}
