@@ -359,24 +359,6 @@ local function parse_view(flat, now)
   return { list = list, at = at, syncing = syncing, out = {} }
 end
 
--- Is the cached parse `c` still the view `flat` at `now`?
-local function view_unchanged(c, flat, now)
-  local seen = 0
-  for i = 1, #flat, 2 do
-    local k = flat[i]
-    if sbyte(k) ~= 114 and not sfind(k, ':', 2, true) then
-      local w, v = c.at[k], flat[i + 1]
-      if w then
-        if w.raw ~= v or w.lease <= now then return false end
-        seen = seen + 1
-      elseif #v >= VIEW_BYTES and struct.unpack('<d', v) > now then
-        return false -- a live record parsed after the cache was
-      end
-    end
-  end
-  return seen == #c.list
-end
-
 -- The live fleet as routing sees it, from one HGETALL of the view: a list
 -- of worker tables (view order), each { idx, raw (the record as stored: the
 -- reply carries it unparsed), lease, synced_until, syncing (as
@@ -384,19 +366,13 @@ end
 -- reported) } plus this call's scratch, reset here: inflight (summed over
 -- live routers and `router`, the caller), matched, hit, load, credited,
 -- pressure_kv. Also at[idx] = the worker's table, syncing = the workers
--- applying a sync, and out, a reply table to reuse.
+-- applying a sync, and out, a reply table to reuse. One pass over the view
+-- checks the cached parse (every cached record unchanged and leased, no
+-- other live record), collects live routers and in-flight fields.
 local function routing_view(now, router)
   local flat = redis.call('HGETALL', view_key())
   local c = VIEW_CACHE[BASE]
-  if not c or not view_unchanged(c, flat, now) then
-    if not c then
-      VIEW_CACHE_SIZE = VIEW_CACHE_SIZE + 1
-      if VIEW_CACHE_SIZE > 64 then VIEW_CACHE, VIEW_CACHE_SIZE = {}, 1 end
-    end
-    c = parse_view(flat, now)
-    VIEW_CACHE[BASE] = c
-  end
-  for _, w in ipairs(c.list) do w.inflight, w.matched, w.hit = 0, 0, false end
+  local valid, seen = c ~= nil, 0
   local routers, counts = { [router] = true }, nil
   for i = 1, #flat, 2 do
     local k = flat[i]
@@ -405,8 +381,25 @@ local function routing_view(now, router)
     elseif sfind(k, ':', 2, true) then
       counts = counts or {}
       counts[#counts + 1] = i
+    elseif valid then
+      local w, v = c.at[k], flat[i + 1]
+      if w then
+        valid = w.raw == v and w.lease > now
+        seen = seen + 1
+      elseif #v >= VIEW_BYTES and struct.unpack('<d', v) > now then
+        valid = false -- a live record the cache has not parsed
+      end
     end
   end
+  if not (valid and seen == #c.list) then
+    if not c then
+      VIEW_CACHE_SIZE = VIEW_CACHE_SIZE + 1
+      if VIEW_CACHE_SIZE > 64 then VIEW_CACHE, VIEW_CACHE_SIZE = {}, 1 end
+    end
+    c = parse_view(flat, now)
+    VIEW_CACHE[BASE] = c
+  end
+  for _, w in ipairs(c.list) do w.inflight, w.matched, w.hit = 0, 0, false end
   for _, i in ipairs(counts or {}) do
     local k = flat[i]
     local colon = sfind(k, ':', 2, true)
