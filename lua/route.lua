@@ -8,7 +8,7 @@
 -- estimated time to first token in tokens: uncached prompt tokens + load x
 -- tokens_per_queued + KV pressure (a prefix most workers hold counts as
 -- cached on all: the hotspot guard); else the least loaded. Ties by `seed`
--- (tie_break in lib.lua: each worker equally likely among the tied).
+-- (tie_break in lib_routing.lua: each worker equally likely among the tied).
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base, ARGV[2] = router id, ARGV[3] = speculative ttl_ms,
 -- ARGV[4] = prompt tokens, ARGV[5] = block size, ARGV[6] = epsilon,
@@ -22,12 +22,12 @@
 -- Returns {blocks probed, chosen worker position (1-based, 0 if none),
 -- leading blocks the chosen worker now holds (matched or claimed here), the
 -- server time (ms), then per live worker: matched blocks, requests in flight
--- (over live routers), its routing-view record as stored (VIEW_FIELDS of
--- lib.lua, newline-joined)}.
+-- (over live routers), its routing-view record as stored (binary: see
+-- VIEW_FIELDS in lib.lua)}.
 -- Reads the fleet with one HGETALL of the routing view (leases, routers,
 -- records, in-flight counts) and matches by probing blocks instead of
--- scanning them (probe_chain in lib.lua): one probe for a warm prompt, two
--- for a cold one, three for a seen prompt with a new last block.
+-- scanning them (probe_chain in lib_routing.lua): one probe for a warm
+-- prompt, two for a cold one, three for a seen prompt with a new last block.
 -- Complexity: O(workers x log blocks + claimed blocks); no O(prompt) step.
 local nhints = tonumber(ARGV[14])
 local first = 15 + 2 * nhints

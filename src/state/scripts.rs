@@ -1,8 +1,9 @@
 //! [`ScriptSet`]: the Lua scripts of `lua/`, built into one Valkey function
 //! library (`FUNCTION LOAD`) and called with `FCALL`.
 //!
-//! A library defines `lib.lua`'s helpers once per load rather than once per
-//! call (an `EVALSHA` script runs its whole prelude on every call), and it
+//! A library defines the helpers (`lib.lua`, `lib_routing.lua`) once per
+//! load rather than once per call (an `EVALSHA` script runs its whole
+//! prelude on every call), and it
 //! lives in the functions' own small Lua heap. Its name and its functions'
 //! names carry a digest of the code, so routers of two versions can share a
 //! Valkey during a rolling upgrade, each calling its own functions.
@@ -16,7 +17,11 @@ use sha2::{Digest, Sha256};
 
 use super::StateError;
 
-const PRELUDE: &str = include_str!("../../lua/lib.lua");
+const PRELUDE: &str = concat!(
+    include_str!("../../lua/lib.lua"),
+    "\n",
+    include_str!("../../lua/lib_routing.lua")
+);
 
 /// One script of `lua/`: a function of the library, over the shared helpers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,193 @@
+-- lib_routing.lua: what route.lua needs beyond lib.lua, loaded right after
+-- it into the same library: the routing view as routing reads it (parsed
+-- once, reused across calls), probing a chain by holders, tie-breaking.
+
+-- A pseudo-random key for worker position i under a per-request seed, so
+-- that among tied workers each is equally likely to come first. Two
+-- squarings modulo a prime below 2^26 mix seed and position (x * x stays
+-- below 2^53, exact in Lua's doubles); a linear key (seed + i * c) would
+-- favour the first positions.
+local TIE_PRIME = 67108859
+local function tie_break(seed, i)
+  local x = (seed + i * 40503) % TIE_PRIME
+  x = (x * x + 12345) % TIE_PRIME
+  return (x * x + i) % TIE_PRIME
+end
+
+-- The i-th hash (1-based), as 16 hex digits, of a chain packed as one string
+-- of 8-byte big-endian hashes. Binary halves the argument: Valkey's Lua
+-- hashes every byte of every string it creates (~1.2 ns a byte here), and
+-- the chain is most of what a routing call sends.
+-- Also returns the hash's forward-map bucket key.
+local function packed_hash(chain, i)
+  local a, b, c, d, e, f, g, h = sbyte(chain, 8 * i - 7, 8 * i)
+  local hash = HEX[a] .. HEX[b] .. HEX[c] .. HEX[d] .. HEX[e] .. HEX[f] .. HEX[g] .. HEX[h]
+  return hash, BASE .. ':f:' .. HEX[a] .. HEX[b - b % 8]
+end
+
+-- Parsed routing views per model base, reused across calls (library
+-- locals outlive a call): { list, at, syncing, out }. Reused while every
+-- live record is the same string as when parsed (Lua interns strings: the
+-- comparison is a pointer's) and its lease lasts; a heartbeat or a load
+-- report rewrites a record and the next call parses afresh. What a call
+-- allocates matters: Lua's collector works in proportion to it.
+local VIEW_CACHE, VIEW_CACHE_SIZE = {}, 0
+
+-- A fresh parse of the view's live records (see routing_view).
+local function parse_view(flat, now)
+  local list, at, syncing = {}, {}, {}
+  for i = 1, #flat, 2 do
+    local k, v = flat[i], flat[i + 1]
+    if sbyte(k) ~= 114 and not sfind(k, ':', 2, true) and #v >= VIEW_BYTES then
+      local lease, synced, sync, waiting, _, kv, load_ms = struct.unpack(VIEW_PACK, v)
+      if lease > now then
+        if waiting < 0 then waiting = 0 end
+        if kv < 0 then kv = 0 end
+        local w = {
+          idx = k, raw = v, lease = lease, synced_until = synced, syncing = sync == 1, waiting = waiting,
+          kv = kv, load_ms = load_ms, inflight = 0, matched = 0, hit = false, load = 0, credited = 0,
+          pressure_kv = 0,
+        }
+        list[#list + 1], at[k] = w, w
+        if w.syncing then syncing[#syncing + 1] = w end
+      end
+    end
+  end
+  return { list = list, at = at, syncing = syncing, out = {} }
+end
+
+-- The live fleet as routing sees it, from one HGETALL of the view: a list
+-- of worker tables (view order), each { idx, raw (the record as stored: the
+-- reply carries it unparsed), lease, synced_until, syncing (as
+-- worker_state, so it serves as one), waiting, kv, load_ms (-1 if never
+-- reported) } plus this call's scratch, reset here: inflight (summed over
+-- live routers and `router`, the caller), matched, hit, load, credited,
+-- pressure_kv. Also at[idx] = the worker's table, syncing = the workers
+-- applying a sync, and out, a reply table to reuse. One pass over the view
+-- checks the cached parse (every cached record unchanged and leased, no
+-- other live record), collects live routers and in-flight fields.
+local function routing_view(now, router)
+  local flat = redis.call('HGETALL', view_key())
+  local c = VIEW_CACHE[BASE]
+  local valid, seen = c ~= nil, 0
+  local routers, counts = { [router] = true }, nil
+  for i = 1, #flat, 2 do
+    local k = flat[i]
+    if sbyte(k) == 114 then -- 'r': router:<id>
+      if (tonumber(flat[i + 1]) or 0) > now then routers[ssub(k, 8)] = true end
+    elseif sfind(k, ':', 2, true) then
+      counts = counts or {}
+      counts[#counts + 1] = i
+    elseif valid then
+      local w, v = c.at[k], flat[i + 1]
+      if w then
+        valid = w.raw == v and w.lease > now
+        seen = seen + 1
+      elseif #v >= VIEW_BYTES and struct.unpack('<d', v) > now then
+        valid = false -- a live record the cache has not parsed
+      end
+    end
+  end
+  if not (valid and seen == #c.list) then
+    if not c then
+      VIEW_CACHE_SIZE = VIEW_CACHE_SIZE + 1
+      if VIEW_CACHE_SIZE > 64 then VIEW_CACHE, VIEW_CACHE_SIZE = {}, 1 end
+    end
+    c = parse_view(flat, now)
+    VIEW_CACHE[BASE] = c
+  end
+  for _, w in ipairs(c.list) do w.inflight, w.matched, w.hit = 0, 0, false end
+  for _, i in ipairs(counts or {}) do
+    local k = flat[i]
+    local colon = sfind(k, ':', 2, true)
+    local w = c.at[ssub(k, 1, colon - 1)]
+    local n = tonumber(flat[i + 1]) or 0
+    if w and n > 0 and routers[ssub(k, colon + 1)] then w.inflight = w.inflight + n end
+  end
+  return c
+end
+
+-- Probing state `p`: chain, now, at and syncing (routing_view's), probes
+-- made, and values (hash -> forward value read, false for none: claims
+-- reuse them).
+-- Marks each worker holding block pos with w.hit = pos and returns them. It
+-- walks the forward value's few entries (and the workers applying a sync),
+-- not the fleet: probing costs O(holders), whatever the fleet's size.
+local function probe_holders(p, pos)
+  local h, bucket = packed_hash(p.chain, pos)
+  p.probes = p.probes + 1
+  local v = redis.call('HGET', bucket, h) or nil
+  p.values[h] = v or false
+  local out = {}
+  if v then
+    for idx, kind, exp in string.gmatch(v, '(%d+)([sc])(%d+)') do
+      local w = p.at[idx]
+      if w and not w.syncing and alive(kind, tonumber(exp), w, p.now) then
+        w.hit = pos
+        out[#out + 1] = w
+      end
+    end
+  end
+  for _, w in ipairs(p.syncing) do
+    local kind, exp = entry_of(v, w.idx)
+    if entry_holds(kind, exp, w, h, p.now) then
+      w.hit = pos
+      out[#out + 1] = w
+    end
+  end
+  return out
+end
+
+-- Every worker of `set` holds block lo (or lo == 0) and not block hi + 1.
+local function probe_search(p, set, lo, hi)
+  if #set == 0 then return end
+  if lo == hi then
+    for _, w in ipairs(set) do w.matched = lo end
+    return
+  end
+  local mid = math.floor((lo + hi + 1) / 2)
+  probe_holders(p, mid)
+  local yes, no = {}, {}
+  for _, w in ipairs(set) do
+    if w.hit == mid then yes[#yes + 1] = w else no[#no + 1] = w end
+  end
+  probe_search(p, yes, mid, hi)
+  probe_search(p, no, lo, mid - 1)
+end
+
+-- Sets w.matched, for each worker of routing_view's fleet, to the leading
+-- blocks of the packed chain it holds, found by probing O(log n) blocks per
+-- distinct depth instead of scanning them all. Sound because holdings are
+-- prefix-closed: a block's hash chains its parent, vLLM frees a request's
+-- blocks tail first so LRU evicts a prefix's tail before its head, and
+-- claims cover a contiguous run. lookup.lua scans every block (exact, for
+-- explain and operators). Probe order: the tip (a warm prompt is done in
+-- one probe), then block 1 (a cold one in two), then block n - 1 (a warm
+-- prefix with a new last block in three), then a binary search per group
+-- of workers. A worker that holds no block 1 matches 0 without being
+-- visited. Returns the probing state (see probe_holders).
+local function probe_chain(at, syncing, chain, now)
+  local n = math.floor(#chain / 8)
+  local p = { chain = chain, now = now, at = at, syncing = syncing, probes = 0, values = {} }
+  if n == 0 or next(at) == nil then return p end
+  for _, w in ipairs(probe_holders(p, n)) do w.matched = n end
+  if n == 1 then return p end
+  local head = {}
+  for _, w in ipairs(probe_holders(p, 1)) do
+    if w.matched == 0 then head[#head + 1] = w end
+  end
+  if #head == 0 then return p end
+  -- A seen prompt with a new last block (a new question or turn) is
+  -- common: try n - 1 before bisecting.
+  if n > 2 then
+    probe_holders(p, n - 1)
+    local fewer = {}
+    for _, w in ipairs(head) do
+      if w.hit == n - 1 then w.matched = n - 1 else fewer[#fewer + 1] = w end
+    end
+    probe_search(p, fewer, 1, n - 2)
+  else
+    for _, w in ipairs(head) do w.matched = 1 end
+  end
+  return p
+end
