@@ -1,6 +1,10 @@
 -- lib_routing.lua: what route.lua needs beyond lib.lua, loaded right after
 -- it into the same library: the routing view as routing reads it (parsed
 -- once, reused across calls), probing a chain by holders, tie-breaking.
+-- KEYS/ARGV: none of its own. Its helpers run inside a script's call, after
+-- lib.lua's `enter` has checked KEYS[1] = "<base>:ids" and set BASE from
+-- ARGV[1]; every key they touch is built from BASE (one cluster slot). The
+-- rest comes in as parameters.
 
 -- A pseudo-random key for worker position i under a per-request seed, so
 -- that among tied workers each is equally likely to come first. Two
@@ -16,9 +20,10 @@ end
 
 -- The i-th hash (1-based), as 16 hex digits, of a chain packed as one string
 -- of 8-byte big-endian hashes. Binary halves the argument: Valkey's Lua
--- hashes every byte of every string it creates (~1.2 ns a byte here), and
--- the chain is most of what a routing call sends.
--- Also returns the hash's forward-map bucket key.
+-- hashes every byte of every string it creates (about 1.6 ns a byte here),
+-- and the chain is most of what a routing call sends.
+-- Also returns the hash's forward-map bucket key: bucket_key's rule (lib.lua)
+-- applied to the bytes, without cutting the hex string apart again.
 local function packed_hash(chain, i)
   local a, b, c, d, e, f, g, h = sbyte(chain, 8 * i - 7, 8 * i)
   local hash = HEX[a] .. HEX[b] .. HEX[c] .. HEX[d] .. HEX[e] .. HEX[f] .. HEX[g] .. HEX[h]

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::codes::{Code, Issue};
-use super::format::{ViewField, view_field, view_record};
+use super::format::{ViewField, view_field};
 use super::rules::Known;
 use super::schema::parse_idx;
 use crate::state::ViewRecord;
@@ -107,7 +107,7 @@ pub(crate) fn incarnation_issues(f: &IncarnationFacts) -> Vec<Issue> {
         }
     }
     if let (Some(view), Some(rec)) = (&f.view, &f.record) {
-        let want = view_record(rec);
+        let want = ViewRecord::encode(rec);
         if Some(view) != want.as_ref() {
             let decoded = |b: Option<&Vec<u8>>| b.and_then(|b| ViewRecord::decode(b));
             push(
@@ -294,7 +294,7 @@ mod tests {
                 lease: Some(2_000),
                 purging: false,
             },
-            view: view_record(&rec),
+            view: ViewRecord::encode(&rec),
             record: Some(rec),
             ids_of_record_id: Some(idx.to_string()),
             seq: Some("7".into()),

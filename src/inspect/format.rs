@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 
 use super::schema::parse_idx;
-use crate::state::ViewRecord;
 
 /// A forward entry's kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,12 +92,6 @@ fn parse_entry(token: &str) -> Option<Entry> {
         kind,
         expiry_s: exp.parse().ok()?,
     })
-}
-
-/// The routing-view record lib.lua's `view_refresh` writes for `record`
-/// (`None` when it has no id).
-pub(crate) fn view_record(record: &BTreeMap<String, String>) -> Option<Vec<u8>> {
-    ViewRecord::encode(record)
 }
 
 /// A routing-view field: an incarnation's record, a router's in-flight

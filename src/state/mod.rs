@@ -29,7 +29,7 @@ pub use route::{ROUTE_CLAIM, ROUTE_HEAD, RouteOutcome, RouteParams};
 pub use scripts::{ScriptName, ScriptSet};
 pub use sync::SyncOutcome;
 pub use ttl::{BatchLimits, StateTtls};
-pub use view_record::{VIEW_FIELDS, ViewRecord};
+pub use view_record::ViewRecord;
 
 use connections::Connections;
 use std::sync::Arc;

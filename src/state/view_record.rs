@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 /// The worker-record fields a view record holds, in order.
-pub const VIEW_FIELDS: [&str; 9] = [
+const VIEW_FIELDS: [&str; 9] = [
     "lease_until",
     "synced_until",
     "syncing",
