@@ -1,0 +1,35 @@
+//! The fleet's wire formats, pure: no I/O, no clock, no async. Everything
+//! the router, the store, the workers and the simulator must agree on byte
+//! for byte is defined here once.
+//!
+//! Layout (nothing here depends on another crate of the workspace):
+//!
+//! * [`hashing`]: vLLM's chained block hashes (`sha256_cbor`), the 64-bit
+//!   external [`BlockHash`] and its text forms.
+//! * [`kv_events`]: vLLM's KV-cache event batches (msgpack), decoded and
+//!   encoded; the ZeroMQ sockets that carry them are in `worker`.
+//! * [`push`]: the JSON bodies and replies of the worker push API.
+//! * `load`: [`WorkerLoad`], a worker's own gauges.
+//! * [`vllm_metrics`]: vLLM's load gauges parsed from `GET /metrics`.
+//! * `names`: [`check_name`], the rule for model, worker and router names.
+//! * `duration`: [`parse_duration`], human durations for flags and TOML.
+//! * `redact`: [`redact_url`], a URL without its password, for logs.
+//!
+//! Within: `push` and `vllm_metrics` use `hashing` and `load`; `kv_events`
+//! uses `hashing`'s digests.
+
+pub mod hashing;
+pub mod kv_events;
+pub mod push;
+pub mod vllm_metrics;
+
+mod duration;
+mod load;
+mod names;
+mod redact;
+
+pub use duration::parse_duration;
+pub use hashing::BlockHash;
+pub use load::WorkerLoad;
+pub use names::{InvalidName, MAX_NAME_LEN, check_name};
+pub use redact::redact_url;

@@ -1,0 +1,200 @@
+//! The worker push API's JSON bodies (`/internal/*`), one definition for
+//! both sides: the router deserializes what the `worker` crate's client
+//! serializes, and the other way round for replies. Block hashes serialize
+//! as [`BlockHash`] does (16 lower-case hex digits) and parse from that or
+//! from a JSON unsigned integer.
+//!
+//! Requests borrow on the sending side and own on the receiving side
+//! (`Cow`), so a worker does not copy a 65,536-hash batch to send it.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+
+use crate::hashing::BlockHash;
+use crate::load::WorkerLoad;
+
+/// `POST /internal/heartbeat`: register, or renew the lease and load.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HeartbeatBody<'a> {
+    /// The worker's stable id.
+    pub worker_id: Cow<'a, str>,
+    /// Base URL requests are sent to.
+    pub url: Cow<'a, str>,
+    /// The model it serves; may be omitted once registered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<Cow<'a, str>>,
+    /// Its load, when it reports one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<WorkerLoad>,
+}
+
+/// `POST /internal/stored`: blocks the worker now caches.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredBody<'a> {
+    /// The worker's id.
+    pub worker_id: Cow<'a, str>,
+    /// The model; may be omitted once registered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<Cow<'a, str>>,
+    /// The blocks, in any order.
+    pub block_hashes: Cow<'a, [BlockHash]>,
+}
+
+/// `POST /internal/eviction`: blocks the worker evicted.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EvictionBody<'a> {
+    /// The worker's id.
+    pub worker_id: Cow<'a, str>,
+    /// The model; may be omitted once registered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<Cow<'a, str>>,
+    /// The blocks, in any order.
+    pub evicted_hashes: Cow<'a, [BlockHash]>,
+}
+
+/// `POST /internal/sync`: a whole snapshot, or one chunk of `sync_id`
+/// (`"last": false` on every chunk but the last).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SyncBody<'a> {
+    /// The worker's id.
+    pub worker_id: Cow<'a, str>,
+    /// The model; may be omitted once registered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<Cow<'a, str>>,
+    /// Every block the worker holds (this chunk of them).
+    pub active_hashes: Cow<'a, [BlockHash]>,
+    /// Names one chunked snapshot; never reused for another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_id: Option<Cow<'a, str>>,
+    /// False on every chunk but the last; absent means true.
+    #[serde(default = "yes")]
+    pub last: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The answer to a heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatReply {
+    /// The worker's id.
+    pub worker_id: String,
+    /// The model it is registered for.
+    pub model: String,
+    /// The lease length: heartbeat well within it.
+    pub lease_ms: u64,
+    /// The worker's incarnation; a different number than last time means
+    /// the fleet forgot the worker (lease expired or drained) in between.
+    pub incarnation: u64,
+    /// True when this heartbeat registered a new incarnation: the fleet holds
+    /// no blocks for the worker, a full sync is needed.
+    pub registered: bool,
+}
+
+/// The answer to `stored`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredReply {
+    /// Entries that did not exist.
+    pub inserted: u64,
+    /// Speculative entries now confirmed.
+    pub promoted: u64,
+    /// Confirmed entries whose expiry was pushed back.
+    pub refreshed: u64,
+}
+
+/// The answer to `eviction`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvictionReply {
+    /// Entries removed.
+    pub removed: u64,
+}
+
+/// The answer to `sync`: `active` once a snapshot is applied (202 with
+/// `staged` for a chunk before the last).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncReply {
+    /// The chunked snapshot's id, when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_id: Option<String>,
+    /// Hashes staged so far (chunks before the last).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged: Option<u64>,
+    /// Blocks the fleet now holds for the worker (the snapshot plus live
+    /// speculative claims of requests routed meanwhile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<u64>,
+}
+
+/// The answer to `DELETE /internal/workers/{id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeregisterReply {
+    /// The worker's id.
+    pub worker_id: String,
+    /// Its model.
+    pub model: String,
+    /// Always true: an unknown worker is a 404.
+    pub deregistered: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_round_trip_in_the_api_shape() {
+        let hashes = [BlockHash(1), BlockHash(u64::MAX)];
+        let body = SyncBody {
+            worker_id: "w".into(),
+            model: Some("m".into()),
+            active_hashes: Cow::Borrowed(&hashes),
+            sync_id: None,
+            last: true,
+        };
+        let json = serde_json::to_value(&body).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"worker_id": "w", "model": "m",
+                "active_hashes": ["0000000000000001", "ffffffffffffffff"], "last": true})
+        );
+        let back: SyncBody<'_> = serde_json::from_value(json).unwrap();
+        assert_eq!(back.active_hashes.as_ref(), &hashes);
+        let hb = HeartbeatBody {
+            worker_id: "w".into(),
+            url: "http://h:1".into(),
+            model: None,
+            load: Some(WorkerLoad {
+                num_requests_waiting: 2,
+                num_requests_running: 3,
+                kv_cache_usage_perc: 0.5,
+            }),
+        };
+        let json = serde_json::to_value(&hb).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"worker_id": "w", "url": "http://h:1", "load":
+                {"num_requests_waiting": 2, "num_requests_running": 3, "kv_cache_usage_perc": 0.5}})
+        );
+    }
+
+    #[test]
+    fn omitted_fields_take_their_defaults() {
+        let b: SyncBody<'_> =
+            serde_json::from_str(r#"{"worker_id":"w","active_hashes":[1,"00000000000000ff"]}"#)
+                .unwrap();
+        assert!(b.last && b.model.is_none() && b.sync_id.is_none());
+        assert_eq!(b.active_hashes.as_ref(), &[BlockHash(1), BlockHash(255)]);
+        let hb: HeartbeatBody<'_> = serde_json::from_str(
+            r#"{"worker_id":"w","url":"u","load":{"num_requests_waiting":4}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            hb.load,
+            Some(WorkerLoad {
+                num_requests_waiting: 4,
+                ..WorkerLoad::default()
+            })
+        );
+    }
+}

@@ -1,0 +1,153 @@
+//! Proxy overhead: the same client and the same stub worker, called
+//! directly and through a router (real routing path: tokenize, hash, the
+//! atomic Valkey call, forwarding), interleaved in one run.
+//!
+//! `cargo bench --bench proxy_bench`
+
+#[path = "../../state/benches/state_bench/server.rs"]
+mod server;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::response::Response;
+use clap::Parser;
+use prefix_router::{ServeArgs, ServeConfig};
+use state::{BatchLimits, ConnectionSettings, StateStore, StateTtls, WorkerHeartbeat};
+
+const MODEL: &str = "bench";
+const RUNS: usize = 300;
+const SSE: [&str; 3] = [
+    "data: {\"text\":\"a\"}\n\n",
+    "data: {\"text\":\"b\"}\n\n",
+    "data: [DONE]\n\n",
+];
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+/// A stub worker that answers at once: JSON, or three SSE chunks.
+async fn stub(body: Bytes) -> Response {
+    let streamed =
+        serde_json::from_slice::<serde_json::Value>(&body).is_ok_and(|v| v["stream"] == true);
+    if streamed {
+        let chunks = SSE
+            .iter()
+            .map(|c| Ok::<_, std::io::Error>(Bytes::from_static(c.as_bytes())));
+        return Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(Body::from_stream(futures_util::stream::iter(chunks)))
+            .unwrap_or_default();
+    }
+    Response::new(Body::from("{\"choices\":[{\"text\":\"ok\"}]}"))
+}
+
+fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
+    v.sort();
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+async fn run() -> Result<()> {
+    let valkey = server::ValkeyGuard::start()?;
+    let stub_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let stub_url = format!("http://{}", stub_listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(stub_listener, Router::new().fallback(stub)).await });
+    let store = StateStore::new(
+        ConnectionSettings::new(&valkey.url()),
+        "pr",
+        "bench-probe",
+        StateTtls {
+            worker_lease: Duration::from_secs(3600),
+            ..StateTtls::default()
+        },
+        BatchLimits::default(),
+    )?;
+    let hb = WorkerHeartbeat {
+        worker_id: "stub".into(),
+        url: stub_url.clone(),
+        load: None,
+    };
+    store.heartbeat(MODEL, &hb).await?;
+
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tokenizers/qwen3");
+    let router_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let router_url = format!("http://{}", router_listener.local_addr()?);
+    let cli = Cli::try_parse_from([
+        "serve",
+        "--valkey",
+        &valkey.url(),
+        "--model",
+        MODEL,
+        "--tokenizer-dir",
+        dir.to_str().unwrap_or_default(),
+        "--internal-token",
+        "bench",
+    ])?;
+    let cfg = ServeConfig::resolve(cli.serve)?;
+    let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(prefix_router::serve_on(
+        router_listener,
+        cfg,
+        stop_rx,
+        std::future::pending(),
+    ));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let client = reqwest::Client::builder().tcp_nodelay(true).build()?;
+    // A ~1k-token prompt with a shared prefix, as a warm production request.
+    let prefix = "You are a helpful assistant for the router benchmark.\n".repeat(80);
+    println!(
+        "| request | direct p50 | via router p50 | overhead p50 | direct p99 | via router p99 |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    for stream in [false, true] {
+        let (mut direct, mut routed) = (Vec::new(), Vec::new());
+        for i in 0..RUNS + 20 {
+            let body = serde_json::json!({"model": MODEL, "prompt": format!("{prefix}Question {i}?"), "stream": stream});
+            for (base, times) in [(&stub_url, &mut direct), (&router_url, &mut routed)] {
+                let t = Instant::now();
+                let resp = client
+                    .post(format!("{base}/v1/completions"))
+                    .json(&body)
+                    .send()
+                    .await?;
+                anyhow::ensure!(resp.status().is_success(), "{base}: {}", resp.status());
+                let bytes = resp.bytes().await?;
+                let elapsed = t.elapsed();
+                anyhow::ensure!(!bytes.is_empty(), "empty body");
+                if i >= 20 {
+                    times.push(elapsed);
+                }
+            }
+        }
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let (d50, r50) = (pct(direct.clone(), 0.5), pct(routed.clone(), 0.5));
+        println!(
+            "| {} | {:.3} ms | {:.3} ms | +{:.3} ms | {:.3} ms | {:.3} ms |",
+            if stream {
+                "streamed (3 SSE chunks)"
+            } else {
+                "non-streamed"
+            },
+            ms(d50),
+            ms(r50),
+            ms(r50) - ms(d50),
+            ms(pct(direct, 0.99)),
+            ms(pct(routed, 0.99)),
+        );
+    }
+    println!(
+        "\n{RUNS} requests each (after 20 warm-up), direct and routed interleaved; ~1k-token prompt with a seen prefix; one worker."
+    );
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    tokio::runtime::Runtime::new()?.block_on(run())
+}

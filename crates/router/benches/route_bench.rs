@@ -1,0 +1,311 @@
+//! The routing decision's cost: tokenize + hash + the atomic Valkey call,
+//! for 1k, 8k and 32k-token prompts, cold (a prefix never seen) and warm
+//! (a seen prefix, new question), plus Valkey server time per routed request
+//! (exact per call, from `INFO commandstats` deltas).
+//!
+//! `cargo bench --bench route_bench`
+
+#[path = "../../state/benches/state_bench/server.rs"]
+mod server;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use prefix_router::routing::CacheAwareConfig;
+use protocol::hashing::{BlockHash, HashSeed};
+use state::{BatchLimits, ConnectionSettings, ROUTE_HEAD, StateStore, StateTtls, WorkerHeartbeat};
+use tokenize::ModelPipeline;
+
+const MODEL: &str = "bench";
+/// Decisions per cold row (each new prompt is tokenized in full).
+const RUNS: usize = 41;
+/// Decisions per warm row: cheap to prepare, and more of them steady the
+/// server-time median.
+const WARM_RUNS: usize = 401;
+const ROUTER: &str = "bench-router";
+
+fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
+    v.sort();
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Varied text of `lines` lines, distinct per `seed`.
+fn text(lines: usize, seed: usize) -> String {
+    let words = [
+        "cache", "prefix", "router", "token", "block", "worker", "valkey", "stream", "latency",
+        "hash",
+    ];
+    let mut out = String::new();
+    let mut i = 0;
+    while i < lines {
+        out.push_str(&format!(
+            "Line {seed}-{i}: the {} of the {} is {}.\n",
+            words[(i + seed) % 10],
+            words[(i * 3) % 10],
+            i * 7 + seed
+        ));
+        i += 1;
+    }
+    out
+}
+
+/// One prompt, tokenized and hashed, with the time each step took.
+struct Prepared {
+    tokens: usize,
+    hashes: Vec<BlockHash>,
+    tokenize: Duration,
+    hash: Duration,
+}
+
+fn prepare(pipeline: &ModelPipeline, prompt: &str) -> Result<Prepared> {
+    let t = Instant::now();
+    let ids = pipeline.tokenizer.encode(prompt, true)?;
+    let tokenize = t.elapsed();
+    let hashes = pipeline.block_hashes(&ids, None, None);
+    Ok(Prepared {
+        tokens: ids.len(),
+        hashes,
+        tokenize,
+        hash: t.elapsed() - tokenize,
+    })
+}
+
+/// What one routing call did: its wall time, and the tail claim the proxy
+/// makes off the critical path.
+struct Routed {
+    wall: Duration,
+    worker: Option<String>,
+    tail: Vec<BlockHash>,
+}
+
+/// The Valkey part of one decision as the proxy makes it: a read-only lookup
+/// when the chain is longer than the routed head, then the atomic route call.
+async fn route(store: &StateStore, p: &Prepared) -> Result<Routed> {
+    let t = Instant::now();
+    let head = p.hashes.len().min(ROUTE_HEAD);
+    let hints: Vec<(String, usize)> = if p.hashes.len() > ROUTE_HEAD {
+        let full = store.lookup(MODEL, &p.hashes).await?;
+        full.workers
+            .iter()
+            .filter(|w| w.matched_blocks > head)
+            .map(|w| (w.info.worker_id.clone(), w.matched_blocks - head))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let params = CacheAwareConfig {
+        epsilon: 1000.0,
+        ..CacheAwareConfig::default()
+    }
+    .route_params(p.tokens as u64, 16, 1);
+    let o = store
+        .route(MODEL, &p.hashes[..head], &params, &hints)
+        .await?;
+    let wall = t.elapsed();
+    let worker = o.chosen.map(|i| o.lookup.workers[i].info.worker_id.clone());
+    let tail = p.hashes[o.covered.min(p.hashes.len())..].to_vec();
+    Ok(Routed { wall, worker, tail })
+}
+
+/// Server-side statistics of the script calls in one window.
+struct Window {
+    calls: u64,
+    usec: u64,
+    p50: f64,
+    p99: f64,
+}
+
+/// A raw connection for statistics and the bench's own bookkeeping.
+struct Stats {
+    conn: redis::aio::MultiplexedConnection,
+}
+
+impl Stats {
+    async fn reset(&mut self) -> Result<()> {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut self.conn)
+            .await?;
+        Ok(())
+    }
+
+    /// FCALL and FCALL_RO since the last reset: calls and usec from `INFO
+    /// commandstats`, p50/p99 from `INFO latencystats` (FCALL only).
+    async fn window(&mut self) -> Result<Window> {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .arg("latencystats")
+            .query_async(&mut self.conn)
+            .await?;
+        let mut w = Window {
+            calls: 0,
+            usec: 0,
+            p50: 0.0,
+            p99: 0.0,
+        };
+        for line in info.lines() {
+            let Some((name, fields)) = line.split_once(':') else {
+                continue;
+            };
+            let field = |key: &str| {
+                fields
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            match name {
+                "cmdstat_fcall" | "cmdstat_fcall_ro" => {
+                    w.calls += field("calls") as u64;
+                    w.usec += field("usec") as u64;
+                }
+                "latency_percentiles_usec_fcall" => {
+                    w.p50 = field("p50");
+                    w.p99 = field("p99");
+                }
+                _ => {}
+            }
+        }
+        Ok(w)
+    }
+
+    /// Ends `worker`'s in-flight request with a plain HINCRBY on the routing
+    /// view (docs/state.md), so that the window's FCALLs are the route calls
+    /// alone. The proxy uses the `inflight` script for this.
+    async fn release(&mut self, worker: &str) -> Result<()> {
+        let base = format!("rb:{{{MODEL}}}");
+        let idx: String = redis::cmd("HGET")
+            .arg(format!("{base}:ids"))
+            .arg(worker)
+            .query_async(&mut self.conn)
+            .await?;
+        let _: i64 = redis::cmd("HINCRBY")
+            .arg(format!("{base}:view"))
+            .arg(format!("{idx}:{ROUTER}"))
+            .arg(-1)
+            .query_async(&mut self.conn)
+            .await?;
+        Ok(())
+    }
+}
+
+/// One row: prompts prepared first, then their route calls back to back in
+/// one statistics window (each request released before the next, as if it
+/// had completed), then the tail claims the proxy would make off the
+/// critical path.
+async fn row(
+    store: &StateStore,
+    stats: &mut Stats,
+    prepared: &[Prepared],
+) -> Result<(Vec<Duration>, Window)> {
+    stats.reset().await?;
+    let mut walls = Vec::new();
+    let mut tails = Vec::new();
+    for p in prepared {
+        let r = route(store, p).await?;
+        if let Some(w) = &r.worker {
+            stats.release(w).await?;
+            tails.push((w.clone(), r.tail));
+        }
+        walls.push(p.tokenize + p.hash + r.wall);
+    }
+    let window = stats.window().await?;
+    for (worker, tail) in tails {
+        if !tail.is_empty() {
+            store.claim(MODEL, &worker, &tail).await?;
+        }
+    }
+    Ok((walls, window))
+}
+
+async fn run() -> Result<()> {
+    let valkey = server::ValkeyGuard::start()?;
+    let url = valkey.url();
+    let mut settings = ConnectionSettings::new(&url);
+    settings.hot_timeout = Duration::from_secs(2);
+    let ttls = StateTtls {
+        worker_lease: Duration::from_secs(3600),
+        ..StateTtls::default()
+    };
+    let store = StateStore::new(settings, "rb", ROUTER, ttls, BatchLimits::default())?;
+    store.router_lease(MODEL, Duration::from_secs(3600)).await?;
+    for i in 0..8 {
+        let hb = WorkerHeartbeat {
+            worker_id: format!("w{i}"),
+            url: "http://127.0.0.1:9".into(),
+            load: None,
+        };
+        store.heartbeat(MODEL, &hb).await?;
+    }
+    let mut stats = Stats {
+        conn: redis::Client::open(url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?,
+    };
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tokenizers/qwen3");
+    let pipeline = ModelPipeline::load(&dir, 16, &HashSeed::Default)?;
+    println!(
+        "| prompt | prefix | p50 | p99 | p50 tokenize | p50 hash | p50 Valkey call | route server p50 / p99 | server time per request (mean) |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    // Lines per prompt size, calibrated with the tokenizer.
+    let per_line = pipeline.tokenizer.encode_plain(&text(100, 1), true)?.len() as f64 / 100.0;
+    for tokens in [1024usize, 8192, 32768] {
+        let lines = (tokens as f64 / per_line) as usize;
+        for warm in [false, true] {
+            let shared = text(lines, 999_999);
+            if warm {
+                let p = prepare(&pipeline, &format!("{shared}Warm-up question\n"))?;
+                row(&store, &mut stats, &[p]).await?;
+            }
+            let mut prepared = Vec::new();
+            let runs = if warm { WARM_RUNS } else { RUNS };
+            for r in 0..runs {
+                let prompt = if warm {
+                    format!("{shared}Question {r}?\n")
+                } else {
+                    text(lines, r * 31 + tokens)
+                };
+                prepared.push(prepare(&pipeline, &prompt)?);
+            }
+            let (walls, w) = row(&store, &mut stats, &prepared).await?;
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            let p50_of =
+                |f: fn(&Prepared) -> Duration| ms(pct(prepared.iter().map(f).collect(), 0.5));
+            let calls: Vec<Duration> = walls
+                .iter()
+                .zip(&prepared)
+                .map(|(w, p)| *w - p.tokenize - p.hash)
+                .collect();
+            println!(
+                "| {}k tokens | {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.0} / {:.0} µs | {:.0} µs |",
+                tokens / 1024,
+                if warm {
+                    "seen before (warm)"
+                } else {
+                    "new (cold)"
+                },
+                ms(pct(walls.clone(), 0.5)),
+                ms(pct(walls, 0.99)),
+                p50_of(|p| p.tokenize),
+                p50_of(|p| p.hash),
+                ms(pct(calls, 0.5)),
+                w.p50,
+                w.p99,
+                w.usec as f64 / runs as f64,
+            );
+            if w.calls != runs as u64 {
+                println!("(row above: {} script calls for {runs} requests)", w.calls);
+            }
+        }
+    }
+    println!(
+        "\n{RUNS} decisions per cold row, {WARM_RUNS} per warm row; 8 live workers. Prompts are tokenized and hashed first; then their route calls run back to back (each request released before the next), and the tail claims after. Server times: `INFO latencystats` p50/p99 of FCALL and `INFO commandstats` usec per request, over the route calls alone (long chains add a FCALL_RO lookup)."
+    );
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    tokio::runtime::Runtime::new()?.block_on(run())
+}

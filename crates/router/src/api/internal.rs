@@ -1,0 +1,191 @@
+//! The worker push API: heartbeats, stored blocks, evictions, syncs, drain.
+
+use std::borrow::Cow;
+
+use axum::Json;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::{ApiError, AppState, JsonBody};
+use protocol::check_name;
+use protocol::push::{
+    DeregisterReply, EvictionBody, EvictionReply, HeartbeatBody, HeartbeatReply, StoredBody,
+    StoredReply, SyncBody, SyncReply,
+};
+use state::{StateError, WorkerHeartbeat};
+
+/// `?model=` on routes without a body.
+#[derive(Deserialize)]
+pub struct ModelQuery {
+    model: Option<String>,
+}
+
+/// The model a report is for: the body's, else the one the worker registered
+/// with, else the router's configured model.
+async fn resolve_model(
+    app: &AppState,
+    given: Option<String>,
+    worker_id: &str,
+) -> Result<String, ApiError> {
+    check_name("worker_id", worker_id)?;
+    if let Some(m) = given {
+        check_name("model", &m)?;
+        return Ok(m);
+    }
+    if let Some(m) = app.store.worker_model(worker_id).await? {
+        return Ok(m);
+    }
+    app.default_model.clone().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_worker",
+            format!("worker {worker_id:?} is not registered and the request names no model"),
+        )
+    })
+}
+
+fn check_url(url: &str) -> Result<(), ApiError> {
+    let ok = (url.starts_with("http://") || url.starts_with("https://"))
+        && url.len() > "http://".len()
+        && url.len() <= 2048
+        && !url.chars().any(|c| c.is_whitespace() || c.is_control());
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(
+            "url must be an http:// or https:// URL of at most 2048 characters",
+        ))
+    }
+}
+
+/// Registers a worker or renews its lease; returns the lease length.
+pub async fn heartbeat(
+    State(app): State<AppState>,
+    JsonBody(b): JsonBody<HeartbeatBody<'static>>,
+) -> Result<Json<HeartbeatReply>, ApiError> {
+    check_url(&b.url)?;
+    let model = resolve_model(&app, b.model.map(Cow::into_owned), &b.worker_id).await?;
+    let hb = WorkerHeartbeat {
+        worker_id: b.worker_id.into_owned(),
+        url: b.url.into_owned(),
+        load: b.load,
+    };
+    let lease = app.store.heartbeat(&model, &hb).await?;
+    if lease.new {
+        let url = protocol::redact_url(&hb.url);
+        tracing::info!(worker_id = %hb.worker_id, model, url, incarnation = lease.incarnation, "worker registered");
+    }
+    Ok(Json(HeartbeatReply {
+        worker_id: hb.worker_id,
+        model,
+        lease_ms: lease.lease_ms,
+        incarnation: lease.incarnation,
+        registered: lease.new,
+    }))
+}
+
+/// Confirms blocks the worker now caches.
+pub async fn stored(
+    State(app): State<AppState>,
+    JsonBody(b): JsonBody<StoredBody<'static>>,
+) -> Result<Json<StoredReply>, ApiError> {
+    let model = resolve_model(&app, b.model.map(Cow::into_owned), &b.worker_id).await?;
+    let out = app
+        .store
+        .stored(&model, &b.worker_id, &b.block_hashes)
+        .await?;
+    Ok(Json(StoredReply {
+        inserted: out.inserted,
+        promoted: out.promoted,
+        refreshed: out.refreshed,
+    }))
+}
+
+/// Removes blocks the worker evicted (the batched fast path).
+pub async fn eviction(
+    State(app): State<AppState>,
+    JsonBody(b): JsonBody<EvictionBody<'static>>,
+) -> Result<Json<EvictionReply>, ApiError> {
+    let model = resolve_model(&app, b.model.map(Cow::into_owned), &b.worker_id).await?;
+    let removed = app
+        .store
+        .evict(&model, &b.worker_id, &b.evicted_hashes)
+        .await?;
+    Ok(Json(EvictionReply { removed }))
+}
+
+/// Destructive sync: the worker's block set becomes exactly its snapshot.
+pub async fn sync(
+    State(app): State<AppState>,
+    JsonBody(b): JsonBody<SyncBody<'static>>,
+) -> Result<Response, ApiError> {
+    let model = resolve_model(&app, b.model.map(Cow::into_owned), &b.worker_id).await?;
+    let store = &app.store;
+    let Some(sync_id) = b.sync_id else {
+        if !b.last {
+            return Err(ApiError::bad_request("\"last\": false needs a sync_id"));
+        }
+        let out = store.sync(&model, &b.worker_id, &b.active_hashes).await?;
+        let reply = SyncReply {
+            sync_id: None,
+            staged: None,
+            active: Some(out.active),
+        };
+        return Ok(Json(reply).into_response());
+    };
+    let staged = store
+        .sync_stage(&model, &b.worker_id, &sync_id, &b.active_hashes)
+        .await?;
+    if !b.last {
+        let reply = SyncReply {
+            sync_id: Some(sync_id.into_owned()),
+            staged: Some(staged),
+            active: None,
+        };
+        return Ok((StatusCode::ACCEPTED, Json(reply)).into_response());
+    }
+    let out = store.sync_commit(&model, &b.worker_id, &sync_id).await?;
+    let reply = SyncReply {
+        sync_id: Some(sync_id.into_owned()),
+        staged: None,
+        active: Some(out.active),
+    };
+    Ok(Json(reply).into_response())
+}
+
+/// Drains a worker: out of routing now, its entries purged in the background.
+pub async fn deregister(
+    State(app): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<ModelQuery>, QueryRejection>,
+) -> Result<Json<DeregisterReply>, ApiError> {
+    let Path(worker_id) = path.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let model = resolve_model(&app, q.model, &worker_id).await?;
+    if !app.store.deregister(&model, &worker_id).await? {
+        return Err(StateError::UnknownWorker { worker_id, model }.into());
+    }
+    tracing::info!(worker_id, model, "worker deregistered; purging its entries");
+    let store = app.store.clone();
+    let purge_model = model.clone();
+    tokio::spawn(async move {
+        loop {
+            match store.purge_step(&purge_model).await {
+                Ok((_, 0)) => break,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "background purge stopped; gc will finish it");
+                    break;
+                }
+            }
+        }
+    });
+    Ok(Json(DeregisterReply {
+        worker_id,
+        model,
+        deregistered: true,
+    }))
+}

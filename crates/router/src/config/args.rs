@@ -1,0 +1,120 @@
+//! The flags of `prefix-router serve` ([`ServeArgs`]), as clap parses them;
+//! [`super::ServeConfig::resolve`] layers them over the file and defaults.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use protocol::parse_duration;
+
+use super::StaticWorker;
+
+/// Flags of `prefix-router serve`; each also reads `PREFIX_ROUTER_<NAME>`.
+#[derive(Debug, Default, clap::Args)]
+pub struct ServeArgs {
+    /// TOML configuration file.
+    #[arg(long, env = "PREFIX_ROUTER_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address to serve on [default: 127.0.0.1:8080].
+    #[arg(long, env = "PREFIX_ROUTER_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Valkey URL: redis://, rediss://, valkey:// or valkeys://; user,
+    /// password and TLS go in the URL [default: redis://127.0.0.1:6379].
+    #[arg(long, env = "PREFIX_ROUTER_VALKEY", hide_env_values = true)]
+    pub valkey: Option<String>,
+    /// Namespace of every key, so that several fleets share one Valkey [default: pr].
+    #[arg(long, env = "PREFIX_ROUTER_KEY_PREFIX")]
+    pub key_prefix: Option<String>,
+    /// A static worker `[ID=]URL` (repeatable; comma-separated in the env).
+    #[arg(long = "worker", env = "PREFIX_ROUTER_WORKERS", value_delimiter = ',')]
+    pub workers: Vec<StaticWorker>,
+    /// The model of the static workers, and of reports that name none.
+    #[arg(long, env = "PREFIX_ROUTER_MODEL")]
+    pub model: Option<String>,
+    /// Directory with the model's tokenizer.json and tokenizer_config.json.
+    #[arg(long, env = "PREFIX_ROUTER_TOKENIZER_DIR")]
+    pub tokenizer_dir: Option<PathBuf>,
+    /// Bearer token of the internal and admin routes.
+    #[arg(long, env = "PREFIX_ROUTER_INTERNAL_TOKEN", hide_env_values = true)]
+    pub internal_token: Option<String>,
+    /// Serve internal routes without a token (loudly logged; tests only).
+    #[arg(long, env = "PREFIX_ROUTER_ALLOW_UNAUTHENTICATED_INTERNAL")]
+    pub allow_unauthenticated_internal: bool,
+    /// This router's id, unique per process [default: <hostname>-<pid>-<random>].
+    #[arg(long, env = "PREFIX_ROUTER_ROUTER_ID")]
+    pub router_id: Option<String>,
+    /// Life of a speculative (routed, unconfirmed) entry [default: 30s].
+    #[arg(long, env = "PREFIX_ROUTER_SPECULATIVE_TTL", value_parser = parse_duration)]
+    pub speculative_ttl: Option<Duration>,
+    /// Life of a confirmed entry, refreshed by every sync [default: 10m].
+    #[arg(long, env = "PREFIX_ROUTER_CONFIRMED_TTL", value_parser = parse_duration)]
+    pub confirmed_ttl: Option<Duration>,
+    /// A worker without heartbeat leaves routing after this [default: 15s].
+    #[arg(long, env = "PREFIX_ROUTER_WORKER_LEASE", value_parser = parse_duration)]
+    pub worker_lease: Option<Duration>,
+    /// A crashed router's in-flight counts expire after this [default: 15s].
+    #[arg(long, env = "PREFIX_ROUTER_ROUTER_LEASE", value_parser = parse_duration)]
+    pub router_lease: Option<Duration>,
+    /// Period of the gc pass over every model [default: 1s].
+    #[arg(long, env = "PREFIX_ROUTER_GC_INTERVAL", value_parser = parse_duration)]
+    pub gc_interval: Option<Duration>,
+    /// Deadline of a routing call to Valkey, then fallback routing [default: 20ms].
+    #[arg(long, env = "PREFIX_ROUTER_VALKEY_TIMEOUT", value_parser = parse_duration)]
+    pub valkey_timeout: Option<Duration>,
+    /// Largest request body accepted, in bytes [default: 16777216].
+    #[arg(long, env = "PREFIX_ROUTER_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<usize>,
+    /// Routing policy: cache_aware, round_robin, least_loaded, consistent_hash [default: cache_aware].
+    #[arg(long, env = "PREFIX_ROUTER_POLICY")]
+    pub policy: Option<String>,
+    /// The engine's KV block size in tokens (vLLM --block-size) [default: 16].
+    #[arg(long, env = "PREFIX_ROUTER_BLOCK_SIZE")]
+    pub block_size: Option<usize>,
+    /// The engine's PYTHONHASHSEED, if it sets one (it seeds the block hashes).
+    #[arg(long, env = "PREFIX_ROUTER_HASH_SEED")]
+    pub hash_seed: Option<String>,
+    /// Workers tried per request before giving up [default: 3].
+    #[arg(long, env = "PREFIX_ROUTER_MAX_ATTEMPTS")]
+    pub max_attempts: Option<usize>,
+    /// Bounded load: no affinity above (1 + ε) × the mean load [default: 0.25].
+    #[arg(long, env = "PREFIX_ROUTER_EPSILON")]
+    pub epsilon: Option<f64>,
+    /// What one request ahead in a worker's queue costs, in prompt tokens to
+    /// prefill: the weight of load against locality [default: 512].
+    #[arg(long, env = "PREFIX_ROUTER_QUEUE_COST_TOKENS")]
+    pub queue_cost_tokens: Option<f64>,
+    /// A LoRA adapter `NAME=PATH` the engines serve for --model (repeatable):
+    /// requests naming it are hashed with it, as vLLM does.
+    #[arg(long = "lora", env = "PREFIX_ROUTER_LORAS", value_delimiter = ',')]
+    pub loras: Vec<String>,
+    /// Scrape every live worker's `/metrics` for its load this often
+    /// [default: off].
+    #[arg(long, env = "PREFIX_ROUTER_SCRAPE_METRICS_INTERVAL", value_parser = parse_duration)]
+    pub scrape_metrics_interval: Option<Duration>,
+    /// What the router exposes to clients: its internal listener and its
+    /// limits on slow or oversized requests. Boxed to keep `ServeArgs` (a
+    /// variant of the binary's command enum) small.
+    #[command(flatten)]
+    pub exposure: Box<ExposureArgs>,
+}
+
+/// Flags of `serve` about the router's exposure to clients (flattened into
+/// [`ServeArgs`]).
+#[derive(Debug, Default, Clone, clap::Args)]
+pub struct ExposureArgs {
+    /// A second address for the worker push API and operator routes
+    /// (`/internal/*`, `/admin/*`, `/metrics`); when set, they are served
+    /// only there, so the push port can be kept off the public balancer
+    /// [default: off, everything on --listen].
+    #[arg(long, env = "PREFIX_ROUTER_INTERNAL_LISTEN")]
+    pub internal_listen: Option<SocketAddr>,
+    /// A client must send a request's head within this (from connecting,
+    /// or from the request's first byte), and its body within this again;
+    /// slower clients are cut off [default: 30s].
+    #[arg(long, env = "PREFIX_ROUTER_CLIENT_TIMEOUT", value_parser = parse_duration)]
+    pub client_timeout: Option<Duration>,
+    /// Longest prompt routed, in tokens; longer ones get a 413 before any
+    /// state is written [default: 1000000].
+    #[arg(long, env = "PREFIX_ROUTER_MAX_PROMPT_TOKENS")]
+    pub max_prompt_tokens: Option<u64>,
+}

@@ -1,0 +1,76 @@
+//! The TOML configuration file of `serve`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::Deserialize;
+
+use protocol::parse_duration;
+
+use super::models;
+
+/// The TOML file: the same settings as the flags, durations as strings.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileConfig {
+    pub(super) listen: Option<SocketAddr>,
+    pub(super) internal_listen: Option<SocketAddr>,
+    pub(super) valkey: Option<String>,
+    pub(super) key_prefix: Option<String>,
+    #[serde(default)]
+    pub(super) workers: Vec<String>,
+    pub(super) model: Option<String>,
+    pub(super) tokenizer_dir: Option<PathBuf>,
+    pub(super) internal_token: Option<String>,
+    pub(super) allow_unauthenticated_internal: Option<bool>,
+    pub(super) router_id: Option<String>,
+    pub(super) speculative_ttl: Option<String>,
+    pub(super) confirmed_ttl: Option<String>,
+    pub(super) worker_lease: Option<String>,
+    pub(super) router_lease: Option<String>,
+    pub(super) gc_interval: Option<String>,
+    pub(super) valkey_timeout: Option<String>,
+    pub(super) max_body_bytes: Option<usize>,
+    pub(super) client_timeout: Option<String>,
+    pub(super) max_prompt_tokens: Option<u64>,
+    pub(super) policy: Option<String>,
+    pub(super) block_size: Option<usize>,
+    pub(super) hash_seed: Option<String>,
+    pub(super) max_attempts: Option<usize>,
+    pub(super) epsilon: Option<f64>,
+    pub(super) queue_cost_tokens: Option<f64>,
+    #[serde(default)]
+    pub(super) loras: Vec<String>,
+    pub(super) scrape_metrics_interval: Option<String>,
+    /// More base models, each with its own tokenizer (`[[models]]`).
+    #[serde(default)]
+    pub(super) models: Vec<models::FileModel>,
+}
+
+pub(super) fn file_duration(v: Option<String>, name: &str) -> anyhow::Result<Option<Duration>> {
+    v.map(|s| {
+        parse_duration(&s)
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("config key {name}"))
+    })
+    .transpose()
+}
+
+/// The file's settings. A parse error is reported by message and position
+/// only: toml's own rendering quotes the offending line, which may be the
+/// one holding `internal_token` or a Valkey URL with its password.
+pub(super) fn load_file(path: &Path) -> anyhow::Result<FileConfig> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    toml::from_str(&text).map_err(|e| {
+        let at = e.span().map_or_else(String::new, |span| {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!(" (line {line}, column {column})")
+        });
+        anyhow::anyhow!("parsing {}: {}{at}", path.display(), e.message().trim_end())
+    })
+}

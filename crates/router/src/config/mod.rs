@@ -1,0 +1,298 @@
+//! `serve` configuration: defaults < TOML file (`--config`) < environment
+//! (`PREFIX_ROUTER_*`) < command-line flags.
+
+mod args;
+mod file;
+mod models;
+mod static_worker;
+
+pub use args::{ExposureArgs, ServeArgs};
+pub use models::ModelConfig;
+pub use static_worker::StaticWorker;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::bail;
+
+use file::{FileConfig, file_duration, load_file};
+
+use state::{BatchLimits, ConnectionSettings, StateTtls};
+
+/// Resolved configuration of `serve`. Its `Debug` redacts the Valkey
+/// password and the internal token, so that printing it cannot leak them.
+#[derive(Clone)]
+pub struct ServeConfig {
+    /// Address to serve on.
+    pub listen: SocketAddr,
+    /// Address of the internal listener (`/internal/*`, `/admin/*`,
+    /// `/metrics`), when they are kept off `listen`.
+    pub internal_listen: Option<SocketAddr>,
+    /// Valkey connection.
+    pub valkey: ConnectionSettings,
+    /// Key namespace.
+    pub key_prefix: String,
+    /// Static workers.
+    pub workers: Vec<StaticWorker>,
+    /// Model of the static workers and of reports that name none.
+    pub model: Option<String>,
+    /// Tokenizer directory.
+    pub tokenizer_dir: Option<PathBuf>,
+    /// Bearer token of internal routes; `None` only when explicitly allowed.
+    pub internal_token: Option<String>,
+    /// This router's id.
+    pub router_id: String,
+    /// Entry and lease lifetimes.
+    pub ttls: StateTtls,
+    /// Batch sizes and caps.
+    pub limits: BatchLimits,
+    /// Period of gc.
+    pub gc_interval: Duration,
+    /// Largest request body.
+    pub max_body_bytes: usize,
+    /// Deadline of a request's head, and of its body, from a client.
+    pub client_timeout: Duration,
+    /// Longest prompt routed, in tokens.
+    pub max_prompt_tokens: u64,
+    /// Routing policy name.
+    pub policy: String,
+    /// The engine's block size.
+    pub block_size: usize,
+    /// The engine's PYTHONHASHSEED, if set.
+    pub hash_seed: Option<String>,
+    /// Workers tried per request.
+    pub max_attempts: usize,
+    /// LoRA adapters of --model: (name, path).
+    pub loras: Vec<(String, String)>,
+    /// Every model this router hashes prompts for: `--model` with
+    /// `--tokenizer-dir` (and the top-level block size, seed and LoRAs)
+    /// first, then the file's `[[models]]`. Names are unique.
+    pub models: Vec<ModelConfig>,
+    /// Period of the workers' `/metrics` scrape; `None` when off.
+    pub scrape_metrics_interval: Option<Duration>,
+    /// Bounded-load ε.
+    pub epsilon: f64,
+    /// Cost of one queued request, in prompt tokens.
+    pub queue_cost_tokens: f64,
+}
+
+impl ServeConfig {
+    /// Merges flags (and their env vars) over the file over the defaults.
+    pub fn resolve(args: ServeArgs) -> anyhow::Result<Self> {
+        let file = match &args.config {
+            Some(p) => load_file(p)?,
+            None => FileConfig::default(),
+        };
+        let defaults = StateTtls::default();
+        let ttls = StateTtls {
+            speculative: args
+                .speculative_ttl
+                .or(file_duration(file.speculative_ttl, "speculative_ttl")?)
+                .unwrap_or(defaults.speculative),
+            confirmed: args
+                .confirmed_ttl
+                .or(file_duration(file.confirmed_ttl, "confirmed_ttl")?)
+                .unwrap_or(defaults.confirmed),
+            worker_lease: args
+                .worker_lease
+                .or(file_duration(file.worker_lease, "worker_lease")?)
+                .unwrap_or(defaults.worker_lease),
+            router_lease: args
+                .router_lease
+                .or(file_duration(file.router_lease, "router_lease")?)
+                .unwrap_or(defaults.router_lease),
+            ..defaults
+        };
+        let mut valkey = ConnectionSettings::new(
+            &args
+                .valkey
+                .or(file.valkey)
+                .unwrap_or_else(|| "redis://127.0.0.1:6379".into()),
+        );
+        if let Some(t) = args
+            .valkey_timeout
+            .or(file_duration(file.valkey_timeout, "valkey_timeout")?)
+        {
+            valkey.hot_timeout = t;
+        }
+        let workers = if args.workers.is_empty() {
+            file.workers
+                .iter()
+                .map(|w| w.parse().map_err(anyhow::Error::msg))
+                .collect::<anyhow::Result<_>>()?
+        } else {
+            args.workers
+        };
+        let model = args.model.or(file.model);
+        if !workers.is_empty() && model.is_none() {
+            bail!("--worker needs --model (the model the static workers serve)");
+        }
+        let allow_open = args.allow_unauthenticated_internal
+            || file.allow_unauthenticated_internal.unwrap_or(false);
+        let internal_token = args
+            .internal_token
+            .or(file.internal_token)
+            .filter(|t| !t.is_empty());
+        if internal_token.is_none() && !allow_open {
+            bail!(
+                "no internal token: set --internal-token or PREFIX_ROUTER_INTERNAL_TOKEN (or pass --allow-unauthenticated-internal)"
+            );
+        }
+        let router_id = args
+            .router_id
+            .or(file.router_id)
+            .unwrap_or_else(default_router_id);
+        let tokenizer_dir = args.tokenizer_dir.or(file.tokenizer_dir);
+        let block_size = args.block_size.or(file.block_size).unwrap_or(16);
+        let hash_seed = args.hash_seed.or(file.hash_seed);
+        let loras = parse_loras(if args.loras.is_empty() {
+            file.loras
+        } else {
+            args.loras
+        })?;
+        let single = match (&model, &tokenizer_dir) {
+            (Some(name), Some(dir)) => Some(ModelConfig {
+                name: name.clone(),
+                tokenizer_dir: dir.clone(),
+                block_size,
+                hash_seed: hash_seed.clone(),
+                loras: loras.clone(),
+            }),
+            _ if !loras.is_empty() => bail!(
+                "--lora needs --model and --tokenizer-dir (or put `loras` in a [[models]] entry)"
+            ),
+            _ => None,
+        };
+        let defaults = models::ModelDefaults {
+            block_size,
+            hash_seed: hash_seed.clone(),
+        };
+        let models = models::resolve_models(single, file.models, &defaults)?;
+        let listen = args
+            .listen
+            .or(file.listen)
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)));
+        let internal_listen = args.exposure.internal_listen.or(file.internal_listen);
+        if internal_listen == Some(listen) && listen.port() != 0 {
+            bail!("--internal-listen {listen} is the --listen address; give it another port");
+        }
+        let max_prompt_tokens = args
+            .exposure
+            .max_prompt_tokens
+            .or(file.max_prompt_tokens)
+            .unwrap_or(1_000_000);
+        if max_prompt_tokens == 0 {
+            bail!("--max-prompt-tokens must be positive");
+        }
+        Ok(ServeConfig {
+            listen,
+            internal_listen,
+            valkey,
+            key_prefix: args
+                .key_prefix
+                .or(file.key_prefix)
+                .unwrap_or_else(|| "pr".into()),
+            workers,
+            model,
+            tokenizer_dir,
+            internal_token,
+            router_id,
+            ttls,
+            limits: BatchLimits::default(),
+            gc_interval: args
+                .gc_interval
+                .or(file_duration(file.gc_interval, "gc_interval")?)
+                .unwrap_or(Duration::from_secs(1)),
+            max_body_bytes: args
+                .max_body_bytes
+                .or(file.max_body_bytes)
+                .unwrap_or(16 << 20),
+            client_timeout: args
+                .exposure
+                .client_timeout
+                .or(file_duration(file.client_timeout, "client_timeout")?)
+                .unwrap_or(Duration::from_secs(30)),
+            max_prompt_tokens,
+            policy: args
+                .policy
+                .or(file.policy)
+                .unwrap_or_else(|| "cache_aware".into()),
+            block_size,
+            hash_seed,
+            max_attempts: args.max_attempts.or(file.max_attempts).unwrap_or(3),
+            epsilon: args.epsilon.or(file.epsilon).unwrap_or(0.25),
+            queue_cost_tokens: args
+                .queue_cost_tokens
+                .or(file.queue_cost_tokens)
+                .unwrap_or(512.0),
+            loras,
+            models,
+            scrape_metrics_interval: args.scrape_metrics_interval.or(file_duration(
+                file.scrape_metrics_interval,
+                "scrape_metrics_interval",
+            )?),
+        })
+    }
+}
+
+impl std::fmt::Debug for ServeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeConfig")
+            .field("listen", &self.listen)
+            .field("internal_listen", &self.internal_listen)
+            .field("valkey", &protocol::redact_url(&self.valkey.url))
+            .field("valkey_hot_timeout", &self.valkey.hot_timeout)
+            .field("key_prefix", &self.key_prefix)
+            .field("workers", &self.workers)
+            .field("model", &self.model)
+            .field("tokenizer_dir", &self.tokenizer_dir)
+            .field(
+                "internal_token",
+                &self.internal_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("router_id", &self.router_id)
+            .field("ttls", &self.ttls)
+            .field("limits", &self.limits)
+            .field("gc_interval", &self.gc_interval)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("client_timeout", &self.client_timeout)
+            .field("max_prompt_tokens", &self.max_prompt_tokens)
+            .field("policy", &self.policy)
+            .field("block_size", &self.block_size)
+            .field("hash_seed", &self.hash_seed)
+            .field("max_attempts", &self.max_attempts)
+            .field("loras", &self.loras)
+            .field("models", &self.models)
+            .field("scrape_metrics_interval", &self.scrape_metrics_interval)
+            .field("epsilon", &self.epsilon)
+            .field("queue_cost_tokens", &self.queue_cost_tokens)
+            .finish()
+    }
+}
+
+fn parse_loras(specs: Vec<String>) -> anyhow::Result<Vec<(String, String)>> {
+    specs
+        .into_iter()
+        .map(|s| match s.split_once('=') {
+            Some((name, path)) if !name.is_empty() && !path.is_empty() => {
+                Ok((name.to_owned(), path.to_owned()))
+            }
+            _ => bail!("--lora {s:?}: expected NAME=PATH"),
+        })
+        .collect()
+}
+
+fn default_router_id() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty() && protocol::check_name("router id", h).is_ok())
+        .unwrap_or_else(|| "router".into());
+    // A restarted router must not inherit a crashed one's in-flight counts.
+    format!(
+        "{host}-{}-{:06x}",
+        std::process::id(),
+        rand::random::<u32>() & 0xff_ffff
+    )
+}

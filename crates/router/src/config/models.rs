@@ -1,0 +1,107 @@
+//! [`ModelConfig`]: the base models a router hashes prompts for, from
+//! `--model`/`--tokenizer-dir` and the TOML file's `[[models]]` array.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+
+/// One base model with its own tokenizer and engine settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    /// The `model` requests and workers name.
+    pub name: String,
+    /// Its `tokenizer.json` and `tokenizer_config.json`.
+    pub tokenizer_dir: PathBuf,
+    /// Its engines' `--block-size`.
+    pub block_size: usize,
+    /// Its engines' `PYTHONHASHSEED`, if set.
+    pub hash_seed: Option<String>,
+    /// LoRA adapters its engines serve: (name, path).
+    pub loras: Vec<(String, String)>,
+}
+
+/// One `[[models]]` entry of the TOML file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileModel {
+    name: String,
+    tokenizer_dir: PathBuf,
+    block_size: Option<usize>,
+    hash_seed: Option<String>,
+    #[serde(default, alias = "lora")]
+    loras: Vec<String>,
+}
+
+/// The top-level settings a `[[models]]` entry falls back to.
+pub(super) struct ModelDefaults {
+    /// The top-level `block_size` (16 unless set).
+    pub block_size: usize,
+    /// The top-level `hash_seed`.
+    pub hash_seed: Option<String>,
+}
+
+/// `single` (from `--model`/`--tokenizer-dir`) first, then the file's
+/// entries, each checked: a valid, unique name (adapters included), a
+/// positive block size, a tokenizer directory that holds `tokenizer.json`.
+pub(super) fn resolve_models(
+    single: Option<ModelConfig>,
+    file: Vec<FileModel>,
+    defaults: &ModelDefaults,
+) -> anyhow::Result<Vec<ModelConfig>> {
+    let mut models: Vec<ModelConfig> = single.into_iter().collect();
+    for (i, m) in file.into_iter().enumerate() {
+        let what = format!("[[models]] entry {} ({:?})", i + 1, m.name);
+        models.push(ModelConfig {
+            loras: super::parse_loras(m.loras).with_context(|| what.clone())?,
+            name: m.name,
+            tokenizer_dir: m.tokenizer_dir,
+            block_size: m.block_size.unwrap_or(defaults.block_size),
+            hash_seed: m.hash_seed.or_else(|| defaults.hash_seed.clone()),
+        });
+    }
+    let mut names = HashSet::new();
+    for m in &models {
+        protocol::check_name("model", &m.name).with_context(|| format!("model {:?}", m.name))?;
+        if !names.insert(m.name.as_str()) {
+            bail!(
+                "model {:?} is configured twice (--model/--tokenizer-dir and [[models]] names must be unique)",
+                m.name
+            );
+        }
+        if m.block_size == 0 {
+            bail!("model {:?}: block_size must be positive", m.name);
+        }
+        check_tokenizer_dir(&m.name, &m.tokenizer_dir)?;
+    }
+    for m in &models {
+        for (adapter, _) in &m.loras {
+            protocol::check_name("model", adapter)
+                .with_context(|| format!("LoRA adapter {adapter:?} of {:?}", m.name))?;
+            if !names.insert(adapter.as_str()) {
+                bail!(
+                    "LoRA adapter {adapter:?} of model {:?} reuses a model or adapter name",
+                    m.name
+                );
+            }
+        }
+    }
+    Ok(models)
+}
+
+fn check_tokenizer_dir(model: &str, dir: &Path) -> anyhow::Result<()> {
+    if !dir.is_dir() {
+        bail!(
+            "model {model:?}: tokenizer_dir {} is not a directory",
+            dir.display()
+        );
+    }
+    if !dir.join("tokenizer.json").is_file() {
+        bail!(
+            "model {model:?}: tokenizer_dir {} has no tokenizer.json",
+            dir.display()
+        );
+    }
+    Ok(())
+}

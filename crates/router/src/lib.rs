@@ -1,0 +1,32 @@
+//! prefix-router: stateless, cache-aware routers for LLM inference that
+//! share one prefix index in Valkey. This crate is the `prefix-router`
+//! binary: `serve` (the router), and the `reporter` and `inspect`
+//! subcommands, which call into the `worker` and `state` crates.
+//!
+//! Layout, top down (each layer uses only those below it):
+//!
+//! * `serve`: a router process: listeners, background loops (leases, gc,
+//!   load scraping), graceful shutdown, the metrics recorder.
+//! * `api`: HTTP handlers (thin): OpenAI routes, the worker push API,
+//!   `/admin/*`, auth, JSON errors, connection guards.
+//! * `proxy`: the routing path: prompt → blocks → lookup → policy → claim
+//!   → forward, with retries, fallback and in-flight accounting.
+//! * [`routing`]: the policies, pure: `cache_aware`, `round_robin`,
+//!   `least_loaded`, `power_of_two`, `consistent_hash`, bounded load.
+//! * `load_scrape`: optional scraping of workers' `/metrics` for their load.
+//! * `config`: flags, environment and TOML, resolved into [`ServeConfig`].
+//!
+//! Below this crate: `tokenize` (prompts to tokens and block hashes),
+//! `state` (the Valkey store, `inspect`), `worker` (push client, reporter),
+//! `protocol` (wire formats).
+
+mod api;
+mod config;
+mod load_scrape;
+mod proxy;
+pub mod routing;
+mod serve;
+
+pub use config::{ExposureArgs, ModelConfig, ServeArgs, ServeConfig, StaticWorker};
+pub use proxy::WORKER_HEADER;
+pub use serve::{metrics_handle, run, serve_on, serve_with, wait_for_signal};

@@ -1,0 +1,69 @@
+//! The `prefix-router` binary.
+
+use clap::{Parser, Subcommand};
+use prefix_router::{ServeArgs, ServeConfig};
+use state::inspect::InspectArgs;
+use tracing_subscriber::EnvFilter;
+use worker::reporter::ReporterArgs;
+
+/// Stateless, cache-aware routers for LLM inference sharing one prefix index in Valkey.
+#[derive(Parser)]
+#[command(name = "prefix-router", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a router: the worker push API and the fleet's shared state.
+    Serve(ServeArgs),
+    /// Run beside a stock vLLM engine: report its KV cache to the fleet.
+    Reporter(ReporterArgs),
+    /// Read-only view of the fleet's shared state in Valkey; with --check,
+    /// verify its invariants (exit 1 on a violation, 2 on an error).
+    Inspect(InspectArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_env("PREFIX_ROUTER_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .init();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Runtime::new()?;
+    match cli.command {
+        Command::Serve(args) => {
+            let cfg = ServeConfig::resolve(args)?;
+            runtime.block_on(prefix_router::run(cfg))
+        }
+        Command::Reporter(args) => {
+            let cfg = args.into_config().map_err(anyhow::Error::msg)?;
+            runtime.block_on(async {
+                let metrics = prefix_router::metrics_handle()
+                    .inspect_err(|e| tracing::warn!(error = %e, "metrics recorder unavailable"))
+                    .ok();
+                worker::reporter::run(cfg, metrics, prefix_router::wait_for_signal()).await
+            })?;
+            Ok(())
+        }
+        Command::Inspect(args) => {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let result = runtime.block_on(state::inspect::run(&args, &mut out));
+            let _ = out.flush();
+            match result {
+                Ok(code) => std::process::exit(code),
+                Err(e) => {
+                    eprintln!(
+                        "error: {:#}",
+                        anyhow::Error::new(e).context("inspecting the state")
+                    );
+                    std::process::exit(2)
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! From the shared state's view of the workers to the policy's candidates.
+
+use crate::routing::{Candidate, STALE_LOAD};
+use state::{PrefixLookup, WorkerMatch};
+
+/// A worker the proxy may send to: its candidate data and its URL.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The policy's view.
+    pub candidate: Candidate,
+    /// Base URL of the worker.
+    pub url: String,
+    /// Leading blocks of the request it holds.
+    pub matched_blocks: usize,
+    /// Already claimed and counted in flight by the atomic routing step.
+    pub assigned: bool,
+}
+
+/// Turns a lookup into targets; `block_size` converts blocks to tokens.
+pub fn targets(lookup: &PrefixLookup, block_size: usize) -> Vec<Target> {
+    lookup
+        .workers
+        .iter()
+        .map(|w| target(w, block_size))
+        .collect()
+}
+
+fn target(w: &WorkerMatch, block_size: usize) -> Target {
+    let fresh = w.info.load_age.is_some_and(|age| age <= STALE_LOAD);
+    let load = &w.info.load;
+    Target {
+        candidate: Candidate {
+            worker_id: w.info.worker_id.clone(),
+            cached_tokens: (w.matched_blocks * block_size) as u64,
+            in_flight: w.info.in_flight,
+            waiting: if fresh { load.num_requests_waiting } else { 0 },
+            kv_usage: if fresh { load.kv_cache_usage_perc } else { 0.0 },
+        },
+        url: w.info.url.clone(),
+        matched_blocks: w.matched_blocks,
+        assigned: false,
+    }
+}

@@ -1,0 +1,199 @@
+//! Ranking the workers for a request: the atomic cache-aware step, the
+//! other policies over a read-only lookup, and the fallback without Valkey.
+
+use std::time::Instant;
+
+use super::candidates::{Target, targets};
+use super::{Chain, Proxy, ProxyError};
+use crate::routing::{CacheAwareConfig, Candidate, ConsistentHash, Policy, RouteRequest};
+use state::{ROUTE_HEAD, StateError};
+
+impl Proxy {
+    /// Ranked targets, and whether they came from the shared state (else
+    /// from the fallback, where nothing is claimed or counted).
+    pub(super) async fn rank(
+        &self,
+        model: &str,
+        chain: &Chain,
+    ) -> Result<(Vec<Target>, bool), ProxyError> {
+        let block_size = self
+            .pipelines
+            .get(model)
+            .map_or(16, |p| p.hasher.block_size());
+        let request = RouteRequest {
+            prompt_tokens: chain.prompt_tokens,
+            prefix_key: chain.hashes.first().map_or(0, |h| h.0),
+        };
+        let shared = match &self.atomic {
+            Some(cfg) => {
+                self.route_atomic(model, chain, cfg, &request, block_size)
+                    .await
+            }
+            None => self.store.lookup(model, &chain.hashes).await.map(|lookup| {
+                let all = targets(&lookup, block_size);
+                self.remember(model, &all);
+                self.order(self.policy.as_ref(), &request, all)
+            }),
+        };
+        match shared {
+            // Valkey answers but lists nobody: it may have restarted empty,
+            // before the workers' next heartbeat. Workers seen live within a
+            // lease are still the best guess.
+            Ok(ranked) if ranked.is_empty() => {
+                tracing::info!(
+                    model,
+                    "no live worker in the shared state; routing over workers seen within a lease"
+                );
+                Ok((self.fallback(model, &request, true), false))
+            }
+            Ok(ranked) => Ok((ranked, true)),
+            Err(e) if e.is_unavailable() => {
+                tracing::warn!(error = %e, model, "valkey unavailable; routing by consistent hash over known workers");
+                Ok((self.fallback(model, &request, false), false))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The cache-aware first choice, made, claimed and counted by one atomic
+    /// script call, followed by the other workers in policy order (retries).
+    async fn route_atomic(
+        &self,
+        model: &str,
+        chain: &Chain,
+        cfg: &CacheAwareConfig,
+        request: &RouteRequest,
+        block_size: usize,
+    ) -> Result<Vec<Target>, StateError> {
+        let head = chain.hashes.len().min(ROUTE_HEAD);
+        // A chain longer than one call: a read-only pass finds how far the
+        // workers holding the whole head go.
+        let hints: Vec<(String, usize)> = if chain.hashes.len() > ROUTE_HEAD {
+            let full = self.store.lookup(model, &chain.hashes).await?;
+            full.workers
+                .iter()
+                .filter(|w| w.matched_blocks > head)
+                .map(|w| (w.info.worker_id.clone(), w.matched_blocks - head))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let params = cfg.route_params(
+            request.prompt_tokens,
+            block_size,
+            rand::random::<u32>() % 1_000_003,
+        );
+        let outcome = self
+            .store
+            .route(model, &chain.hashes[..head], &params, &hints)
+            .await?;
+        let mut all = targets(&outcome.lookup, block_size);
+        for t in &mut all {
+            let extra = hints.iter().find(|(w, _)| *w == t.candidate.worker_id);
+            if let (true, Some((_, extra))) = (t.matched_blocks == head, extra) {
+                t.matched_blocks += extra;
+                t.candidate.cached_tokens = (t.matched_blocks * block_size) as u64;
+            }
+        }
+        self.remember(model, &all);
+        let Some(chosen) = outcome.chosen else {
+            return Ok(Vec::new());
+        };
+        let mut first = all.remove(chosen);
+        first.assigned = true;
+        // The chain's tail is claimed off the request's critical path.
+        let rest = chain
+            .hashes
+            .get(outcome.covered.max(first.matched_blocks)..)
+            .unwrap_or_default();
+        if !rest.is_empty() {
+            let (store, model, worker, rest) = (
+                self.store.clone(),
+                model.to_owned(),
+                first.candidate.worker_id.clone(),
+                rest.to_vec(),
+            );
+            tokio::spawn(async move {
+                if let Err(e) = store.claim(&model, &worker, &rest).await {
+                    tracing::debug!(error = %e, "claim of the chain's tail failed");
+                }
+            });
+        }
+        let mut ranked = vec![first];
+        ranked.extend(self.order(self.policy.as_ref(), request, all));
+        Ok(ranked)
+    }
+
+    pub(super) fn order(
+        &self,
+        policy: &dyn Policy,
+        request: &RouteRequest,
+        targets: Vec<Target>,
+    ) -> Vec<Target> {
+        let candidates: Vec<Candidate> = targets.iter().map(|t| t.candidate.clone()).collect();
+        let mut slots: Vec<Option<Target>> = targets.into_iter().map(Some).collect();
+        policy
+            .rank(request, &candidates)
+            .into_iter()
+            .filter_map(|i| slots.get_mut(i).and_then(Option::take))
+            .collect()
+    }
+
+    /// The fallback ranking: consistent hashing over the workers last seen
+    /// live (see [`fallback_targets`](Self::fallback_targets)); nothing is
+    /// claimed or counted.
+    fn fallback(&self, model: &str, request: &RouteRequest, recent_only: bool) -> Vec<Target> {
+        let known = self.fallback_targets(model, recent_only);
+        if !known.is_empty() {
+            metrics::counter!("prefix_router_fallback_routes_total").increment(1);
+        }
+        self.order(&ConsistentHash::new(0.25), request, known)
+    }
+
+    /// Remembers the live workers a routing step saw, for the fallback. An
+    /// empty list does not erase them: it is the case the fallback is for.
+    pub(super) fn remember(&self, model: &str, targets: &[Target]) {
+        if targets.is_empty() {
+            return;
+        }
+        let workers = targets
+            .iter()
+            .map(|t| (t.candidate.worker_id.clone(), t.url.clone()))
+            .collect();
+        if let Ok(mut known) = self.known.write() {
+            known.insert(model.to_owned(), (Instant::now(), workers));
+        }
+    }
+
+    /// The workers last seen live; with `recent_only`, only if seen within
+    /// a worker lease (Valkey answers, so an older memory may be a worker
+    /// that really left; while Valkey is away, any memory is better than
+    /// none).
+    fn fallback_targets(&self, model: &str, recent_only: bool) -> Vec<Target> {
+        let known = self
+            .known
+            .read()
+            .map(|k| match k.get(model) {
+                Some((seen, workers)) if !recent_only || seen.elapsed() <= self.known_for => {
+                    workers.clone()
+                }
+                _ => Vec::new(),
+            })
+            .unwrap_or_default();
+        known
+            .into_iter()
+            .map(|(worker_id, url)| Target {
+                candidate: Candidate {
+                    worker_id,
+                    cached_tokens: 0,
+                    in_flight: 0,
+                    waiting: 0,
+                    kv_usage: 0.0,
+                },
+                url,
+                matched_blocks: 0,
+                assigned: false,
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,351 @@
+//! `prefix-router serve`: the HTTP server and its background duties.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::Context;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::net::TcpListener;
+
+use std::sync::Arc;
+
+use crate::api::{self, AppState, ConnGuard, GuardedListener, HttpLimits, InternalAuth, Surface};
+use crate::config::ServeConfig;
+use crate::load_scrape::{ScrapeSettings, scrape_loop};
+use crate::proxy::{Proxy, Upstream};
+use crate::routing::{CacheAwareConfig, policy_by_name};
+use protocol::hashing::HashSeed;
+use protocol::redact_url;
+use state::{StateStore, WorkerHeartbeat};
+use tokenize::{ModelPipeline, ModelPipelines};
+
+/// Tells background loops to stop (true once shutting down).
+pub type ShutdownSignal = tokio::sync::watch::Receiver<bool>;
+
+/// The process-wide Prometheus recorder (installed once, shared by servers
+/// started in the same process, as tests do).
+pub fn metrics_handle() -> anyhow::Result<PrometheusHandle> {
+    // Built and installed inside one get_or_init: two servers starting at
+    // once in one process must not end up rendering a recorder that is not
+    // the global one (all their metrics would read empty).
+    static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
+    let installed = HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::set_global_recorder(recorder)
+            .map_err(|e| format!("another metrics recorder is installed: {e}"))?;
+        spawn_upkeep(handle.clone());
+        Ok(handle)
+    });
+    installed.clone().map_err(|e| anyhow::anyhow!(e))
+}
+
+/// Histogram samples accumulate until upkeep drains them, which rendering
+/// `/metrics` does: without a scraper, memory would grow with every request.
+fn spawn_upkeep(handle: PrometheusHandle) {
+    let spawn = |h: PrometheusHandle| {
+        std::thread::Builder::new()
+            .name("metrics-upkeep".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(std::time::Duration::from_secs(5));
+                    h.run_upkeep();
+                }
+            })
+    };
+    if let Err(e) = spawn(handle) {
+        tracing::warn!(error = %e, "metrics upkeep thread not started");
+    }
+}
+
+/// Builds the store described by `cfg`.
+pub fn build_store(cfg: &ServeConfig) -> anyhow::Result<StateStore> {
+    StateStore::new(
+        cfg.valkey.clone(),
+        &cfg.key_prefix,
+        &cfg.router_id,
+        cfg.ttls.clone(),
+        cfg.limits.clone(),
+    )
+    .context("configuring the valkey store")
+}
+
+/// Every configured model's pipeline (tokenizer, block size, seed) and
+/// LoRA adapters.
+fn build_pipelines(cfg: &ServeConfig) -> anyhow::Result<ModelPipelines> {
+    let mut pipelines = ModelPipelines::default();
+    for m in &cfg.models {
+        let seed = HashSeed::from_env_value(m.hash_seed.clone());
+        let pipeline =
+            ModelPipeline::load(&m.tokenizer_dir, m.block_size, &seed).with_context(|| {
+                format!(
+                    "loading the tokenizer of {} from {}",
+                    m.name,
+                    m.tokenizer_dir.display()
+                )
+            })?;
+        pipelines.insert(&m.name, pipeline);
+        for (name, path) in &m.loras {
+            pipelines.insert_adapter(name, path, &m.name);
+        }
+    }
+    if cfg.models.is_empty() {
+        tracing::warn!(
+            "no --model/--tokenizer-dir nor [[models]]: requests are routed by load only, without prefix locality"
+        );
+    }
+    Ok(pipelines)
+}
+
+/// The routing path: the configured models' pipelines, policy and client.
+fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
+    let pipelines = build_pipelines(cfg)?;
+    let cache_aware = CacheAwareConfig {
+        epsilon: cfg.epsilon,
+        tokens_per_queued_request: cfg.queue_cost_tokens,
+        ..CacheAwareConfig::default()
+    };
+    let policy = policy_by_name(&cfg.policy, cache_aware)
+        .with_context(|| format!("unknown policy {:?}", cfg.policy))?;
+    let upstream = Upstream::new(Duration::from_secs(2)).context("building the HTTP client")?;
+    let atomic = (policy.name() == "cache_aware").then_some(cache_aware);
+    Ok(
+        Proxy::new(store, pipelines, policy, atomic, upstream, cfg.max_attempts)
+            .with_max_prompt_tokens(cfg.max_prompt_tokens)
+            .with_known_for(cfg.ttls.worker_lease),
+    )
+}
+
+/// Serves until SIGINT/SIGTERM, then ends this router's leases.
+pub async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("binding {}", cfg.listen))?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let shutdown = async move {
+        wait_for_signal().await;
+        let _ = stop_tx.send(true);
+    };
+    serve_on(listener, cfg, stop_rx, shutdown).await
+}
+
+/// Serves on `listener` until `shutdown` completes (used by tests too).
+/// With `--internal-listen`, binds it and serves the internal routes there.
+pub async fn serve_on(
+    listener: TcpListener,
+    cfg: ServeConfig,
+    stop: ShutdownSignal,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let internal = match cfg.internal_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the internal listener {addr}"))?,
+        ),
+        None => None,
+    };
+    serve_with(listener, internal, cfg, stop, shutdown).await
+}
+
+/// Serves the public routes on `public` and, when `internal` is given, the
+/// internal ones (`/internal/*`, `/admin/*`, `/metrics`) only on it;
+/// without it, everything on `public`. Until `shutdown` completes.
+pub async fn serve_with(
+    public: TcpListener,
+    internal: Option<TcpListener>,
+    cfg: ServeConfig,
+    stop: ShutdownSignal,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let store = build_store(&cfg)?;
+    let auth = match &cfg.internal_token {
+        Some(t) => InternalAuth::token(t),
+        None => {
+            tracing::warn!(
+                "INTERNAL ROUTES ARE UNAUTHENTICATED (--allow-unauthenticated-internal): anyone who reaches this port can rewrite the fleet's state"
+            );
+            InternalAuth::disabled()
+        }
+    };
+    if let Err(e) = store.connect().await {
+        tracing::warn!(error = %e, "routing lane not connected yet; routing falls back until it is");
+    }
+    match store.load_scripts().await {
+        Ok(()) => tracing::info!("scripts loaded"),
+        Err(e) => tracing::warn!(error = %e, "valkey not reachable yet; will retry on demand"),
+    }
+    let app = AppState {
+        store: store.clone(),
+        default_model: cfg.model.clone(),
+        metrics: metrics_handle()?,
+        proxy: Arc::new(build_proxy(&cfg, store.clone())?),
+    };
+    let mut tasks = vec![
+        tokio::spawn(lease_loop(store.clone(), cfg.clone(), stop.clone())),
+        tokio::spawn(gc_loop(store.clone(), cfg.gc_interval, stop.clone())),
+    ];
+    if let Some(interval) = cfg.scrape_metrics_interval {
+        let settings = ScrapeSettings::every(interval);
+        tasks.push(tokio::spawn(scrape_loop(
+            store.clone(),
+            settings,
+            stop.clone(),
+        )));
+    }
+    let internal_addr = internal.as_ref().map(|l| l.local_addr()).transpose()?;
+    tracing::info!(
+        listen = %public.local_addr()?,
+        internal_listen = ?internal_addr,
+        valkey = %redact_url(&cfg.valkey.url),
+        router_id = %cfg.router_id,
+        "serving"
+    );
+    let limits = HttpLimits {
+        max_body_bytes: cfg.max_body_bytes,
+        client_timeout: cfg.client_timeout,
+    };
+    // One shutdown signal, fanned out to every listener.
+    let (down_tx, down_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = down_tx.send(true);
+    });
+    let public_surface = if internal.is_some() {
+        Surface::Public
+    } else {
+        Surface::All
+    };
+    let public_server = serve_listener(
+        public,
+        api::router(app.clone(), auth.clone(), limits, public_surface),
+        cfg.client_timeout,
+        down_rx.clone(),
+    );
+    match internal {
+        Some(l) => {
+            let internal_server = serve_listener(
+                l,
+                api::router(app, auth, limits, Surface::Internal),
+                cfg.client_timeout,
+                down_rx,
+            );
+            // Both stop on the same signal; axum's server returns only then.
+            tokio::try_join!(public_server, internal_server)?;
+        }
+        None => public_server.await?,
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    end_router_leases(&store).await;
+    Ok(())
+}
+
+/// Serves `routes` on `listener` (slow clients cut off after
+/// `client_timeout`, see [`GuardedListener`]) until `down` turns true.
+async fn serve_listener(
+    listener: TcpListener,
+    routes: axum::Router,
+    client_timeout: Duration,
+    mut down: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let listener = GuardedListener::new(listener, client_timeout);
+    axum::serve(
+        listener,
+        routes.into_make_service_with_connect_info::<ConnGuard>(),
+    )
+    .with_graceful_shutdown(async move {
+        let _ = down.wait_for(|d| *d).await;
+    })
+    .await
+    .context("http server")
+}
+
+/// Ctrl-C or SIGTERM: how every long-running command is stopped.
+pub async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// Sleeps `period`, or returns false once stop is signalled.
+async fn tick(stop: &mut ShutdownSignal, period: Duration) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(period) => !*stop.borrow(),
+        _ = stop.changed() => false,
+    }
+}
+
+/// Renews this router's lease on every model and the static workers' leases.
+async fn lease_loop(store: StateStore, cfg: ServeConfig, mut stop: ShutdownSignal) {
+    // At least every second: after Valkey restarts empty, static workers
+    // are unknown (404s) until their next heartbeat here.
+    let period = (cfg.ttls.router_lease.min(cfg.ttls.worker_lease) / 3).min(Duration::from_secs(1));
+    loop {
+        if let Some(model) = &cfg.model {
+            for w in &cfg.workers {
+                let hb = WorkerHeartbeat {
+                    worker_id: w.id.clone(),
+                    url: w.url.clone(),
+                    load: None,
+                };
+                if let Err(e) = store.heartbeat(model, &hb).await {
+                    tracing::warn!(error = %e, worker = %w.id, "static worker lease not renewed");
+                }
+            }
+        }
+        match store.models().await {
+            Ok(models) => {
+                for m in models {
+                    if let Err(e) = store.router_lease(&m, cfg.ttls.router_lease).await {
+                        tracing::warn!(error = %e, model = %m, "router lease not renewed");
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot list models"),
+        }
+        if !tick(&mut stop, period).await {
+            return;
+        }
+    }
+}
+
+/// Runs gc over every model; every router does, the scripts make it safe.
+async fn gc_loop(store: StateStore, period: Duration, mut stop: ShutdownSignal) {
+    while tick(&mut stop, period).await {
+        let models = match store.models().await {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::debug!(error = %e, "gc skipped");
+                continue;
+            }
+        };
+        for m in models {
+            match store.gc(&m, 64).await {
+                Ok(r) if r.expired_workers > 0 => {
+                    tracing::info!(model = %m, expired = r.expired_workers, purged = r.purged_entries, "worker leases expired")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, model = %m, "gc failed"),
+            }
+        }
+    }
+}
+
+async fn end_router_leases(store: &StateStore) {
+    if let Ok(models) = store.models().await {
+        for m in models {
+            let _ = store.router_lease(&m, Duration::from_millis(1)).await;
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! The atomic routing script: its choice is the Rust cache-aware policy's,
+//! concurrent routers agree on one worker for a new prefix, bounded load
+//! spreads a hot prefix, and hints extend matches past one call's head.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use prefix_router::routing::{
+    CacheAware, CacheAwareConfig, Candidate, RouteRequest, capacity, shared_tokens, within,
+};
+use proptest::prelude::*;
+use protocol::WorkerLoad;
+use protocol::hashing::BlockHash;
+use state::{RouteOutcome, RouteParams, StateStore, StateTtls, WorkerHeartbeat};
+use support::{Valkey, store};
+
+const M: &str = "m";
+const BS: usize = 16;
+
+fn chain(n: u64, salt: u64) -> Vec<BlockHash> {
+    (0..n)
+        .map(|i| BlockHash(salt.wrapping_mul(0x9e37_79b9) ^ (i + 1)))
+        .collect()
+}
+
+fn params(prompt_tokens: u64, epsilon: f64, seed: u32) -> RouteParams {
+    CacheAwareConfig {
+        epsilon,
+        ..CacheAwareConfig::default()
+    }
+    .route_params(prompt_tokens, BS, seed)
+}
+
+fn ttls() -> StateTtls {
+    StateTtls {
+        worker_lease: Duration::from_secs(120),
+        router_lease: Duration::from_secs(120),
+        ..StateTtls::default()
+    }
+}
+
+async fn worker(s: &StateStore, id: &str, load: Option<WorkerLoad>) {
+    let hb = WorkerHeartbeat {
+        worker_id: id.into(),
+        url: "http://127.0.0.1:9".into(),
+        load,
+    };
+    s.heartbeat(M, &hb).await.unwrap();
+}
+
+/// The candidates the Rust policy would see in the script's snapshot.
+fn candidates(o: &RouteOutcome) -> Vec<Candidate> {
+    o.lookup
+        .workers
+        .iter()
+        .map(|w| Candidate {
+            worker_id: w.info.worker_id.clone(),
+            cached_tokens: (w.matched_blocks * BS) as u64,
+            in_flight: w.info.in_flight,
+            waiting: w.info.load.num_requests_waiting,
+            kv_usage: w.info.load.kv_cache_usage_perc,
+        })
+        .collect()
+}
+
+/// Workers the Rust policy ranks equal-best (ties are broken by the seed).
+fn rust_best(c: &[Candidate], prompt_tokens: u64, epsilon: f64) -> BTreeSet<String> {
+    let policy = CacheAware::new(CacheAwareConfig {
+        epsilon,
+        ..CacheAwareConfig::default()
+    });
+    let req = RouteRequest {
+        prompt_tokens,
+        prefix_key: 0,
+    };
+    let cap = capacity(c, epsilon, CacheAwareConfig::default().load_slack);
+    let shared = shared_tokens(c);
+    let key = |x: &Candidate| {
+        if within(x, cap) {
+            (0, policy.cost(&req, x, shared))
+        } else {
+            (1, x.load() as f64)
+        }
+    };
+    let best = c
+        .iter()
+        .map(key)
+        .fold((2, f64::INFINITY), |a, b| if b < a { b } else { a });
+    c.iter()
+        .filter(|x| key(x) == best)
+        .map(|x| x.worker_id.clone())
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+struct WorkerSpec {
+    held: u64,
+    in_flight: u64,
+    waiting: u64,
+    kv: f64,
+}
+
+fn spec() -> impl Strategy<Value = WorkerSpec> {
+    (0..40u64, 0..6u64, 0..4u64, 0..=100u32).prop_map(|(held, in_flight, waiting, kv)| WorkerSpec {
+        held,
+        in_flight,
+        waiting,
+        kv: f64::from(kv) / 100.0,
+    })
+}
+
+#[test]
+fn the_scripts_choice_is_the_rust_policys_choice() {
+    let v = Valkey::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cfg = ProptestConfig {
+        cases: 64,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    proptest!(cfg, |(workers in prop::collection::vec(spec(), 1..5), prompt_blocks in 1..48u64,
+                     eps in prop::sample::select(vec![0.0, 0.25, 1.0]), seed in 0..1_000_003u32)| {
+        rt.block_on(async {
+            let _: () = redis::cmd("FLUSHALL").query(&mut v.conn()).unwrap();
+            let s = store(&v, "rs", "router-a", ttls());
+            s.router_lease(M, Duration::from_secs(120)).await.unwrap();
+            let c = chain(prompt_blocks, 7);
+            for (i, w) in workers.iter().enumerate() {
+                let id = format!("w{i}");
+                let load = WorkerLoad { num_requests_waiting: w.waiting, num_requests_running: 0, kv_cache_usage_perc: w.kv };
+                worker(&s, &id, Some(load)).await;
+                s.stored(M, &id, &chain(w.held, 7)).await.unwrap();
+                s.add_in_flight(M, &id, w.in_flight as i64).await.unwrap();
+            }
+            let prompt_tokens = prompt_blocks * BS as u64 + 5;
+            // The exact scan, before the route claims anything.
+            let exact = s.lookup(M, &c).await.unwrap();
+            let o = s.route(M, &c, &params(prompt_tokens, eps, seed), &[]).await.unwrap();
+            // Probing (route.lua) finds the depths the full scan finds.
+            let depths = |l: &state::PrefixLookup| -> BTreeMap<String, usize> {
+                l.workers.iter().map(|w| (w.info.worker_id.clone(), w.matched_blocks)).collect()
+            };
+            assert_eq!(depths(&o.lookup), depths(&exact));
+            let chosen = &o.lookup.workers[o.chosen.unwrap()].info.worker_id;
+            let best = rust_best(&candidates(&o), prompt_tokens, eps);
+            assert!(best.contains(chosen), "script chose {chosen}, Rust's best are {best:?}");
+        });
+    });
+}
+
+#[tokio::test]
+async fn concurrent_routers_agree_on_one_worker_for_a_new_prefix() {
+    let v = Valkey::start();
+    let (a, b) = (
+        store(&v, "rs", "router-a", ttls()),
+        store(&v, "rs", "router-b", ttls()),
+    );
+    for i in 0..3 {
+        worker(&a, &format!("w{i}"), None).await;
+    }
+    let c = chain(20, 99);
+    let mut tasks = Vec::new();
+    for i in 0..32u32 {
+        let s = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let c = c.clone();
+        // Locality only (no queue cost, no load bound): this test is about
+        // the script serialising concurrent choices, not about spreading.
+        let mut p = params(330, 1000.0, i * 7919);
+        p.tokens_per_queued_request = 0.0;
+        tasks.push(tokio::spawn(async move {
+            let o = s.route(M, &c, &p, &[]).await.unwrap();
+            o.lookup.workers[o.chosen.unwrap()].info.worker_id.clone()
+        }));
+    }
+    let mut chosen = BTreeSet::new();
+    for t in tasks {
+        chosen.insert(t.await.unwrap());
+    }
+    assert_eq!(
+        chosen.len(),
+        1,
+        "routers split a new prefix over {chosen:?}"
+    );
+}
+
+#[tokio::test]
+async fn misses_on_an_idle_fleet_are_spread_evenly() {
+    let v = Valkey::start();
+    let s = store(&v, "rs", "router-a", ttls());
+    for i in 0..4 {
+        worker(&s, &format!("w{i}"), None).await;
+    }
+    let mut per_worker = BTreeMap::<String, u32>::new();
+    for i in 0..200u64 {
+        // A new prefix every time, on an idle fleet: every worker ties.
+        let seed = ((i * 2_654_435_761) % 1_000_003) as u32;
+        let o = s
+            .route(M, &chain(2, 10_000 + i), &params(100, 0.25, seed), &[])
+            .await
+            .unwrap();
+        let id = o.lookup.workers[o.chosen.unwrap()].info.worker_id.clone();
+        s.add_in_flight(M, &id, -1).await.unwrap();
+        *per_worker.entry(id).or_default() += 1;
+    }
+    // Each worker's expected share is 50 of 200; a tie-break that favours
+    // the first position gives it most of them.
+    assert_eq!(per_worker.len(), 4, "{per_worker:?}");
+    assert!(
+        per_worker.values().all(|&n| (25..=75).contains(&n)),
+        "uneven: {per_worker:?}"
+    );
+}
+
+#[tokio::test]
+async fn bounded_load_spreads_a_prefix_every_request_shares() {
+    let v = Valkey::start();
+    let s = store(&v, "rs", "router-a", ttls());
+    for i in 0..4 {
+        worker(&s, &format!("w{i}"), None).await;
+    }
+    let system_prompt = chain(30, 5);
+    let mut per_worker = std::collections::BTreeMap::<String, u32>::new();
+    for i in 0..40u32 {
+        // Requests stay in flight: the load builds up.
+        let o = s
+            .route(M, &system_prompt, &params(500, 0.25, i), &[])
+            .await
+            .unwrap();
+        *per_worker
+            .entry(o.lookup.workers[o.chosen.unwrap()].info.worker_id.clone())
+            .or_default() += 1;
+    }
+    let max = *per_worker.values().max().unwrap();
+    assert_eq!(per_worker.len(), 4, "{per_worker:?}");
+    assert!(
+        max <= 15,
+        "one worker took {max} of 40 (bound ⌈1.25 × 40 / 4⌉ + 2 = 15): {per_worker:?}"
+    );
+}
+
+#[tokio::test]
+async fn hints_extend_matches_beyond_one_calls_head() {
+    let v = Valkey::start();
+    let s = store(&v, "rs", "router-a", ttls());
+    let long = chain(1300, 3);
+    for (id, held) in [("short", 1030usize), ("long", 1290)] {
+        worker(&s, id, None).await;
+        s.stored(M, id, &long[..held]).await.unwrap();
+    }
+    let head = &long[..1024];
+    let p = params(1300 * BS as u64, 0.25, 1);
+    let without = s.route(M, head, &p, &[]).await.unwrap();
+    assert_eq!(
+        without
+            .lookup
+            .workers
+            .iter()
+            .map(|w| w.matched_blocks)
+            .max(),
+        Some(1024)
+    );
+    let _ = s
+        .add_in_flight(
+            M,
+            &without.lookup.workers[without.chosen.unwrap()]
+                .info
+                .worker_id,
+            -1,
+        )
+        .await;
+    let hints = vec![("short".to_owned(), 6), ("long".to_owned(), 266)];
+    let with = s.route(M, head, &p, &hints).await.unwrap();
+    assert_eq!(
+        with.lookup.workers[with.chosen.unwrap()].info.worker_id,
+        "long"
+    );
+}
+
+/// Who the routing step sees, by worker id, with its waiting count and
+/// requests in flight.
+async fn seen(s: &StateStore, c: &[BlockHash]) -> BTreeMap<String, (u64, u64)> {
+    let o = s.route(M, c, &params(100, 1000.0, 1), &[]).await.unwrap();
+    // Release what the route counted, so that each probe leaves no load.
+    let chosen = &o.lookup.workers[o.chosen.unwrap()].info.worker_id;
+    s.add_in_flight(M, chosen, -1).await.unwrap();
+    o.lookup
+        .workers
+        .iter()
+        .map(|w| {
+            let i = &w.info;
+            (
+                i.worker_id.clone(),
+                (i.load.num_requests_waiting, i.in_flight),
+            )
+        })
+        .collect()
+}
+
+/// route.lua reuses its parse of the routing view across calls; every
+/// change to the view must still show in the next call.
+#[tokio::test]
+async fn the_routing_step_sees_every_change_to_the_fleet() {
+    let v = Valkey::start();
+    let s = store(&v, "rs", "router-a", ttls());
+    let c = chain(4, 3);
+    worker(&s, "w0", None).await;
+    worker(&s, "w1", None).await;
+    let ids = |m: &BTreeMap<String, (u64, u64)>| m.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(ids(&seen(&s, &c).await), ["w0", "w1"]);
+    // A load report rewrites a record.
+    let load = WorkerLoad {
+        num_requests_waiting: 7,
+        num_requests_running: 1,
+        kv_cache_usage_perc: 0.5,
+    };
+    worker(&s, "w1", Some(load)).await;
+    assert_eq!(seen(&s, &c).await["w1"].0, 7);
+    // A new worker, a deregistered one.
+    worker(&s, "w2", None).await;
+    assert_eq!(ids(&seen(&s, &c).await), ["w0", "w1", "w2"]);
+    assert!(s.deregister(M, "w0").await.unwrap());
+    assert_eq!(ids(&seen(&s, &c).await), ["w1", "w2"]);
+    // In-flight counts of this router, then of another router whose lease
+    // ends.
+    s.add_in_flight(M, "w2", 3).await.unwrap();
+    assert_eq!(seen(&s, &c).await["w2"].1, 3);
+    let other = store(&v, "rs", "router-b", ttls());
+    other
+        .router_lease(M, Duration::from_millis(300))
+        .await
+        .unwrap();
+    other.add_in_flight(M, "w1", 2).await.unwrap();
+    assert_eq!(seen(&s, &c).await["w1"].1, 2);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(seen(&s, &c).await["w1"].1, 0);
+    // A lease that runs out, with nothing else changing in the view.
+    let short = store(
+        &v,
+        "rs",
+        "router-a",
+        StateTtls {
+            worker_lease: Duration::from_millis(300),
+            ..ttls()
+        },
+    );
+    short
+        .heartbeat(
+            M,
+            &WorkerHeartbeat {
+                worker_id: "w3".into(),
+                url: "http://127.0.0.1:9".into(),
+                load: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(seen(&s, &c).await.contains_key("w3"));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(ids(&seen(&s, &c).await), ["w1", "w2"]);
+}

@@ -1,0 +1,338 @@
+//! Property test: random sequences of state operations against a real
+//! valkey-server and a tiny in-memory model; after every step the forward and
+//! reverse maps must agree with each other and with the model.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use protocol::hashing::BlockHash;
+use state::{BatchLimits, ConnectionSettings, StateError, StateStore, StateTtls, WorkerHeartbeat};
+use support::{Valkey, raw_state};
+
+const MODEL: &str = "model-a";
+const PREFIX: &str = "pt";
+const WORKERS: [&str; 3] = ["w0", "w1", "w2"];
+
+/// A universe of 12 hashes; groups of 4 share a forward bucket.
+fn universe() -> Vec<BlockHash> {
+    (0..12u64)
+        .map(|i| BlockHash(((0xab00 + (i / 4)) << 48) | (i * 7919)))
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Heartbeat(usize),
+    Claim(usize, Vec<usize>),
+    Stored(usize, Vec<usize>),
+    Evict(usize, Vec<usize>),
+    Sync(usize, Vec<usize>, usize),
+    ExpireLease(usize),
+    Deregister(usize),
+    Gc,
+}
+
+fn hashes() -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(0..12usize, 0..8)
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let w = 0..WORKERS.len();
+    prop_oneof![
+        2 => w.clone().prop_map(Op::Heartbeat),
+        3 => (w.clone(), hashes()).prop_map(|(w, h)| Op::Claim(w, h)),
+        3 => (w.clone(), hashes()).prop_map(|(w, h)| Op::Stored(w, h)),
+        2 => (w.clone(), hashes()).prop_map(|(w, h)| Op::Evict(w, h)),
+        2 => (w.clone(), hashes(), 1..4usize).prop_map(|(w, h, c)| Op::Sync(w, h, c)),
+        1 => w.clone().prop_map(Op::ExpireLease),
+        1 => w.prop_map(Op::Deregister),
+        1 => Just(Op::Gc),
+    ]
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Speculative,
+    Confirmed,
+}
+
+/// The model: live workers' incarnation and block set; dead incarnations.
+#[derive(Default)]
+struct Model {
+    live: BTreeMap<usize, (String, BTreeMap<BlockHash, Kind>)>,
+    dead: BTreeSet<String>,
+}
+
+fn long_ttls() -> StateTtls {
+    StateTtls {
+        speculative: Duration::from_secs(600),
+        confirmed: Duration::from_secs(600),
+        worker_lease: Duration::from_secs(600),
+        ..StateTtls::default()
+    }
+}
+
+/// Tiny chunks and steps so that chunking and multi-step patches are exercised.
+fn tiny_limits() -> BatchLimits {
+    BatchLimits {
+        hashes_per_call: 3,
+        stage_per_call: 2,
+        step_budget: 2,
+        sweep_budget: 2,
+        ..BatchLimits::default()
+    }
+}
+
+fn new_store(v: &Valkey, ttls: StateTtls) -> StateStore {
+    StateStore::new(
+        ConnectionSettings::new(&v.url()),
+        PREFIX,
+        "router-1",
+        ttls,
+        tiny_limits(),
+    )
+    .unwrap()
+}
+
+struct Harness {
+    store: StateStore,
+    short_lease: StateStore,
+    model: Model,
+    hashes: Vec<BlockHash>,
+}
+
+impl Harness {
+    fn pick(&self, idx: &[usize]) -> Vec<BlockHash> {
+        idx.iter().map(|&i| self.hashes[i]).collect()
+    }
+
+    async fn heartbeat(&mut self, store_short: bool, w: usize) {
+        let hb = WorkerHeartbeat {
+            worker_id: WORKERS[w].into(),
+            url: format!("http://127.0.0.1:{}", 9000 + w),
+            load: None,
+        };
+        let store = if store_short {
+            &self.short_lease
+        } else {
+            &self.store
+        };
+        let lease = store.heartbeat(MODEL, &hb).await.unwrap();
+        let idx = lease.incarnation.to_string();
+        match self.model.live.get(&w) {
+            Some((cur, _)) => {
+                assert_eq!(cur, &idx, "a live worker keeps its incarnation");
+                assert!(!lease.new);
+            }
+            None => {
+                assert!(lease.new);
+                self.model.live.insert(w, (idx, BTreeMap::new()));
+            }
+        }
+    }
+
+    /// Applies `op` to Valkey and to the model; checks the outcome agrees.
+    async fn apply(&mut self, op: &Op) {
+        match op {
+            Op::Heartbeat(w) => self.heartbeat(false, *w).await,
+            Op::Claim(w, hs) => {
+                let r = self.store.claim(MODEL, WORKERS[*w], &self.pick(hs)).await;
+                let expected = self.model.live.get_mut(w).map(|(_, set)| {
+                    let mut n = 0;
+                    for &i in hs {
+                        let h = self.hashes[i];
+                        if let std::collections::btree_map::Entry::Vacant(e) = set.entry(h) {
+                            e.insert(Kind::Speculative);
+                            n += 1;
+                        }
+                    }
+                    n
+                });
+                check_result(r, expected);
+            }
+            Op::Stored(w, hs) => {
+                let r = self
+                    .store
+                    .stored(MODEL, WORKERS[*w], &self.pick(hs))
+                    .await
+                    .map(|_| 0u64);
+                let expected = self.model.live.get_mut(w).map(|(_, set)| {
+                    for &i in hs {
+                        set.insert(self.hashes[i], Kind::Confirmed);
+                    }
+                    0
+                });
+                check_result(r, expected);
+            }
+            Op::Evict(w, hs) => {
+                let r = self.store.evict(MODEL, WORKERS[*w], &self.pick(hs)).await;
+                let expected = self.model.live.get_mut(w).map(|(_, set)| {
+                    let mut n = 0;
+                    for &i in hs {
+                        if set.remove(&self.hashes[i]).is_some() {
+                            n += 1;
+                        }
+                    }
+                    n
+                });
+                check_result(r, expected);
+            }
+            Op::Sync(w, hs, chunks) => {
+                let list = self.pick(hs);
+                let r = self.sync_in_chunks(*w, &list, *chunks).await;
+                let expected = self.model.live.get_mut(w).map(|(_, set)| {
+                    let mut next: BTreeMap<BlockHash, Kind> =
+                        list.iter().map(|h| (*h, Kind::Confirmed)).collect();
+                    for (h, k) in set.iter() {
+                        if *k == Kind::Speculative && !next.contains_key(h) {
+                            next.insert(*h, Kind::Speculative);
+                        }
+                    }
+                    *set = next;
+                    set.len() as u64
+                });
+                check_result(r, expected);
+            }
+            Op::ExpireLease(w) => {
+                if self.model.live.contains_key(w) {
+                    self.heartbeat(true, *w).await;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    let (idx, _) = self.model.live.remove(w).unwrap();
+                    self.model.dead.insert(idx);
+                }
+            }
+            Op::Deregister(w) => {
+                let r = self.store.deregister(MODEL, WORKERS[*w]).await.unwrap();
+                // An expired, not yet collected worker is still deregistrable,
+                // so only a live one must report true.
+                if let Some((idx, _)) = self.model.live.remove(w) {
+                    assert!(r);
+                    self.model.dead.insert(idx);
+                }
+            }
+            Op::Gc => {
+                self.store.gc(MODEL, 10_000).await.unwrap();
+                self.model.dead.clear();
+            }
+        }
+    }
+
+    async fn sync_in_chunks(
+        &self,
+        w: usize,
+        list: &[BlockHash],
+        chunks: usize,
+    ) -> Result<u64, StateError> {
+        // Every snapshot has its own id: a committed id is never applied
+        // twice (a retried commit is a no-op).
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = format!("sync-{w}-{n}");
+        let size = list.len().div_ceil(chunks).max(1);
+        let mut parts: Vec<&[BlockHash]> = list.chunks(size).collect();
+        if parts.is_empty() {
+            parts.push(&[]);
+        }
+        for p in parts {
+            self.store.sync_stage(MODEL, WORKERS[w], &id, p).await?;
+        }
+        self.store
+            .sync_commit(MODEL, WORKERS[w], &id)
+            .await
+            .map(|o| o.active)
+    }
+
+    /// The invariants, checked after every step.
+    async fn check(&self, v: &Valkey, after: &Op) {
+        let raw = raw_state(v, PREFIX, MODEL);
+        assert_eq!(
+            raw.forward_pairs(),
+            raw.reverse_pairs(),
+            "forward and reverse maps disagree after {after:?}"
+        );
+        assert_eq!(
+            raw.speculative_forward_pairs(),
+            raw.speculative_pairs(),
+            "speculative sets disagree with the forward map after {after:?}"
+        );
+        let live_idx: BTreeSet<String> = self.model.live.values().map(|(i, _)| i.clone()).collect();
+        for (w, (idx, set)) in &self.model.live {
+            let got: BTreeMap<String, char> = raw
+                .forward
+                .iter()
+                .filter_map(|(h, m)| m.get(idx).map(|(k, _)| (h.clone(), *k)))
+                .collect();
+            let want: BTreeMap<String, char> = set
+                .iter()
+                .map(|(h, k)| (h.to_hex(), if *k == Kind::Speculative { 's' } else { 'c' }))
+                .collect();
+            assert_eq!(
+                got, want,
+                "worker {} (incarnation {idx}) after {after:?}",
+                WORKERS[*w]
+            );
+        }
+        for idx in raw.reverse.keys() {
+            assert!(
+                live_idx.contains(idx) || self.model.dead.contains(idx),
+                "entries of incarnation {idx} survived its purge (after {after:?})"
+            );
+        }
+        // Lookups see exactly the live holders of each block.
+        for h in &self.hashes {
+            let l = self.store.lookup(MODEL, &[*h]).await.unwrap();
+            let got: BTreeSet<String> = l
+                .workers
+                .iter()
+                .filter(|m| m.matched_blocks == 1)
+                .map(|m| m.info.worker_id.clone())
+                .collect();
+            let want: BTreeSet<String> = self
+                .model
+                .live
+                .iter()
+                .filter(|(_, (_, set))| set.contains_key(h))
+                .map(|(w, _)| WORKERS[*w].to_owned())
+                .collect();
+            assert_eq!(got, want, "lookup of {h} after {after:?}");
+        }
+    }
+}
+
+fn check_result(got: Result<u64, StateError>, expected: Option<u64>) {
+    match (got, expected) {
+        (Ok(n), Some(e)) => assert_eq!(n, e),
+        (Err(StateError::UnknownWorker { .. }), None) => {}
+        (got, expected) => panic!("got {got:?}, model expected {expected:?}"),
+    }
+}
+
+#[test]
+fn random_operation_sequences_match_the_model() {
+    let valkey = Valkey::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let config = ProptestConfig {
+        cases: 48,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    proptest!(config, |(ops in prop::collection::vec(op(), 1..40))| {
+        rt.block_on(async {
+            let _: () = redis::cmd("FLUSHALL").query(&mut valkey.conn()).unwrap();
+            let short = StateTtls { worker_lease: Duration::from_millis(1), ..long_ttls() };
+            let mut h = Harness {
+                store: new_store(&valkey, long_ttls()),
+                short_lease: new_store(&valkey, short),
+                model: Model::default(),
+                hashes: universe(),
+            };
+            for op in &ops {
+                h.apply(op).await;
+                h.check(&valkey, op).await;
+            }
+        });
+    });
+}

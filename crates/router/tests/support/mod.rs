@@ -1,0 +1,404 @@
+//! Test support: a real valkey-server on an ephemeral loopback port, a
+//! router served in-process, and a reader of the raw state in Valkey.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub mod fake_worker;
+pub mod haproxy;
+pub mod router_process;
+pub mod sim_process;
+pub mod tls;
+
+use prefix_router::{ServeArgs, ServeConfig};
+use state::{BatchLimits, ConnectionSettings, StateStore, StateTtls};
+
+/// The real Qwen3 tokenizer of `../shared`.
+pub fn tokenizer_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tokenizers/qwen3")
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free port")
+}
+
+/// A valkey-server child process; killed on drop.
+pub struct Valkey {
+    child: Option<Child>,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    dir: tempfile::TempDir,
+    extra: Vec<String>,
+}
+
+impl Valkey {
+    /// A server without persistence.
+    pub fn start() -> Valkey {
+        Self::start_with(&["--save", "", "--appendonly", "no"])
+    }
+
+    /// A server with extra configuration arguments.
+    pub fn start_with(extra: &[&str]) -> Valkey {
+        Self::start_on(free_port(), extra)
+    }
+
+    /// A server on `port` with extra configuration arguments.
+    pub fn start_on(port: u16, extra: &[&str]) -> Valkey {
+        let mut v = Valkey {
+            child: None,
+            port: 0,
+            dir: tempfile::tempdir().expect("tempdir"),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        v.spawn(port);
+        v
+    }
+
+    fn spawn(&mut self, port: u16) {
+        let bin = std::env::var("VALKEY_SERVER").unwrap_or_else(|_| "valkey-server".into());
+        let child = Command::new(&bin)
+            .arg("--port")
+            .arg(port.to_string())
+            .args(["--bind", "127.0.0.1", "--dir"])
+            .arg(self.dir.path())
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {bin} (run scripts/install-deps.sh): {e}"));
+        self.child = Some(child);
+        self.port = port;
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            // Up means answering, even if only to say NOAUTH.
+            if let Ok(mut c) = self.client().get_connection() {
+                match redis::cmd("PING").query::<String>(&mut c) {
+                    Ok(_) => return,
+                    Err(e) if e.code() == Some("NOAUTH") => return,
+                    Err(_) => {}
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("valkey-server on port {} did not start", self.port);
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// A client for direct inspection.
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("client")
+    }
+
+    /// A blocking connection for direct inspection.
+    pub fn conn(&self) -> redis::Connection {
+        self.client().get_connection().expect("connection")
+    }
+
+    /// The server's data directory (AOF files live here).
+    pub fn dir(&self) -> PathBuf {
+        self.dir.path().to_owned()
+    }
+
+    /// SIGKILL, like a crash.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts again on the same port and directory.
+    pub fn restart(&mut self) {
+        self.kill();
+        let port = self.port;
+        self.spawn(port);
+    }
+}
+
+impl Drop for Valkey {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Short TTLs so that expiry tests run in seconds.
+pub fn fast_ttls() -> StateTtls {
+    StateTtls {
+        speculative: Duration::from_millis(1500),
+        confirmed: Duration::from_secs(600),
+        worker_lease: Duration::from_millis(1500),
+        router_lease: Duration::from_secs(2),
+        sync_stage: Duration::from_secs(60),
+        patch_stall: Duration::from_millis(500),
+    }
+}
+
+/// A store on `valkey` under `prefix`, as router `router_id`.
+pub fn store(valkey: &Valkey, prefix: &str, router_id: &str, ttls: StateTtls) -> StateStore {
+    let mut settings = ConnectionSettings::new(&valkey.url());
+    settings.hot_timeout = Duration::from_secs(2);
+    StateStore::new(settings, prefix, router_id, ttls, BatchLimits::default()).expect("store")
+}
+
+/// A router served in-process on an ephemeral port.
+pub struct Router {
+    /// Its address.
+    pub addr: SocketAddr,
+    /// Its internal listener's address, when started with one
+    /// ([`Router::start_split`]).
+    pub internal: Option<SocketAddr>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// The internal token the test routers use.
+pub const TOKEN: &str = "test-token";
+
+impl Router {
+    /// A router on `valkey` with `args` (listen, valkey and token are filled in).
+    pub async fn start(valkey_url: &str, args: ServeArgs) -> Router {
+        Self::launch(valkey_url, args, false).await
+    }
+
+    /// As [`Router::start`], with a second, internal listener on another
+    /// ephemeral port (`--internal-listen`).
+    pub async fn start_split(valkey_url: &str, args: ServeArgs) -> Router {
+        Self::launch(valkey_url, args, true).await
+    }
+
+    async fn launch(valkey_url: &str, mut args: ServeArgs, split: bool) -> Router {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let internal = if split {
+            Some(
+                tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind internal"),
+            )
+        } else {
+            None
+        };
+        let internal_addr = internal.as_ref().map(|l| l.local_addr().expect("addr"));
+        args.listen = Some(addr);
+        args.exposure.internal_listen = internal_addr;
+        args.valkey = Some(valkey_url.to_owned());
+        // Tests share 2 cores: a routing deadline of 250 ms would turn CPU
+        // starvation into fallback routing. Deadline tests set their own.
+        if args.valkey_timeout.is_none() {
+            args.valkey_timeout = Some(Duration::from_secs(2));
+        }
+        if args.internal_token.is_none() && !args.allow_unauthenticated_internal {
+            args.internal_token = Some(TOKEN.into());
+        }
+        let cfg = ServeConfig::resolve(args).expect("config");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let shutdown = async move {
+            let _ = rx.await;
+            let _ = stop_tx.send(true);
+        };
+        let task = tokio::spawn(async move {
+            prefix_router::serve_with(listener, internal, cfg, stop_rx, shutdown)
+                .await
+                .expect("serve");
+        });
+        Router {
+            addr,
+            internal: internal_addr,
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// `http://<internal addr><path>`; panics without an internal listener.
+    pub fn internal_url(&self, path: &str) -> String {
+        let addr = self.internal.expect("started without an internal listener");
+        format!("http://{addr}{path}")
+    }
+
+    /// True while its serving task has neither returned nor panicked.
+    pub fn is_running(&self) -> bool {
+        self.task.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// `http://<addr><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Stops it and waits until it has.
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+    }
+}
+
+/// A client that sends the internal token.
+pub fn http() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+/// POSTs JSON with the test token; returns (status, body as JSON or Null).
+pub async fn post(r: &Router, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+    let resp = http()
+        .post(r.url(path))
+        .bearer_auth(TOKEN)
+        .json(body)
+        .send()
+        .await
+        .expect("request");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(serde_json::Value::Null))
+}
+
+/// The model the API tests register workers for.
+pub const M: &str = "m";
+
+/// Registers worker `id` for model [`M`] through router `r`.
+pub async fn register(r: &Router, id: &str) {
+    let body = serde_json::json!({"worker_id": id, "url": "http://127.0.0.1:9", "model": M});
+    let (st, resp) = post(r, "/internal/heartbeat", &body).await;
+    assert_eq!(st, 200, "{resp}");
+}
+
+/// The raw maps of one model, read straight from Valkey.
+#[derive(Debug, Default, PartialEq, Eq, Clone)]
+pub struct RawState {
+    /// hash → incarnation → (kind, expiry seconds).
+    pub forward: BTreeMap<String, BTreeMap<String, (char, u64)>>,
+    /// incarnation → hashes.
+    pub reverse: BTreeMap<String, BTreeSet<String>>,
+    /// incarnation → hashes whose entry is speculative.
+    pub speculative: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl RawState {
+    /// Forward pairs (hash, incarnation), ignoring kinds and expiries.
+    pub fn forward_pairs(&self) -> BTreeSet<(String, String)> {
+        self.forward
+            .iter()
+            .flat_map(|(h, m)| m.keys().map(move |i| (h.clone(), i.clone())))
+            .collect()
+    }
+
+    /// Speculative forward pairs (hash, incarnation).
+    pub fn speculative_forward_pairs(&self) -> BTreeSet<(String, String)> {
+        self.forward
+            .iter()
+            .flat_map(|(h, m)| {
+                m.iter()
+                    .filter(|(_, (k, _))| *k == 's')
+                    .map(move |(i, _)| (h.clone(), i.clone()))
+            })
+            .collect()
+    }
+
+    /// Pairs (hash, incarnation) of the speculative sets.
+    pub fn speculative_pairs(&self) -> BTreeSet<(String, String)> {
+        self.speculative
+            .iter()
+            .flat_map(|(i, hs)| hs.iter().map(move |h| (h.clone(), i.clone())))
+            .collect()
+    }
+
+    /// Reverse pairs (hash, incarnation).
+    pub fn reverse_pairs(&self) -> BTreeSet<(String, String)> {
+        self.reverse
+            .iter()
+            .flat_map(|(i, hs)| hs.iter().map(move |h| (h.clone(), i.clone())))
+            .collect()
+    }
+}
+
+fn scan_keys(conn: &mut redis::Connection, pattern: &str) -> Vec<String> {
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query(conn).expect("KEYS");
+    keys.sort();
+    keys
+}
+
+/// The hashes (16-hex) Valkey holds for `worker`'s live incarnation of
+/// `model` under `prefix` (its reverse set); empty when it has none.
+pub fn worker_blocks(valkey: &Valkey, prefix: &str, model: &str, worker: &str) -> BTreeSet<String> {
+    let Ok(mut conn) = valkey.client().get_connection() else {
+        return BTreeSet::new();
+    };
+    let base = format!("{prefix}:{{{model}}}");
+    let idx: Option<String> = redis::cmd("HGET")
+        .arg(format!("{base}:ids"))
+        .arg(worker)
+        .query(&mut conn)
+        .unwrap_or(None);
+    let Some(idx) = idx else {
+        return BTreeSet::new();
+    };
+    redis::cmd("SMEMBERS")
+        .arg(format!("{base}:r:{idx}"))
+        .query(&mut conn)
+        .unwrap_or_default()
+}
+
+/// Reads every forward bucket and reverse set of `model` under `prefix`.
+pub fn raw_state(valkey: &Valkey, prefix: &str, model: &str) -> RawState {
+    let mut conn = valkey.conn();
+    let base = format!("{prefix}:{{{model}}}");
+    let mut st = RawState::default();
+    for key in scan_keys(&mut conn, &format!("{base}:f:*")) {
+        let fields: BTreeMap<String, String> = redis::cmd("HGETALL")
+            .arg(&key)
+            .query(&mut conn)
+            .expect("HGETALL");
+        for (h, v) in fields {
+            let entry = st.forward.entry(h).or_default();
+            for tok in v.split(',') {
+                let pos = tok.find(['s', 'c']).expect("entry kind");
+                let kind = tok.as_bytes()[pos] as char;
+                let exp: u64 = tok[pos + 1..].parse().expect("expiry");
+                assert!(
+                    entry.insert(tok[..pos].to_owned(), (kind, exp)).is_none(),
+                    "duplicate entry in {v}"
+                );
+            }
+        }
+    }
+    for (kind, map) in [("r", &mut st.reverse), ("sp", &mut st.speculative)] {
+        for key in scan_keys(&mut conn, &format!("{base}:{kind}:*")) {
+            let idx = key.rsplit(':').next().expect("idx").to_owned();
+            let members: BTreeSet<String> = redis::cmd("SMEMBERS")
+                .arg(&key)
+                .query(&mut conn)
+                .expect("SMEMBERS");
+            if !members.is_empty() {
+                map.insert(idx, members);
+            }
+        }
+    }
+
+    st
+}
+
+/// `ServeArgs` with nothing set.
+pub fn args() -> ServeArgs {
+    ServeArgs::default()
+}

@@ -1,0 +1,139 @@
+//! The changes to a [`PrefixCache`](super::PrefixCache)'s set of cached
+//! hashes, in the shape of vLLM's KV events (`BlockStored`, `BlockRemoved`,
+//! `AllBlocksCleared`), and [`CacheReplay`], which rebuilds that set from
+//! them the way a subscriber (the router) does.
+
+use std::collections::HashSet;
+
+use protocol::hashing::BlockHash;
+
+/// One change to the set of cached block hashes. Replaying every event in
+/// order from an empty set yields exactly the cache's current set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheEvent {
+    /// Blocks became cached (vLLM's `BlockStored`): consecutive blocks of
+    /// one request's chain, in chain order.
+    Stored {
+        /// The new hashes, parent first.
+        hashes: Vec<BlockHash>,
+        /// The hash of the chain block just before `hashes[0]`, or `None`
+        /// when `hashes[0]` is the prompt's first block. It may be held by
+        /// another request's block, or no longer be cached at all.
+        parent: Option<BlockHash>,
+        /// Tokens per block, as vLLM reports it.
+        block_size: usize,
+    },
+    /// Cached blocks were evicted to make room (vLLM's `BlockRemoved`).
+    Removed {
+        /// The hashes that are no longer cached.
+        hashes: Vec<BlockHash>,
+    },
+    /// Every cached hash was dropped (vLLM's `AllBlocksCleared`, sent on
+    /// `reset_prefix_cache`).
+    Cleared,
+}
+
+/// An event that does not apply to the replayed set: a hash stored twice or
+/// removed while absent. Seeing one means the event stream and the cache
+/// disagree.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayError {
+    /// `Stored` named a hash that was already in the set.
+    #[error("hash {0} stored while already cached")]
+    AlreadyStored(BlockHash),
+    /// `Removed` named a hash that was not in the set.
+    #[error("hash {0} removed while not cached")]
+    NotStored(BlockHash),
+}
+
+/// The set of cached hashes as seen by an event subscriber: starts empty and
+/// applies events strictly. Used to audit the cache's event stream, and
+/// usable by anything that consumes [`CacheEvent`]s.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CacheReplay {
+    hashes: HashSet<BlockHash>,
+}
+
+impl CacheReplay {
+    /// An empty replay, as a subscriber starts.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies one event. On an inconsistent event the set is still updated
+    /// as far as possible (a stored hash is present, a removed one absent)
+    /// and the first inconsistency is returned.
+    pub fn apply(&mut self, event: &CacheEvent) -> Result<(), ReplayError> {
+        let mut first_error = None;
+        match event {
+            CacheEvent::Stored { hashes, .. } => {
+                for &h in hashes {
+                    if !self.hashes.insert(h) && first_error.is_none() {
+                        first_error = Some(ReplayError::AlreadyStored(h));
+                    }
+                }
+            }
+            CacheEvent::Removed { hashes } => {
+                for h in hashes {
+                    if !self.hashes.remove(h) && first_error.is_none() {
+                        first_error = Some(ReplayError::NotStored(*h));
+                    }
+                }
+            }
+            CacheEvent::Cleared => self.hashes.clear(),
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Whether `hash` is in the replayed set.
+    pub fn contains(&self, hash: BlockHash) -> bool {
+        self.hashes.contains(&hash)
+    }
+
+    /// Number of hashes in the replayed set.
+    pub fn len(&self) -> usize {
+        self.hashes.len()
+    }
+
+    /// Whether the replayed set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.hashes.is_empty()
+    }
+
+    /// The replayed set, sorted (comparable with
+    /// [`PrefixCache::cached_hashes`](super::PrefixCache::cached_hashes)).
+    pub fn sorted(&self) -> Vec<BlockHash> {
+        let mut v: Vec<BlockHash> = self.hashes.iter().copied().collect();
+        v.sort_unstable();
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replay_applies_strictly() {
+        let mut r = CacheReplay::new();
+        let stored = CacheEvent::Stored {
+            hashes: vec![BlockHash(1), BlockHash(2)],
+            parent: None,
+            block_size: 16,
+        };
+        r.apply(&stored).unwrap();
+        assert_eq!(r.sorted(), vec![BlockHash(1), BlockHash(2)]);
+        assert_eq!(
+            r.apply(&stored),
+            Err(ReplayError::AlreadyStored(BlockHash(1)))
+        );
+        let removed = CacheEvent::Removed {
+            hashes: vec![BlockHash(2), BlockHash(3)],
+        };
+        assert_eq!(r.apply(&removed), Err(ReplayError::NotStored(BlockHash(3))));
+        assert!(r.contains(BlockHash(1)) && !r.contains(BlockHash(2)));
+        r.apply(&CacheEvent::Cleared).unwrap();
+        assert!(r.is_empty());
+        assert_eq!(r.len(), 0);
+    }
+}

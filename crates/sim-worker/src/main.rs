@@ -1,0 +1,240 @@
+//! `sim-worker`: a simulated vLLM replica without a GPU, for tests and load
+//! tests of the fleet. See `docs/sim-worker.md`.
+//!
+//! Prints `listening on http://ADDR` (and the KV-event endpoints, when
+//! publishing) on stdout once it serves, so a harness can start it on port 0.
+
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use metrics_exporter_prometheus::PrometheusBuilder;
+use protocol::parse_duration;
+use sim_worker::server::{FaultSettings, KvEventsSettings, PushSettings, SimConfig, SimServer};
+use sim_worker::{EngineConfig, TimeModel};
+use tracing_subscriber::EnvFilter;
+use worker::kv_events::SocketMode;
+
+/// A simulated vLLM replica: vLLM's OpenAI API and metrics over a modelled
+/// prefix cache, scheduler and clock, reporting its cache to a prefix-router
+/// fleet.
+#[derive(Parser, Debug)]
+#[command(name = "sim-worker", version)]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    /// Port to listen on (0 picks a free one; the bound address is printed).
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// The worker's id in the fleet [default: sim-<pid>].
+    #[arg(long)]
+    worker_id: Option<String>,
+    /// The served model name (must match the router's `--model`).
+    #[arg(long, default_value = "qwen3")]
+    model: String,
+    /// Directory of the model's tokenizer.json and tokenizer_config.json.
+    #[arg(long, default_value = "../shared/tokenizers/qwen3")]
+    tokenizer_dir: PathBuf,
+    /// Tokens per KV block (vLLM's --block-size).
+    #[arg(long, default_value_t = 16)]
+    block_size: usize,
+    /// vLLM's PYTHONHASHSEED, if the engines set it (seeds block hashes).
+    #[arg(long, env = "PYTHONHASHSEED")]
+    hash_seed: Option<String>,
+    /// KV blocks in the pool (vLLM's num_gpu_blocks).
+    #[arg(long, default_value_t = 8192)]
+    num_blocks: usize,
+    /// Most requests running at once (vLLM's --max-num-seqs).
+    #[arg(long, default_value_t = 256)]
+    max_num_seqs: usize,
+    /// Prefill cost per uncached prompt token, in microseconds.
+    #[arg(long, default_value_t = 100.0)]
+    prefill_us_per_token: f64,
+    /// Prefill cost per cached prompt token, in microseconds.
+    #[arg(long, default_value_t = 2.0)]
+    prefill_us_per_cached_token: f64,
+    /// Fixed cost per request, in milliseconds.
+    #[arg(long, default_value_t = 5.0)]
+    request_overhead_ms: f64,
+    /// Cost per output token after the first, in milliseconds.
+    #[arg(long, default_value_t = 20.0)]
+    decode_ms_per_token: f64,
+    /// Multiplies every simulated duration (0.1 = ten times faster).
+    #[arg(long, default_value_t = 1.0)]
+    time_scale: f64,
+    /// Output tokens when a request gives no max_tokens.
+    #[arg(long, default_value_t = 16)]
+    default_max_tokens: usize,
+    /// The text of every output token.
+    #[arg(long, default_value = " tok")]
+    filler: String,
+    /// Report the cache to this fleet URL (any router, or a balancer).
+    #[arg(long)]
+    fleet_url: Option<String>,
+    /// The fleet's internal bearer token.
+    #[arg(long, env = "PREFIX_ROUTER_INTERNAL_TOKEN", hide_env_values = true)]
+    internal_token: Option<String>,
+    /// URL routers reach this worker at [default: http://<bound address>].
+    #[arg(long)]
+    advertise_url: Option<String>,
+    /// Period of stored/evicted reports.
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    flush_interval: Duration,
+    /// Period of full snapshots.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    sync_interval: Duration,
+    /// Period of heartbeats.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    heartbeat_interval: Duration,
+    /// Publish vLLM KV events on this ZeroMQ endpoint (e.g. tcp://127.0.0.1:5557).
+    #[arg(long)]
+    kv_events_endpoint: Option<String>,
+    /// Connect the KV-event PUB socket instead of binding it.
+    #[arg(long)]
+    kv_events_connect: bool,
+    /// Serve KV-event replays on this ZeroMQ endpoint.
+    #[arg(long, requires = "kv_events_endpoint")]
+    kv_events_replay_endpoint: Option<String>,
+    /// Topic of the KV-event messages.
+    #[arg(long, default_value = "")]
+    kv_events_topic: String,
+    /// Fault: probability (0..=1) that an evicted block goes unreported.
+    #[arg(long, default_value_t = 0.0)]
+    drop_evictions: f64,
+    /// Fault: send no reports (heartbeats, pushes, KV events) from the start.
+    #[arg(long)]
+    stop_reporting: bool,
+    /// Fault: start paused (requests hang until POST /sim/faults unpauses).
+    #[arg(long)]
+    paused: bool,
+    /// Fault: exit abruptly (status 137) this long after start.
+    #[arg(long, value_parser = parse_duration)]
+    crash_after: Option<Duration>,
+    /// Seed of the fault injection's random numbers.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+fn micros(what: &str, us: f64) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(us / 1e6)
+        .map_err(|e| anyhow::anyhow!("--{what} must be a non-negative number: {e}"))
+}
+
+fn config(args: Args) -> anyhow::Result<SimConfig> {
+    if !(0.0..=1.0).contains(&args.drop_evictions) {
+        bail!("--drop-evictions must be within 0..=1");
+    }
+    let time = TimeModel {
+        prefill_per_token: micros("prefill-us-per-token", args.prefill_us_per_token)?,
+        prefill_per_cached_token: micros(
+            "prefill-us-per-cached-token",
+            args.prefill_us_per_cached_token,
+        )?,
+        request_overhead: micros("request-overhead-ms", args.request_overhead_ms * 1e3)?,
+        decode_per_token: micros("decode-ms-per-token", args.decode_ms_per_token * 1e3)?,
+        time_scale: args.time_scale,
+    };
+    time.validate().context("--time-scale")?;
+    let push = args.fleet_url.map(|url| PushSettings {
+        advertise_url: args.advertise_url,
+        flush_interval: args.flush_interval,
+        sync_interval: args.sync_interval,
+        heartbeat_interval: args.heartbeat_interval,
+        seed: args.seed,
+        ..PushSettings::new(url, args.internal_token)
+    });
+    let kv_events = args.kv_events_endpoint.map(|endpoint| KvEventsSettings {
+        mode: if args.kv_events_connect {
+            SocketMode::Connect
+        } else {
+            SocketMode::Bind
+        },
+        replay_endpoint: args.kv_events_replay_endpoint,
+        topic: args.kv_events_topic,
+        ..KvEventsSettings::new(endpoint)
+    });
+    Ok(SimConfig {
+        listen: SocketAddr::new(args.host, args.port),
+        worker_id: args
+            .worker_id
+            .unwrap_or_else(|| format!("sim-{}", std::process::id())),
+        model: args.model,
+        tokenizer_dir: args.tokenizer_dir,
+        hash_seed: args.hash_seed,
+        engine: EngineConfig {
+            time,
+            max_num_seqs: args.max_num_seqs,
+            num_blocks: args.num_blocks,
+            block_size: args.block_size,
+        },
+        default_max_tokens: args.default_max_tokens,
+        filler: args.filler,
+        push,
+        kv_events,
+        faults: FaultSettings {
+            drop_evictions: args.drop_evictions,
+            stop_reporting: args.stop_reporting,
+            paused: args.paused,
+            crash_after: args.crash_after,
+        },
+    })
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn terminated() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match term.as_mut() {
+                Some(t) => { t.recv().await; }
+                None => std::future::pending::<()>().await,
+            }
+        } => {}
+    }
+}
+
+async fn run(config: SimConfig) -> anyhow::Result<()> {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let metrics = recorder.handle();
+    metrics::set_global_recorder(recorder).context("installing the metrics recorder")?;
+    let mut server = SimServer::start(config, Some(metrics))
+        .await
+        .context("starting sim-worker")?;
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "listening on http://{}", server.addr())?;
+        if let Some(e) = server.kv_endpoint() {
+            writeln!(out, "kv-events on {e}")?;
+        }
+        if let Some(e) = server.kv_replay_endpoint() {
+            writeln!(out, "kv-events replay on {e}")?;
+        }
+        out.flush()?;
+    }
+    tokio::select! {
+        _ = terminated() => tracing::info!("shutting down"),
+        _ = server.wait() => bail!("the HTTP server stopped"),
+    }
+    if let Err(e) = server.shutdown(Duration::from_secs(5), true).await {
+        tracing::warn!(error = %e, "not deregistered from the fleet; its lease will run out");
+    }
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            EnvFilter::try_from_env("SIM_WORKER_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .init();
+    let config = config(Args::parse())?;
+    tokio::runtime::Runtime::new()
+        .context("starting the Tokio runtime")?
+        .block_on(run(config))
+}

@@ -1,0 +1,133 @@
+//! [`SimConfig`]: everything a simulated worker is started with.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::EngineConfig;
+use worker::kv_events::SocketMode;
+
+/// One simulated vLLM replica.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// HTTP address (port 0 picks a free port; see `SimServer::addr`).
+    pub listen: SocketAddr,
+    /// The worker's id in the fleet, also sent as `x-sim-worker`.
+    pub worker_id: String,
+    /// The served model name (`--served-model-name` in vLLM).
+    pub model: String,
+    /// The model's `tokenizer.json` and `tokenizer_config.json`.
+    pub tokenizer_dir: PathBuf,
+    /// vLLM's `PYTHONHASHSEED`, if set (it seeds the block hashes).
+    pub hash_seed: Option<String>,
+    /// Pool size, batch size, block size and time model.
+    pub engine: EngineConfig,
+    /// Output tokens when a request gives no `max_tokens`.
+    pub default_max_tokens: usize,
+    /// The text of every output token.
+    pub filler: String,
+    /// Reporting to the fleet over HTTP, if enabled.
+    pub push: Option<PushSettings>,
+    /// vLLM KV events over ZeroMQ, if enabled.
+    pub kv_events: Option<KvEventsSettings>,
+    /// Faults in force at start.
+    pub faults: FaultSettings,
+}
+
+impl SimConfig {
+    /// Defaults for `model`, tokenized from `tokenizer_dir`: loopback port
+    /// 0, worker id `sim-0`, vLLM's engine defaults (see
+    /// [`EngineConfig::default`]), 16 output tokens of `" tok"`, no
+    /// reporting, no faults.
+    pub fn new(model: impl Into<String>, tokenizer_dir: impl Into<PathBuf>) -> Self {
+        SimConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            worker_id: "sim-0".into(),
+            model: model.into(),
+            tokenizer_dir: tokenizer_dir.into(),
+            hash_seed: None,
+            engine: EngineConfig::default(),
+            default_max_tokens: 16,
+            filler: " tok".into(),
+            push: None,
+            kv_events: None,
+            faults: FaultSettings::default(),
+        }
+    }
+}
+
+/// Reporting through the fleet's push API (a [`Pusher`](worker::push::Pusher)).
+#[derive(Debug, Clone)]
+pub struct PushSettings {
+    /// Any router, or the balancer in front of them.
+    pub fleet_url: String,
+    /// The fleet's internal token.
+    pub token: Option<String>,
+    /// The URL routers reach this worker at; `None`: `http://<bound addr>`.
+    pub advertise_url: Option<String>,
+    /// Period of stored/evicted flushes.
+    pub flush_interval: Duration,
+    /// Period of full snapshots.
+    pub sync_interval: Duration,
+    /// Period of heartbeats.
+    pub heartbeat_interval: Duration,
+    /// Seed of the eviction-drop fault.
+    pub seed: u64,
+}
+
+impl PushSettings {
+    /// The protocol's periods (100 ms, 5 s, 1 s) for `fleet_url`.
+    pub fn new(fleet_url: impl Into<String>, token: Option<String>) -> Self {
+        PushSettings {
+            fleet_url: fleet_url.into(),
+            token,
+            advertise_url: None,
+            flush_interval: Duration::from_millis(100),
+            sync_interval: Duration::from_secs(5),
+            heartbeat_interval: Duration::from_secs(1),
+            seed: 0,
+        }
+    }
+}
+
+/// Publishing vLLM's KV events (a [`KvEventPublisher`](worker::kv_events::KvEventPublisher)).
+#[derive(Debug, Clone)]
+pub struct KvEventsSettings {
+    /// The PUB endpoint, e.g. `tcp://127.0.0.1:5557` (port 0 picks one).
+    pub endpoint: String,
+    /// Bind (default) or connect the PUB socket.
+    pub mode: SocketMode,
+    /// The replay ROUTER endpoint; `None` disables replay.
+    pub replay_endpoint: Option<String>,
+    /// Topic of every message (vLLM's default `""`).
+    pub topic: String,
+    /// Batches kept for replay (vLLM's default 10,000).
+    pub buffer_steps: usize,
+}
+
+impl KvEventsSettings {
+    /// Binds `endpoint`, no replay, empty topic, vLLM's buffer size.
+    pub fn new(endpoint: impl Into<String>) -> Self {
+        KvEventsSettings {
+            endpoint: endpoint.into(),
+            mode: SocketMode::Bind,
+            replay_endpoint: None,
+            topic: String::new(),
+            buffer_steps: 10_000,
+        }
+    }
+}
+
+/// Faults that can be set at start (and flipped at run time through
+/// `POST /sim/faults`).
+#[derive(Debug, Clone, Default)]
+pub struct FaultSettings {
+    /// Probability that an evicted hash goes unreported (push and KV events).
+    pub drop_evictions: f64,
+    /// Send no reports at all: no heartbeats, flushes, syncs or KV events.
+    pub stop_reporting: bool,
+    /// Answer nothing: requests hang until unpaused (`/sim/*` still works).
+    pub paused: bool,
+    /// Exit abruptly this long after start, like `kill -9`.
+    pub crash_after: Option<Duration>,
+}

@@ -1,0 +1,153 @@
+//! The OpenAI routes, answered like vLLM's server but from the simulated
+//! engine: the answer's timing, its `usage.prompt_tokens_details.
+//! cached_tokens` and the `x-sim-cached-tokens` header come from the
+//! engine; the text is `max_tokens` filler tokens.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::json;
+
+use super::app::App;
+use super::error::SimError;
+use super::metrics::{ORCA_REQUEST, ORCA_RESPONSE, Sample, orca_header, render};
+use super::prompt::{Kind, prepare};
+use super::request::admit;
+use super::responses::Envelope;
+use super::stream::sse_body;
+
+/// The response header with the prompt tokens served from the cache.
+pub const CACHED_TOKENS_HEADER: &str = "x-sim-cached-tokens";
+/// The response header naming the worker.
+pub const WORKER_HEADER: &str = "x-sim-worker";
+
+/// `POST /v1/completions`.
+pub async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
+    answer(app, Kind::Completions, headers, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn chat_completions(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    answer(app, Kind::Chat, headers, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn answer(
+    app: Arc<App>,
+    kind: Kind,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, SimError> {
+    let tokenizing = Arc::clone(&app);
+    let prepared = tokio::task::spawn_blocking(move || {
+        prepare(
+            kind,
+            &body,
+            &tokenizing.pipeline,
+            &tokenizing.model,
+            tokenizing.default_max_tokens,
+        )
+    })
+    .await
+    .map_err(|e| internal(format!("tokenizing task failed: {e}")))??;
+    let (guard, admission) = admit(&app.core, &prepared).await?;
+    let envelope = Envelope::new(&prepared, &app.worker_id, guard.id().0);
+    let mut out = HeaderMap::new();
+    out.insert(
+        HeaderName::from_static(CACHED_TOKENS_HEADER),
+        HeaderValue::from(admission.cached_tokens),
+    );
+    if let Ok(v) = HeaderValue::from_str(&app.worker_id) {
+        out.insert(HeaderName::from_static(WORKER_HEADER), v);
+    }
+    if prepared.stream {
+        out.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        out.insert("cache-control", HeaderValue::from_static("no-cache"));
+        let body = sse_body(
+            Arc::clone(&app.core),
+            guard,
+            admission,
+            envelope,
+            prepared.include_usage,
+            Arc::clone(&app.filler),
+        );
+        return Ok((out, Body::from_stream(body)).into_response());
+    }
+    tokio::time::sleep_until(app.core.instant(admission.done_at)).await;
+    app.core.wait_unpaused().await;
+    guard.finish();
+    // vLLM answers the ORCA request header on non-streamed responses only.
+    if let Some(format) = headers.get(ORCA_REQUEST).and_then(|v| v.to_str().ok()) {
+        let gauges = app.core.lock_now().engine.gauges();
+        if let Some(v) = orca_header(format, &gauges).and_then(|h| HeaderValue::from_str(&h).ok()) {
+            out.insert(HeaderName::from_static(ORCA_RESPONSE), v);
+        }
+    }
+    let text = app.filler.repeat(admission.output_tokens);
+    Ok((out, Json(envelope.full(&admission, &text))).into_response())
+}
+
+fn internal(message: String) -> SimError {
+    SimError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "InternalServerError",
+        message,
+    )
+}
+
+/// `GET /v1/models`: the one served model.
+pub async fn models(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": app.model,
+            "object": "model",
+            "created": 0,
+            "owned_by": "vllm",
+            "root": app.model,
+            "parent": null,
+            "max_model_len": app.max_model_len,
+        }],
+    }))
+}
+
+/// `GET /health`: 200 with an empty body, like vLLM.
+pub async fn health() -> StatusCode {
+    StatusCode::OK
+}
+
+/// `GET /metrics`: vLLM's gauges and counters, then the process's own.
+pub async fn metrics(State(app): State<Arc<App>>) -> Response {
+    let sample = {
+        let st = app.core.lock_now();
+        Sample {
+            gauges: st.engine.gauges(),
+            counters: st.engine.counters(),
+            stats: st.stats,
+            cache: st.engine.cache().stats(),
+        }
+    };
+    let mut text = render(&app.model, &sample);
+    if let Some(handle) = &app.metrics {
+        handle.run_upkeep();
+        text.push_str(&handle.render());
+    }
+    (
+        [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        text,
+    )
+        .into_response()
+}

@@ -1,0 +1,170 @@
+//! [`Reporters`]: where the simulated engine's cache events go: the fleet's
+//! push API (through a [`PusherHandle`]) and vLLM's KV-event stream
+//! (through a [`KvEventPublisher`]), each optional, with the fault switches
+//! that silence them or lose evictions.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::book::TokenBook;
+use crate::CacheEvent;
+use protocol::hashing::BlockHash;
+use protocol::kv_events::{BlockRemoved, BlockStored, EngineHash, KvEvent, KvEventBatch};
+use worker::kv_events::KvEventPublisher;
+use worker::push::PusherHandle;
+
+/// The reporters of one simulated engine and their fault switches. The
+/// pusher applies its own switches; the KV stream's are kept here.
+pub struct Reporters {
+    /// The fleet pusher's handle.
+    pub pusher: Option<PusherHandle>,
+    /// The KV-event publisher.
+    pub kv: Option<KvEventPublisher>,
+    kv_stopped: bool,
+    kv_drop_evictions: f64,
+    kv_lose_batches: f64,
+    rng: StdRng,
+}
+
+impl Reporters {
+    /// No reporter yet; `seed` drives the KV stream's eviction drops.
+    pub fn new(seed: u64) -> Self {
+        Reporters {
+            pusher: None,
+            kv: None,
+            kv_stopped: false,
+            kv_drop_evictions: 0.0,
+            kv_lose_batches: 0.0,
+            rng: StdRng::seed_from_u64(seed ^ 0x6b76_6576),
+        }
+    }
+
+    /// Stops (or resumes) every report: the pusher pauses (its lease runs
+    /// out) and KV events are no longer published.
+    pub fn set_stopped(&mut self, stopped: bool) {
+        self.kv_stopped = stopped;
+        if let Some(p) = &self.pusher {
+            p.set_paused(stopped);
+        }
+    }
+
+    /// Loses each evicted hash with probability `p`, in both reporters.
+    pub fn set_drop_evictions(&mut self, p: f64) {
+        let p = if p.is_nan() { 0.0 } else { p.clamp(0.0, 1.0) };
+        self.kv_drop_evictions = p;
+        if let Some(pusher) = &self.pusher {
+            pusher.set_drop_evictions(p);
+        }
+    }
+
+    /// Loses each KV-event batch with probability `p`: numbered and kept
+    /// for replay, not sent (a sequence gap the reporter must fill).
+    pub fn set_lose_kv_batches(&mut self, p: f64) {
+        self.kv_lose_batches = if p.is_nan() { 0.0 } else { p.clamp(0.0, 1.0) };
+    }
+
+    /// The KV-batch loss probability in force.
+    pub fn lose_kv_batches(&self) -> f64 {
+        self.kv_lose_batches
+    }
+
+    /// Whether reporting is stopped.
+    pub fn stopped(&self) -> bool {
+        self.kv_stopped
+    }
+
+    /// The eviction-drop probability in force.
+    pub fn drop_evictions(&self) -> f64 {
+        self.kv_drop_evictions
+    }
+
+    /// Hands `events` to both reporters, in order.
+    pub fn publish(&mut self, events: &[CacheEvent], book: &TokenBook) {
+        if let Some(p) = &self.pusher {
+            for event in events {
+                match event {
+                    CacheEvent::Stored { hashes, .. } => p.stored(hashes),
+                    CacheEvent::Removed { hashes } => p.evicted(hashes),
+                    CacheEvent::Cleared => p.cleared(),
+                }
+            }
+        }
+        if self.kv_stopped || self.kv.is_none() {
+            return;
+        }
+        let kv_events: Vec<KvEvent> = events
+            .iter()
+            .filter_map(|e| self.kv_event(e, book))
+            .collect();
+        if kv_events.is_empty() {
+            return;
+        }
+        let batch = KvEventBatch {
+            ts: unix_seconds(),
+            events: kv_events,
+            data_parallel_rank: None,
+        };
+        let lose = self.kv_lose_batches > 0.0 && self.rng.random_bool(self.kv_lose_batches);
+        if let Some(kv) = &self.kv
+            && let Err(e) = if lose {
+                kv.publish_lost(batch)
+            } else {
+                kv.publish(batch)
+            }
+        {
+            tracing::warn!(error = %e, "KV-event batch not published");
+        }
+    }
+
+    /// One cache event as vLLM 0.33 publishes it from its GPU block pool.
+    fn kv_event(&mut self, event: &CacheEvent, book: &TokenBook) -> Option<KvEvent> {
+        match event {
+            CacheEvent::Stored {
+                hashes,
+                parent,
+                block_size,
+            } => {
+                let token_ids = book.tokens(hashes).unwrap_or_else(|| {
+                    tracing::warn!("tokens of stored blocks unknown; event sent without them");
+                    Vec::new()
+                });
+                Some(KvEvent::BlockStored(BlockStored {
+                    block_hashes: hashes.iter().map(|&h| EngineHash::from(h)).collect(),
+                    parent_block_hash: parent.map(EngineHash::from),
+                    token_ids,
+                    block_size: u32::try_from(*block_size).unwrap_or(u32::MAX),
+                    medium: Some("GPU".into()),
+                    extra_keys: Some(vec![rmpv::Value::Nil; hashes.len()]),
+                    group_idx: Some(0),
+                    kv_cache_spec_kind: Some("full_attention".into()),
+                    ..BlockStored::default()
+                }))
+            }
+            CacheEvent::Removed { hashes } => {
+                let p = self.kv_drop_evictions;
+                let kept: Vec<EngineHash> = hashes
+                    .iter()
+                    .filter(|_| p <= 0.0 || !self.rng.random_bool(p))
+                    .map(|&h: &BlockHash| EngineHash::from(h))
+                    .collect();
+                (!kept.is_empty()).then(|| {
+                    KvEvent::BlockRemoved(BlockRemoved {
+                        block_hashes: kept,
+                        medium: Some("GPU".into()),
+                        group_idx: Some(0),
+                        ..BlockRemoved::default()
+                    })
+                })
+            }
+            CacheEvent::Cleared => Some(KvEvent::AllBlocksCleared),
+        }
+    }
+}
+
+fn unix_seconds() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}

@@ -1,0 +1,168 @@
+//! Block batches: speculative claims, confirmations (stored), evictions.
+
+use super::ttl::ms;
+use super::{
+    Lane, ScriptName, StateError, StateStore, check_name, chunks_or_empty, hex_args, unknown_worker,
+};
+use protocol::hashing::BlockHash;
+
+/// What a `stored` batch changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoredOutcome {
+    /// Entries that did not exist.
+    pub inserted: u64,
+    /// Speculative entries now confirmed.
+    pub promoted: u64,
+    /// Confirmed entries whose expiry was pushed back.
+    pub refreshed: u64,
+}
+
+impl StateStore {
+    fn check_batch(&self, worker_id: &str, hashes: &[BlockHash]) -> Result<(), StateError> {
+        check_name("worker_id", worker_id)?;
+        let max = self.limits().max_batch_hashes;
+        if hashes.len() > max {
+            return Err(StateError::Invalid {
+                what: "block_hashes",
+                detail: format!("{} hashes in one batch; at most {max}", hashes.len()),
+            });
+        }
+        Ok(())
+    }
+
+    /// Speculatively inserts the blocks `worker_id` does not hold yet.
+    /// Returns how many were inserted.
+    pub async fn claim(
+        &self,
+        model: &str,
+        worker_id: &str,
+        hashes: &[BlockHash],
+    ) -> Result<u64, StateError> {
+        self.claim_as(model, worker_id, hashes, "").await
+    }
+
+    /// The routing step's write: claims the request's blocks for the chosen
+    /// worker and counts the request in flight, atomically in the first call.
+    pub async fn assign(
+        &self,
+        model: &str,
+        worker_id: &str,
+        hashes: &[BlockHash],
+    ) -> Result<u64, StateError> {
+        let router = self.router_id().to_owned();
+        self.claim_as(model, worker_id, hashes, &router).await
+    }
+
+    async fn claim_as(
+        &self,
+        model: &str,
+        worker_id: &str,
+        hashes: &[BlockHash],
+        router: &str,
+    ) -> Result<u64, StateError> {
+        self.check_batch(worker_id, hashes)?;
+        let ttl = ms(self.ttls().speculative);
+        let mut inserted = 0;
+        for (i, chunk) in chunks_or_empty(hashes, self.limits().hashes_per_call).enumerate() {
+            let counted = if i == 0 { router } else { "" };
+            let n: u64 = self
+                .blocks_call(
+                    Lane::Hot,
+                    ScriptName::Claim,
+                    model,
+                    worker_id,
+                    &[&ttl, counted],
+                    chunk,
+                )
+                .await?;
+            inserted += n;
+        }
+        metrics::counter!("prefix_router_entries_total", "op" => "claim").increment(inserted);
+        Ok(inserted)
+    }
+
+    /// Confirms blocks `worker_id` now caches, with the confirmed TTL.
+    pub async fn stored(
+        &self,
+        model: &str,
+        worker_id: &str,
+        hashes: &[BlockHash],
+    ) -> Result<StoredOutcome, StateError> {
+        let ttl = ms(self.ttls().confirmed);
+        let replies: Vec<(u64, u64, u64)> = self
+            .batch(
+                Lane::Bulk,
+                ScriptName::Stored,
+                model,
+                worker_id,
+                &[&ttl],
+                hashes,
+            )
+            .await?;
+        let mut out = StoredOutcome::default();
+        for (i, p, r) in replies {
+            out.inserted += i;
+            out.promoted += p;
+            out.refreshed += r;
+        }
+        metrics::counter!("prefix_router_entries_total", "op" => "stored")
+            .increment(out.inserted + out.promoted + out.refreshed);
+        Ok(out)
+    }
+
+    /// Removes blocks `worker_id` evicted. Returns how many entries it had.
+    pub async fn evict(
+        &self,
+        model: &str,
+        worker_id: &str,
+        hashes: &[BlockHash],
+    ) -> Result<u64, StateError> {
+        let replies: Vec<u64> = self
+            .batch(Lane::Bulk, ScriptName::Evict, model, worker_id, &[], hashes)
+            .await?;
+        let removed = replies.iter().sum();
+        metrics::counter!("prefix_router_entries_total", "op" => "evict").increment(removed);
+        Ok(removed)
+    }
+
+    /// Checks the batch, then runs `script` once per chunk of hashes.
+    async fn batch<T: redis::FromRedisValue>(
+        &self,
+        lane: Lane,
+        script: ScriptName,
+        model: &str,
+        worker_id: &str,
+        extra: &[&str],
+        hashes: &[BlockHash],
+    ) -> Result<Vec<T>, StateError> {
+        self.check_batch(worker_id, hashes)?;
+        let mut replies = Vec::new();
+        for chunk in chunks_or_empty(hashes, self.limits().hashes_per_call) {
+            replies.push(
+                self.blocks_call(lane, script, model, worker_id, extra, chunk)
+                    .await?,
+            );
+        }
+        Ok(replies)
+    }
+
+    /// One script call: ARGV = worker_id, `extra`, then the chunk's hashes.
+    async fn blocks_call<T: redis::FromRedisValue>(
+        &self,
+        lane: Lane,
+        script: ScriptName,
+        model: &str,
+        worker_id: &str,
+        extra: &[&str],
+        chunk: &[BlockHash],
+    ) -> Result<T, StateError> {
+        let hex = hex_args(chunk);
+        let mut args: Vec<&str> = Vec::with_capacity(chunk.len() + extra.len() + 1);
+        args.push(worker_id);
+        args.extend_from_slice(extra);
+        args.extend(hex.iter().map(String::as_str));
+        self.run(lane, script, model, &args)
+            .await
+            .map_err(|e| unknown_worker(e, model, worker_id))
+    }
+}

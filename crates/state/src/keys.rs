@@ -1,0 +1,64 @@
+//! [`KeySpace`]: every key name of the shared state (see docs/state.md).
+
+use super::{StateError, check_name};
+
+/// Builds key names for one fleet namespace. All keys of a model share the
+/// hash tag `{<model>}`, so each script touches one cluster slot.
+#[derive(Debug, Clone)]
+pub struct KeySpace {
+    namespace: String,
+}
+
+impl KeySpace {
+    /// A key space under `namespace` (the `--key-prefix`).
+    pub fn new(namespace: &str) -> Result<Self, StateError> {
+        check_name("key prefix", namespace)?;
+        if namespace.contains(['{', '}', ':']) {
+            return Err(StateError::Invalid {
+                what: "key prefix",
+                detail: "must not contain '{', '}' or ':'".into(),
+            });
+        }
+        Ok(KeySpace {
+            namespace: namespace.to_owned(),
+        })
+    }
+
+    /// `<ns>:{<model>}`: the prefix of every key of `model`.
+    pub fn model_base(&self, model: &str) -> String {
+        format!("{}:{{{}}}", self.namespace, model)
+    }
+
+    /// `<ns>:{<model>}:ids`: worker id → live incarnation; KEYS[1] of every script.
+    pub fn worker_ids(&self, model: &str) -> String {
+        format!("{}:ids", self.model_base(model))
+    }
+
+    /// `<ns>:models`: the set of models that ever had a worker.
+    pub fn models(&self) -> String {
+        format!("{}:models", self.namespace)
+    }
+
+    /// `<ns>:worker_model`: worker id → its model, so workers may omit it.
+    pub fn worker_models(&self) -> String {
+        format!("{}:worker_model", self.namespace)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_carry_the_model_hash_tag() {
+        let ks = KeySpace::new("pr").unwrap();
+        assert_eq!(ks.worker_ids("Qwen/Qwen3-8B"), "pr:{Qwen/Qwen3-8B}:ids");
+        assert_eq!(ks.models(), "pr:models");
+    }
+
+    #[test]
+    fn key_prefixes_are_validated() {
+        assert!(KeySpace::new("a:b").is_err());
+        assert!(KeySpace::new("a b").is_err());
+    }
+}

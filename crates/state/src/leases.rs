@@ -1,0 +1,188 @@
+//! Worker leases (heartbeat, deregister), router leases and in-flight gauges.
+
+use super::ttl::ms;
+use protocol::{WorkerLoad, check_name};
+
+use super::{Lane, ScriptName, StateError, StateStore};
+
+/// One heartbeat: who the worker is, where it listens, how loaded it is.
+#[derive(Debug, Clone)]
+pub struct WorkerHeartbeat {
+    /// Stable id of the worker.
+    pub worker_id: String,
+    /// Base URL requests are sent to.
+    pub url: String,
+    /// Its load, when it reports one (static workers do not).
+    pub load: Option<WorkerLoad>,
+}
+
+/// A worker's lease after a heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerLease {
+    /// The incarnation number (a new one after every expiry).
+    pub incarnation: u64,
+    /// How long the lease lasts without another heartbeat, in ms.
+    pub lease_ms: u64,
+    /// True when this heartbeat registered a new incarnation.
+    pub new: bool,
+}
+
+impl StateStore {
+    /// Registers `hb.worker_id` for `model` or renews its lease and load.
+    pub async fn heartbeat(
+        &self,
+        model: &str,
+        hb: &WorkerHeartbeat,
+    ) -> Result<WorkerLease, StateError> {
+        check_name("worker_id", &hb.worker_id)?;
+        let (has_load, load) = match hb.load {
+            Some(l) => ("1", l),
+            None => ("0", WorkerLoad::default()),
+        };
+        if !(0.0..=1.0).contains(&load.kv_cache_usage_perc) {
+            return Err(StateError::Invalid {
+                what: "kv_cache_usage_perc",
+                detail: format!("must be within 0..=1, got {}", load.kv_cache_usage_perc),
+            });
+        }
+        let (waiting, running) = (
+            load.num_requests_waiting.to_string(),
+            load.num_requests_running.to_string(),
+        );
+        let kv = load.kv_cache_usage_perc.to_string();
+        let lease = ms(self.ttls().worker_lease);
+        let args = [
+            hb.worker_id.as_str(),
+            &hb.url,
+            &lease,
+            has_load,
+            &waiting,
+            &running,
+            &kv,
+        ];
+        let (incarnation, lease_ms, new): (u64, u64, u8) = self
+            .run(Lane::Bulk, ScriptName::Heartbeat, model, &args)
+            .await?;
+        if new == 1 {
+            self.remember_worker_model(&hb.worker_id, model).await?;
+        }
+        Ok(WorkerLease {
+            incarnation,
+            lease_ms,
+            new: new == 1,
+        })
+    }
+
+    async fn remember_worker_model(&self, worker_id: &str, model: &str) -> Result<(), StateError> {
+        let mut pipe = redis::pipe();
+        pipe.sadd(self.keys().models(), model)
+            .hset(self.keys().worker_models(), worker_id, model);
+        self.inner
+            .conns
+            .with_bulk(|mut c| async move {
+                pipe.query_async::<()>(&mut c)
+                    .await
+                    .map_err(|e| StateError::from_redis("register model", e))
+            })
+            .await
+    }
+
+    /// The model a worker last registered for, if any.
+    pub async fn worker_model(&self, worker_id: &str) -> Result<Option<String>, StateError> {
+        check_name("worker_id", worker_id)?;
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(self.keys().worker_models()).arg(worker_id);
+        self.command(cmd).await
+    }
+
+    /// Every model that ever had a worker in this namespace, sorted.
+    pub async fn models(&self) -> Result<Vec<String>, StateError> {
+        let mut cmd = redis::cmd("SMEMBERS");
+        cmd.arg(self.keys().models());
+        let mut models: Vec<String> = self.command(cmd).await?;
+        models.sort();
+        Ok(models)
+    }
+
+    /// Drains a worker: out of routing at once, entries purged in the
+    /// background by [`StateStore::purge`]. False when it was unknown.
+    pub async fn deregister(&self, model: &str, worker_id: &str) -> Result<bool, StateError> {
+        check_name("worker_id", worker_id)?;
+        let idx: u64 = self
+            .run(Lane::Bulk, ScriptName::Deregister, model, &[worker_id])
+            .await?;
+        Ok(idx != 0)
+    }
+
+    /// Records load a worker reported outside heartbeats (the ORCA header,
+    /// a scrape of its `/metrics`): queue, running requests and KV usage,
+    /// each when given. False when the worker has no live lease.
+    pub async fn report_load(
+        &self,
+        model: &str,
+        worker_id: &str,
+        waiting: Option<u64>,
+        running: Option<u64>,
+        kv_cache_usage_perc: Option<f64>,
+    ) -> Result<bool, StateError> {
+        check_name("worker_id", worker_id)?;
+        let waiting = waiting.map(|w| w.to_string()).unwrap_or_default();
+        let running = running.map(|r| r.to_string()).unwrap_or_default();
+        let kv = kv_cache_usage_perc
+            .map(|k| k.clamp(0.0, 1.0).to_string())
+            .unwrap_or_default();
+        let recorded: u8 = self
+            .run(
+                Lane::Bulk,
+                ScriptName::Load,
+                model,
+                &[worker_id, &waiting, &kv, &running],
+            )
+            .await?;
+        Ok(recorded == 1)
+    }
+
+    /// Renews this router's lease for `model` (a zero lease ends it). This
+    /// process's first renewal for a model also drops in-flight counts left
+    /// under the same router id by an earlier process.
+    pub async fn router_lease(
+        &self,
+        model: &str,
+        lease: std::time::Duration,
+    ) -> Result<u64, StateError> {
+        let router = self.router_id().to_owned();
+        let fresh = !self.leased_models().contains(model);
+        let live = self
+            .run(
+                Lane::Bulk,
+                ScriptName::RouterLease,
+                model,
+                &[&router, &ms(lease), if fresh { "1" } else { "0" }],
+            )
+            .await?;
+        if fresh {
+            self.leased_models().insert(model.to_owned());
+        }
+        Ok(live)
+    }
+
+    /// Adds `delta` to this router's in-flight count for a worker; returns
+    /// this router's new count.
+    pub async fn add_in_flight(
+        &self,
+        model: &str,
+        worker_id: &str,
+        delta: i64,
+    ) -> Result<u64, StateError> {
+        check_name("worker_id", worker_id)?;
+        let router = self.router_id().to_owned();
+        let delta = delta.to_string();
+        self.run(
+            Lane::Bulk,
+            ScriptName::Inflight,
+            model,
+            &[&router, worker_id, &delta],
+        )
+        .await
+    }
+}

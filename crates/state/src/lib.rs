@@ -1,0 +1,233 @@
+//! The fleet's shared state in Valkey: forward and reverse maps, leases,
+//! load gauges, and the operator's read-only view of them.
+//!
+//! Every mutation is one of the atomic Lua scripts in `lua/` (beside this
+//! crate's `src/`, compiled in); [`StateStore`] names keys, chunks inputs so
+//! that no script runs much longer than 1 ms, and keeps routing calls on
+//! their own multiplexed connection so that they never queue behind bulk
+//! work (syncs, purges, gc) on the pool. docs/state.md has the key schema.
+//!
+//! Layout (depends on `protocol`; nothing here knows HTTP):
+//!
+//! * `keys`: [`KeySpace`], every key name of a namespace.
+//! * `connections`: the routing lane and the bulk pool ([`ConnectionSettings`]).
+//! * `scripts`: the Lua library, loaded and called by name ([`ScriptName`]).
+//! * `ttl`: [`StateTtls`] and [`BatchLimits`].
+//! * `leases`: worker heartbeats and drains, router leases, in-flight gauges.
+//! * `blocks`: stored blocks, evictions, claims of blocks on routing.
+//! * `sync`: destructive snapshots, whole or staged in chunks.
+//! * `lookup`: read-only probes of which worker holds how much of a prompt.
+//! * `route`: the atomic route-and-claim call of the cache-aware policy.
+//! * `view_record`: the routing view's binary per-worker records.
+//! * `gc`: the periodic cleanup every router runs.
+//! * `error`: [`StateError`], by what a caller can do about it.
+//! * [`inspect`]: `prefix-router inspect`, read-only, and `--check`.
+//!
+//! Within: every concern is an `impl StateStore` block over `scripts` and
+//! `connections`; `inspect` reads keys directly, through `keys` and
+//! `view_record`, and never writes.
+
+mod blocks;
+mod connections;
+mod error;
+mod gc;
+pub mod inspect;
+mod keys;
+mod leases;
+mod lookup;
+mod route;
+mod scripts;
+mod sync;
+mod ttl;
+mod view_record;
+
+pub use blocks::StoredOutcome;
+pub use connections::{ConnectionSettings, normalize_url};
+pub use error::StateError;
+pub use gc::GcReport;
+pub use keys::KeySpace;
+pub use leases::{WorkerHeartbeat, WorkerLease};
+pub use lookup::{PrefixLookup, WorkerInfo, WorkerMatch, WorkerStatus};
+pub use route::{ROUTE_CLAIM, ROUTE_HEAD, RouteOutcome, RouteParams};
+pub use scripts::{ScriptName, ScriptSet};
+pub use sync::SyncOutcome;
+pub use ttl::{BatchLimits, StateTtls};
+pub use view_record::ViewRecord;
+
+use connections::Connections;
+use protocol::{WorkerLoad, check_name};
+use std::sync::Arc;
+
+use protocol::hashing::BlockHash;
+
+/// Handle on the shared state of one fleet namespace. Cheap to clone.
+#[derive(Clone)]
+pub struct StateStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    keys: KeySpace,
+    conns: Arc<Connections>,
+    scripts: ScriptSet,
+    ttls: StateTtls,
+    limits: BatchLimits,
+    router_id: String,
+    /// Models this process has renewed its router lease for (the first
+    /// renewal also clears counts left under the same router id).
+    leased: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+/// Which connection a call goes on.
+#[derive(Debug, Clone, Copy)]
+enum Lane {
+    /// The multiplexed routing connection: lookups, claims, gauges.
+    Hot,
+    /// The pool: reports from workers, syncs, gc, purges, listings.
+    Bulk,
+}
+
+impl StateStore {
+    /// A store for `settings.url`; connects lazily, so it works (and reports
+    /// `Unavailable`) while Valkey is down.
+    pub fn new(
+        settings: ConnectionSettings,
+        key_prefix: &str,
+        router_id: &str,
+        ttls: StateTtls,
+        limits: BatchLimits,
+    ) -> Result<Self, StateError> {
+        check_name("router id", router_id)?;
+        Ok(StateStore {
+            inner: Arc::new(Inner {
+                keys: KeySpace::new(key_prefix)?,
+                conns: Arc::new(Connections::new(settings)?),
+                scripts: ScriptSet::new(),
+                ttls,
+                limits,
+                router_id: router_id.to_owned(),
+                leased: Default::default(),
+            }),
+        })
+    }
+
+    /// The key names of this namespace.
+    pub fn keys(&self) -> &KeySpace {
+        &self.inner.keys
+    }
+
+    /// The TTLs this store writes with.
+    pub fn ttls(&self) -> &StateTtls {
+        &self.inner.ttls
+    }
+
+    /// The chunk sizes and request caps this store applies.
+    pub fn limits(&self) -> &BatchLimits {
+        &self.inner.limits
+    }
+
+    /// This router's id (its in-flight gauges and lease are kept under it).
+    pub fn router_id(&self) -> &str {
+        &self.inner.router_id
+    }
+
+    fn leased_models(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.inner.leased.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Connects the routing lane now, waiting up to the bulk deadline
+    /// (routing calls never wait for a connection: they fall back).
+    pub async fn connect(&self) -> Result<(), StateError> {
+        self.inner.conns.connect_hot().await
+    }
+
+    /// PING on the routing connection: is Valkey reachable now?
+    pub async fn ping(&self) -> Result<(), StateError> {
+        self.inner.conns.ping().await
+    }
+
+    /// Runs a script for `model` on `lane`; ARGV[1] is the model's key base.
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        lane: Lane,
+        name: ScriptName,
+        model: &str,
+        args: &[&str],
+    ) -> Result<T, StateError> {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        self.run_bytes(lane, name, model, &args).await
+    }
+
+    /// [`run`](Self::run) with arguments that need not be text.
+    async fn run_bytes<T: redis::FromRedisValue>(
+        &self,
+        lane: Lane,
+        name: ScriptName,
+        model: &str,
+        args: &[&[u8]],
+    ) -> Result<T, StateError> {
+        check_name("model", model)?;
+        let keys = &self.inner.keys;
+        let ids = keys.worker_ids(model);
+        let base = keys.model_base(model);
+        let mut argv: Vec<&[u8]> = Vec::with_capacity(args.len() + 1);
+        argv.push(base.as_bytes());
+        argv.extend_from_slice(args);
+        let scripts = &self.inner.scripts;
+        match lane {
+            Lane::Hot => {
+                self.inner
+                    .conns
+                    .with_hot(
+                        |mut c| async move { scripts.call(&mut c, name, &[&ids], &argv).await },
+                    )
+                    .await
+            }
+            Lane::Bulk => {
+                self.inner
+                    .conns
+                    .with_bulk(
+                        |mut c| async move { scripts.call(&mut c, name, &[&ids], &argv).await },
+                    )
+                    .await
+            }
+        }
+    }
+
+    /// Runs a plain command on the bulk lane (index keys outside any script).
+    async fn command<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, StateError> {
+        self.inner
+            .conns
+            .with_bulk(|mut c| async move {
+                cmd.query_async(&mut c)
+                    .await
+                    .map_err(|e| StateError::from_redis("command", e))
+            })
+            .await
+    }
+}
+
+/// `hashes` in chunks of `size`; an empty list gives one empty chunk, so
+/// that the script still runs and checks the worker.
+fn chunks_or_empty(hashes: &[BlockHash], size: usize) -> impl Iterator<Item = &[BlockHash]> {
+    let empty = hashes.is_empty().then_some(hashes);
+    hashes.chunks(size.max(1)).chain(empty)
+}
+
+/// Hex forms of `hashes`, as the scripts take them.
+fn hex_args(hashes: &[BlockHash]) -> Vec<String> {
+    hashes.iter().map(|h| h.to_hex()).collect()
+}
+
+/// Maps a script's "ERR unknown worker" to [`StateError::UnknownWorker`].
+fn unknown_worker(err: StateError, model: &str, worker_id: &str) -> StateError {
+    match err {
+        StateError::Script { ref detail, .. } if detail.contains("unknown worker") => {
+            StateError::UnknownWorker {
+                worker_id: worker_id.to_owned(),
+                model: model.to_owned(),
+            }
+        }
+        other => other,
+    }
+}

@@ -1,0 +1,205 @@
+//! Read-only views: the prefix match of a chain, and the worker listing.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::{Lane, ScriptName, StateError, StateStore, WorkerLoad, chunks_or_empty, hex_args};
+use protocol::hashing::BlockHash;
+
+/// What the state says about one worker incarnation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkerInfo {
+    /// The worker's id.
+    pub worker_id: String,
+    /// Its base URL.
+    pub url: String,
+    /// Requests in flight to it, summed over live routers.
+    pub in_flight: u64,
+    /// The load it last reported.
+    pub load: WorkerLoad,
+    /// Age of that report; `None` when it never reported load.
+    #[serde(serialize_with = "ser_ms")]
+    pub load_age: Option<Duration>,
+    /// Time left on its lease in ms (negative once expired).
+    pub lease_left_ms: i64,
+    /// Entries in its reverse map; `None` in a routing step's reply, which
+    /// skips counting them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<u64>,
+    /// True while a committed sync is being applied.
+    pub syncing: bool,
+}
+
+/// One live worker's match for a chain.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkerMatch {
+    /// Leading blocks of the chain it holds.
+    pub matched_blocks: usize,
+    /// Its state and load.
+    pub info: WorkerInfo,
+}
+
+/// The prefix match of one chain against every live worker of a model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PrefixLookup {
+    /// Blocks examined before no worker matched any longer.
+    pub scanned_blocks: usize,
+    /// Every live worker, in lease order.
+    pub workers: Vec<WorkerMatch>,
+}
+
+/// A worker incarnation as listed for operators.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkerStatus {
+    /// The model it serves.
+    pub model: String,
+    /// Its incarnation number.
+    pub incarnation: u64,
+    /// `live`, `expired` (lease over, not collected yet) or `draining`.
+    pub status: String,
+    /// Its state and load.
+    #[serde(flatten)]
+    pub info: WorkerInfo,
+}
+
+fn ser_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_some(&(d.as_millis() as u64)),
+        None => s.serialize_none(),
+    }
+}
+
+const INFO_FIELDS: usize = 10;
+
+/// Decodes `scanned` and the per-worker (matched, info) fields of a reply.
+pub(super) fn parse_matches(
+    script: ScriptName,
+    scanned: &str,
+    rest: &[String],
+) -> Result<PrefixLookup, StateError> {
+    if !rest.len().is_multiple_of(INFO_FIELDS + 1) {
+        return Err(bad_reply(
+            script,
+            format!("{} fields after the count", rest.len()),
+        ));
+    }
+    let workers = rest
+        .chunks(INFO_FIELDS + 1)
+        .map(|w| {
+            Ok(WorkerMatch {
+                matched_blocks: num(script, &w[0])?,
+                info: parse_info(script, &w[1..])?,
+            })
+        })
+        .collect::<Result<_, StateError>>()?;
+    Ok(PrefixLookup {
+        scanned_blocks: num(script, scanned)?,
+        workers,
+    })
+}
+
+pub(super) fn bad_reply(script: ScriptName, detail: impl Into<String>) -> StateError {
+    StateError::Script {
+        script: script.file(),
+        detail: detail.into(),
+    }
+}
+
+pub(super) fn num<T: std::str::FromStr>(script: ScriptName, s: &str) -> Result<T, StateError> {
+    s.parse()
+        .map_err(|_| bad_reply(script, format!("not a number: {s:?}")))
+}
+
+/// Decodes the 10 fields of lib.lua's `worker_info`.
+fn parse_info(script: ScriptName, f: &[String]) -> Result<WorkerInfo, StateError> {
+    let load_age_ms: i64 = num(script, &f[6])?;
+    Ok(WorkerInfo {
+        worker_id: f[0].clone(),
+        url: f[1].clone(),
+        in_flight: num(script, &f[2])?,
+        load: WorkerLoad {
+            num_requests_waiting: num(script, &f[3])?,
+            num_requests_running: num(script, &f[4])?,
+            kv_cache_usage_perc: num(script, &f[5])?,
+        },
+        load_age: u64::try_from(load_age_ms).ok().map(Duration::from_millis),
+        lease_left_ms: num(script, &f[7])?,
+        blocks: u64::try_from(num::<i64>(script, &f[8])?).ok(),
+        syncing: f[9] == "1",
+    })
+}
+
+impl StateStore {
+    /// For each live worker of `model`, how many leading blocks of `chain` it
+    /// holds, with its load. Read-only; runs on the routing lane. Long chains
+    /// are looked up in chunks (each script call stays near 1 ms); a worker's
+    /// count carries into the next chunk only if it held the whole previous
+    /// one, and the scan stops once no worker did.
+    pub async fn lookup(
+        &self,
+        model: &str,
+        chain: &[BlockHash],
+    ) -> Result<PrefixLookup, StateError> {
+        let mut chunks = chunks_or_empty(chain, self.limits().lookup_per_call);
+        let first = chunks.next().unwrap_or_default();
+        let mut result = self.lookup_chunk(model, first).await?;
+        let mut full = first.len();
+        for chunk in chunks {
+            if !result.workers.iter().any(|w| w.matched_blocks == full) {
+                break;
+            }
+            let next = self.lookup_chunk(model, chunk).await?;
+            for w in &mut result.workers {
+                if w.matched_blocks != full {
+                    continue;
+                }
+                if let Some(n) = next
+                    .workers
+                    .iter()
+                    .find(|n| n.info.worker_id == w.info.worker_id)
+                {
+                    w.matched_blocks += n.matched_blocks;
+                }
+            }
+            result.scanned_blocks += next.scanned_blocks;
+            full += chunk.len();
+        }
+        Ok(result)
+    }
+
+    async fn lookup_chunk(
+        &self,
+        model: &str,
+        chunk: &[BlockHash],
+    ) -> Result<PrefixLookup, StateError> {
+        const S: ScriptName = ScriptName::Lookup;
+        let hex = hex_args(chunk);
+        let args: Vec<&str> = hex.iter().map(String::as_str).collect();
+        let reply: Vec<String> = self.run(Lane::Hot, S, model, &args).await?;
+        let (first, rest) = reply
+            .split_first()
+            .ok_or_else(|| bad_reply(S, "empty reply"))?;
+        parse_matches(S, first, rest)
+    }
+
+    /// Every incarnation of `model`: live, expired and draining.
+    pub async fn workers(&self, model: &str) -> Result<Vec<WorkerStatus>, StateError> {
+        const S: ScriptName = ScriptName::Workers;
+        let reply: Vec<String> = self.run(Lane::Bulk, S, model, &[]).await?;
+        if !reply.len().is_multiple_of(INFO_FIELDS + 2) {
+            return Err(bad_reply(S, format!("{} fields", reply.len())));
+        }
+        reply
+            .chunks(INFO_FIELDS + 2)
+            .map(|w| {
+                Ok(WorkerStatus {
+                    model: model.to_owned(),
+                    incarnation: num(S, &w[0])?,
+                    status: w[1].clone(),
+                    info: parse_info(S, &w[2..])?,
+                })
+            })
+            .collect()
+    }
+}

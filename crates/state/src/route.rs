@@ -1,0 +1,170 @@
+//! [`StateStore::route`]: match, choose and claim in one atomic call.
+
+use std::time::Duration;
+
+use super::lookup::bad_reply;
+use super::ttl::ms;
+use super::{
+    Lane, PrefixLookup, ScriptName, StateError, StateStore, ViewRecord, WorkerInfo, WorkerLoad,
+    WorkerMatch,
+};
+use protocol::hashing::BlockHash;
+
+/// Most hashes `route.lua` matches in one call. Matching probes O(log n)
+/// blocks, so the bound only caps the argument's size (128 KiB): prompts up
+/// to 128k tokens route in one call.
+pub const ROUTE_HEAD: usize = 8192;
+/// Most unheld blocks `route.lua` claims; the caller claims the rest.
+pub const ROUTE_CLAIM: usize = 64;
+
+/// The cache-aware choice's inputs (see `src/routing/cache_aware.rs`).
+#[derive(Debug, Clone, Copy)]
+pub struct RouteParams {
+    /// Prompt length in tokens.
+    pub prompt_tokens: u64,
+    /// Tokens per block.
+    pub block_size: usize,
+    /// Bounded-load ε.
+    pub epsilon: f64,
+    /// Requests always allowed on top of the bound.
+    pub load_slack: u64,
+    /// Cost of one queued request, in tokens.
+    pub tokens_per_queued_request: f64,
+    /// Cost of a full KV cache, in tokens.
+    pub kv_pressure_tokens: f64,
+    /// KV usage where the pressure starts.
+    pub kv_pressure_from: f64,
+    /// Worker-reported load older than this is ignored.
+    pub stale_load: Duration,
+    /// Breaks ties between equal workers.
+    pub seed: u32,
+}
+
+/// What the atomic routing step decided.
+#[derive(Debug, Clone)]
+pub struct RouteOutcome {
+    /// Every live worker's match of the head and its load.
+    pub lookup: PrefixLookup,
+    /// Index into `lookup.workers` of the chosen worker, already counted in
+    /// flight; `None` when no worker is live.
+    pub chosen: Option<usize>,
+    /// Leading blocks of the head the chosen worker now holds.
+    pub covered: usize,
+}
+
+impl StateStore {
+    /// Matches `head` (at most [`ROUTE_HEAD`] hashes) against the live workers,
+    /// chooses one as the cache-aware policy would, claims up to
+    /// [`ROUTE_CLAIM`] of its unheld blocks and counts the request, in one
+    /// atomic call. `hints` give, for workers that a read-only lookup found
+    /// holding more than the head, how many blocks beyond it they hold.
+    pub async fn route(
+        &self,
+        model: &str,
+        head: &[BlockHash],
+        params: &RouteParams,
+        hints: &[(String, usize)],
+    ) -> Result<RouteOutcome, StateError> {
+        const S: ScriptName = ScriptName::Route;
+        let head = &head[..head.len().min(ROUTE_HEAD)];
+        let fixed = [
+            self.router_id().to_owned(),
+            ms(self.ttls().speculative),
+            params.prompt_tokens.to_string(),
+            params.block_size.to_string(),
+            params.epsilon.to_string(),
+            params.tokens_per_queued_request.to_string(),
+            params.kv_pressure_tokens.to_string(),
+            params.kv_pressure_from.to_string(),
+            ms(params.stale_load),
+            params.seed.to_string(),
+            ROUTE_CLAIM.to_string(),
+            params.load_slack.to_string(),
+            hints.len().to_string(),
+        ];
+        let hint_args: Vec<String> = hints
+            .iter()
+            .flat_map(|(w, n)| [w.clone(), n.to_string()])
+            .collect();
+        let packed = packed_chain(head);
+        let args: Vec<&[u8]> = fixed
+            .iter()
+            .chain(&hint_args)
+            .map(String::as_bytes)
+            .chain(std::iter::once(packed.as_slice()))
+            .collect();
+        let reply: Vec<redis::Value> = self.run_bytes(Lane::Hot, S, model, &args).await?;
+        parse_reply(&reply)
+    }
+}
+
+/// The chain as one argument: its hashes as 8 big-endian bytes each,
+/// concatenated (half the bytes of hex; the script reads only the blocks it
+/// probes or claims).
+fn packed_chain(hashes: &[BlockHash]) -> Vec<u8> {
+    hashes.iter().flat_map(|h| h.0.to_be_bytes()).collect()
+}
+
+const HEADER: usize = 4;
+const PER_WORKER: usize = 3;
+
+/// Decodes {probes, chosen, covered, now, then per worker: matched, in
+/// flight, view record}.
+fn parse_reply(reply: &[redis::Value]) -> Result<RouteOutcome, StateError> {
+    const S: ScriptName = ScriptName::Route;
+    let int = |v: &redis::Value| match v {
+        redis::Value::Int(n) => Ok(*n),
+        other => Err(bad_reply(S, format!("not an integer: {other:?}"))),
+    };
+    if reply.len() < HEADER || !(reply.len() - HEADER).is_multiple_of(PER_WORKER) {
+        return Err(bad_reply(S, format!("{} values", reply.len())));
+    }
+    let now = int(&reply[3])?;
+    let workers = reply[HEADER..]
+        .chunks(PER_WORKER)
+        .map(|w| {
+            let redis::Value::BulkString(raw) = &w[2] else {
+                return Err(bad_reply(S, "a view record is not a string"));
+            };
+            let rec =
+                ViewRecord::decode(raw).ok_or_else(|| bad_reply(S, "malformed view record"))?;
+            Ok(WorkerMatch {
+                matched_blocks: usize::try_from(int(&w[0])?)
+                    .map_err(|_| bad_reply(S, "negative match"))?,
+                info: worker_info(&rec, u64::try_from(int(&w[1])?).unwrap_or(0), now),
+            })
+        })
+        .collect::<Result<Vec<_>, StateError>>()?;
+    let chosen = usize::try_from(int(&reply[1])?).unwrap_or(0);
+    Ok(RouteOutcome {
+        chosen: chosen.checked_sub(1).filter(|&i| i < workers.len()),
+        covered: usize::try_from(int(&reply[2])?).unwrap_or(0),
+        lookup: PrefixLookup {
+            scanned_blocks: usize::try_from(int(&reply[0])?).unwrap_or(0),
+            workers,
+        },
+    })
+}
+
+/// A routing reply's worker, as the read-only lookups report it (without
+/// the block count, which routing does not read).
+fn worker_info(rec: &ViewRecord, in_flight: u64, now: i64) -> WorkerInfo {
+    let count = |x: Option<f64>| x.map_or(0, |x| x as u64);
+    WorkerInfo {
+        worker_id: rec.id.clone(),
+        url: rec.url.clone(),
+        in_flight,
+        load: WorkerLoad {
+            num_requests_waiting: count(rec.waiting),
+            num_requests_running: count(rec.running),
+            kv_cache_usage_perc: rec.kv_usage.unwrap_or(0.0),
+        },
+        load_age: rec
+            .load_ms
+            .and_then(|at| u64::try_from(now - at as i64).ok())
+            .map(Duration::from_millis),
+        lease_left_ms: rec.lease_until_ms.map_or(-1, |l| l as i64 - now),
+        blocks: None,
+        syncing: rec.syncing,
+    }
+}

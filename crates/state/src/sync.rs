@@ -1,0 +1,139 @@
+//! Destructive anti-entropy sync: a worker's block set becomes exactly its
+//! snapshot, staged in chunks and swapped in atomically.
+
+use rand::Rng;
+
+use super::ttl::ms;
+use super::{
+    Lane, ScriptName, StateError, StateStore, check_name, chunks_or_empty, hex_args, unknown_worker,
+};
+use protocol::hashing::BlockHash;
+
+/// The result of a committed sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncOutcome {
+    /// Blocks the worker holds after the sync (its snapshot, plus routed
+    /// requests' speculative blocks that the snapshot predates).
+    pub active: u64,
+}
+
+/// Checks a caller-chosen sync id: 1 to 64 of `[A-Za-z0-9_-]`.
+pub fn check_sync_id(sync_id: &str) -> Result<(), StateError> {
+    let ok = !sync_id.is_empty()
+        && sync_id.len() <= 64
+        && sync_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(StateError::Invalid {
+            what: "sync_id",
+            detail: "must be 1 to 64 characters of [A-Za-z0-9_-]".into(),
+        })
+    }
+}
+
+impl StateStore {
+    /// Replaces `worker_id`'s block set by `hashes` in one consistent step,
+    /// however long the list.
+    pub async fn sync(
+        &self,
+        model: &str,
+        worker_id: &str,
+        hashes: &[BlockHash],
+    ) -> Result<SyncOutcome, StateError> {
+        let sync_id = format!("{:016x}", rand::rng().random::<u64>());
+        self.sync_stage(model, worker_id, &sync_id, hashes).await?;
+        self.sync_commit(model, worker_id, &sync_id).await
+    }
+
+    /// Adds a chunk of a snapshot to sync `sync_id`; nothing is visible until
+    /// [`StateStore::sync_commit`]. Returns the number of hashes staged so far.
+    pub async fn sync_stage(
+        &self,
+        model: &str,
+        worker_id: &str,
+        sync_id: &str,
+        hashes: &[BlockHash],
+    ) -> Result<u64, StateError> {
+        check_name("worker_id", worker_id)?;
+        check_sync_id(sync_id)?;
+        let max = self.limits().max_sync_hashes;
+        if hashes.len() > max {
+            return Err(too_large(hashes.len(), max));
+        }
+        let (ttl, max_s) = (ms(self.ttls().sync_stage), max.to_string());
+        let mut staged = 0;
+        for chunk in chunks_or_empty(hashes, self.limits().stage_per_call) {
+            let hex = hex_args(chunk);
+            let mut args = vec![worker_id, sync_id, &ttl, &max_s];
+            args.extend(hex.iter().map(String::as_str));
+            staged = self
+                .run(Lane::Bulk, ScriptName::SyncStage, model, &args)
+                .await
+                .map_err(|e| match unknown_worker(e, model, worker_id) {
+                    StateError::Script { detail, .. } if detail.contains("sync too large") => {
+                        too_large(max + 1, max)
+                    }
+                    other => other,
+                })?;
+        }
+        Ok(staged)
+    }
+
+    /// Makes staged sync `sync_id` the worker's block set, then brings the
+    /// maps in line with it. Lookups see the new set from the commit on.
+    pub async fn sync_commit(
+        &self,
+        model: &str,
+        worker_id: &str,
+        sync_id: &str,
+    ) -> Result<SyncOutcome, StateError> {
+        check_name("worker_id", worker_id)?;
+        check_sync_id(sync_id)?;
+        let ttl = ms(self.ttls().confirmed);
+        for _ in 0..3 {
+            let (committed, active, idx): (u8, u64, u64) = self
+                .run(
+                    Lane::Bulk,
+                    ScriptName::SyncCommit,
+                    model,
+                    &[worker_id, sync_id, &ttl],
+                )
+                .await
+                .map_err(|e| unknown_worker(e, model, worker_id))?;
+            // Either way a patch is due: ours, or the previous one to finish.
+            let held = self.finish_patch(model, idx).await?;
+            if committed == 1 {
+                metrics::counter!("prefix_router_entries_total", "op" => "sync").increment(active);
+                return Ok(SyncOutcome { active: held });
+            }
+        }
+        Err(StateError::Script {
+            script: ScriptName::SyncCommit.file(),
+            detail: "another sync of this worker kept the patch busy".into(),
+        })
+    }
+
+    /// Runs sync patch steps for incarnation `idx` until it is done; returns
+    /// the number of blocks the incarnation then holds.
+    pub(crate) async fn finish_patch(&self, model: &str, idx: u64) -> Result<u64, StateError> {
+        let (idx, budget) = (idx.to_string(), self.limits().step_budget.to_string());
+        loop {
+            let (done, n): (u8, u64) = self
+                .run(Lane::Bulk, ScriptName::SyncPatch, model, &[&idx, &budget])
+                .await?;
+            if done == 1 {
+                return Ok(n);
+            }
+        }
+    }
+}
+
+fn too_large(n: usize, max: usize) -> StateError {
+    StateError::Invalid {
+        what: "active_hashes",
+        detail: format!("snapshot has {n} or more hashes; at most {max}"),
+    }
+}

@@ -1,0 +1,83 @@
+//! The cached, chunked tokenization gives exactly the plain tokenizer's ids
+//! (real Qwen3 tokenizer, varied text).
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use proptest::prelude::*;
+use tokenize::ModelTokenizer;
+
+fn qwen3(chunk_bytes: usize) -> ModelTokenizer {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tokenizers/qwen3");
+    ModelTokenizer::from_dir_with_chunks(&dir, 1 << 20, chunk_bytes).expect("qwen3 tokenizer")
+}
+
+/// Chunk sizes from "cut at every safe boundary" to "rarely cut", loaded once.
+const CHUNK_SIZES: [usize; 4] = [1, 5, 24, 96];
+
+fn tokenizers() -> &'static Vec<ModelTokenizer> {
+    static ALL: OnceLock<Vec<ModelTokenizer>> = OnceLock::new();
+    ALL.get_or_init(|| CHUNK_SIZES.iter().map(|&n| qwen3(n)).collect())
+}
+
+/// Pieces that stress pre-tokenizer boundaries around newlines.
+fn piece() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[a-zA-Z]{1,12}".prop_map(String::from),
+        Just("\n".to_owned()),
+        Just("\n\n".to_owned()),
+        Just("\r\n".to_owned()),
+        Just(" \n".to_owned()),
+        Just("\n ".to_owned()),
+        Just("\t".to_owned()),
+        Just("   ".to_owned()),
+        Just(" ".to_owned()),
+        "[0-9]{1,6}".prop_map(String::from),
+        "[!-/:-@\\[-`{-~]{1,4}".prop_map(String::from),
+        Just("'s".to_owned()),
+        Just("'LL".to_owned()),
+        Just("日本語のテキスト".to_owned()),
+        Just("中文".to_owned()),
+        Just("🙂👍🏽".to_owned()),
+        Just("e\u{301}".to_owned()),
+        Just("\u{301}".to_owned()),
+        Just("\u{0308}a".to_owned()),
+        Just("<|im_start|>".to_owned()),
+        Just("<|im_end|>\n".to_owned()),
+        Just("<|endoftext|>".to_owned()),
+        Just("fn main() {\n    println!(\"hi\");\n}\n".to_owned()),
+        Just("    ".to_owned()),
+        "\\PC{1,8}".prop_map(String::from),
+    ]
+}
+
+fn text() -> impl Strategy<Value = String> {
+    prop::collection::vec(piece(), 0..80).prop_map(|v| v.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn chunked_ids_equal_plain_ids(t in text(), which in 0..CHUNK_SIZES.len(), special in any::<bool>()) {
+        let tok = &tokenizers()[which];
+        let plain = tok.encode_plain(&t, special).unwrap();
+        prop_assert_eq!(&tok.encode(&t, special).unwrap(), &plain, "first pass");
+        // The second pass is served from the cache.
+        prop_assert_eq!(&tok.encode(&t, special).unwrap(), &plain, "cached pass");
+    }
+}
+
+#[test]
+fn a_repeated_long_prefix_is_served_from_the_cache() {
+    let tok = qwen3(256);
+    let system = "You are a helpful assistant.\n".repeat(200);
+    let a = format!("{system}Question one?\n");
+    let b = format!("{system}Another question\n");
+    for t in [&a, &b, &a] {
+        assert_eq!(
+            tok.encode(t, false).unwrap(),
+            tok.encode_plain(t, false).unwrap()
+        );
+    }
+}

@@ -1,0 +1,412 @@
+//! [`FleetClient`]: one worker's calls to the fleet's internal API
+//! (`/internal/*` on any router, or on an L4 balancer in front of them),
+//! with the JSON bodies `src/api/internal.rs` takes.
+//!
+//! Every call carries `Authorization: Bearer <token>` when a token is set,
+//! has a deadline, and is retried with backoff on transport errors, 5xx, 408
+//! and 429 (never on other 4xx). Reports are idempotent (adding or removing
+//! the same hashes twice changes nothing), so retrying them is safe. The one
+//! exception is the final chunk of a chunked sync: if its commit went through
+//! but the answer was lost, a retry would commit an empty staging set, so it
+//! is retried only when the request surely never left (connect error).
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode, Url};
+use serde::Serialize;
+
+use super::error::PushError;
+use super::retry::Backoff;
+use std::borrow::Cow;
+
+use protocol::WorkerLoad;
+use protocol::hashing::BlockHash;
+use protocol::push::{
+    EvictionBody, HeartbeatBody, HeartbeatReply, StoredBody, SyncBody, SyncReply,
+};
+
+/// The most hashes the fleet accepts in one `stored`/`eviction` request.
+pub const FLEET_MAX_BATCH: usize = 65_536;
+
+/// Who a worker is to the fleet: the same on every call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerIdentity {
+    /// Stable id of the worker (its lease and entries are keyed by it).
+    pub worker_id: String,
+    /// The served model name (the fleet keeps one index per model).
+    pub model: String,
+    /// The base URL routers send requests to, e.g. `http://10.0.0.5:8000`.
+    pub url: String,
+}
+
+/// How to reach the fleet.
+#[derive(Debug, Clone)]
+pub struct FleetClientConfig {
+    /// Base URL of any router or of the balancer in front of them, e.g.
+    /// `http://127.0.0.1:8080` (plain HTTP: the crate builds reqwest
+    /// without TLS).
+    pub base_url: String,
+    /// The fleet's internal token (`PREFIX_ROUTER_INTERNAL_TOKEN`); `None`
+    /// for a fleet run with `--allow-unauthenticated-internal`.
+    pub token: Option<String>,
+    /// Deadline of one request (connect included).
+    pub timeout: Duration,
+    /// Deadline of one sync chunk: the final one waits for the commit and
+    /// the patch of the whole snapshot.
+    pub sync_timeout: Duration,
+    /// Deadline of establishing a connection.
+    pub connect_timeout: Duration,
+    /// Attempts per call (1 = no retry).
+    pub attempts: u32,
+    /// Delays between attempts.
+    pub backoff: Backoff,
+    /// Hashes per `stored`/`eviction` request; larger batches are split.
+    pub max_batch: usize,
+    /// Hashes per sync chunk; a larger snapshot goes as `sync_id` chunks.
+    pub sync_chunk: usize,
+}
+
+impl FleetClientConfig {
+    /// Defaults for `base_url`: 5 s per request (30 s per sync chunk), 1 s
+    /// to connect, 3 attempts 50 ms → 500 ms apart, 8,192 hashes per batch,
+    /// 32,768 per sync chunk.
+    pub fn new(base_url: impl Into<String>, token: Option<String>) -> Self {
+        FleetClientConfig {
+            base_url: base_url.into(),
+            token,
+            timeout: Duration::from_secs(5),
+            sync_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(1),
+            attempts: 3,
+            backoff: Backoff {
+                initial: Duration::from_millis(50),
+                max: Duration::from_millis(500),
+            },
+            max_batch: 8_192,
+            sync_chunk: 32_768,
+        }
+    }
+}
+
+/// One request to send, possibly several times.
+struct Call<'a, B: Serialize> {
+    op: &'static str,
+    method: Method,
+    url: Url,
+    body: Option<&'a B>,
+    timeout: Duration,
+    /// Retry only when the request surely never left.
+    only_unsent: bool,
+}
+
+/// A worker's HTTP client to the fleet's internal API; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct FleetClient {
+    http: reqwest::Client,
+    base: Url,
+    config: FleetClientConfig,
+}
+
+impl FleetClient {
+    /// A client for `config.base_url`. Fails on a URL that is not plain
+    /// `http://`.
+    pub fn new(config: FleetClientConfig) -> Result<Self, PushError> {
+        let invalid = |detail: &str| PushError::InvalidUrl {
+            url: config.base_url.clone(),
+            detail: detail.to_owned(),
+        };
+        let mut base = Url::parse(config.base_url.trim_end_matches('/'))
+            .map_err(|e| invalid(&e.to_string()))?;
+        if base.scheme() != "http" {
+            return Err(invalid("only http:// is supported (no TLS in this build)"));
+        }
+        if base.cannot_be_a_base() || base.query().is_some() {
+            return Err(invalid("must be a base URL without query"));
+        }
+        // Paths are appended as segments: drop a trailing empty one.
+        if let Ok(mut segments) = base.path_segments_mut() {
+            segments.pop_if_empty();
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .tcp_nodelay(true)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()
+            .map_err(PushError::Client)?;
+        Ok(FleetClient { http, base, config })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &FleetClientConfig {
+        &self.config
+    }
+
+    /// Registers the worker or renews its lease, with its load.
+    pub async fn heartbeat(
+        &self,
+        who: &WorkerIdentity,
+        load: Option<WorkerLoad>,
+    ) -> Result<HeartbeatReply, PushError> {
+        let body = HeartbeatBody {
+            worker_id: who.worker_id.as_str().into(),
+            url: who.url.as_str().into(),
+            model: Some(who.model.as_str().into()),
+            load,
+        };
+        let reply = self.send(self.post("heartbeat", &body)).await?;
+        serde_json::from_value(reply).map_err(|e| PushError::Reply {
+            op: "heartbeat",
+            url: self.url(&["internal", "heartbeat"]).to_string(),
+            detail: e.to_string(),
+        })
+    }
+
+    /// Confirms blocks the worker now caches (split into `max_batch`
+    /// requests). An empty list sends nothing.
+    pub async fn stored(
+        &self,
+        who: &WorkerIdentity,
+        hashes: &[BlockHash],
+    ) -> Result<(), PushError> {
+        for chunk in hashes.chunks(self.batch()) {
+            let body = StoredBody {
+                worker_id: who.worker_id.as_str().into(),
+                model: Some(who.model.as_str().into()),
+                block_hashes: Cow::Borrowed(chunk),
+            };
+            self.send(self.post("stored", &body)).await?;
+        }
+        Ok(())
+    }
+
+    /// Reports blocks the worker evicted (split into `max_batch` requests).
+    /// An empty list sends nothing.
+    pub async fn evicted(
+        &self,
+        who: &WorkerIdentity,
+        hashes: &[BlockHash],
+    ) -> Result<(), PushError> {
+        for chunk in hashes.chunks(self.batch()) {
+            let body = EvictionBody {
+                worker_id: who.worker_id.as_str().into(),
+                model: Some(who.model.as_str().into()),
+                evicted_hashes: Cow::Borrowed(chunk),
+            };
+            self.send(self.post("eviction", &body)).await?;
+        }
+        Ok(())
+    }
+
+    /// Destructive sync: the worker's block set in the fleet becomes exactly
+    /// `hashes`. Up to `sync_chunk` hashes go in one request; more go as
+    /// chunks of one random `sync_id`, committed atomically by the last.
+    pub async fn sync(
+        &self,
+        who: &WorkerIdentity,
+        hashes: &[BlockHash],
+    ) -> Result<SyncReport, PushError> {
+        let size = self.config.sync_chunk.max(1);
+        if hashes.len() <= size {
+            // Without a sync_id the fleet stages under a fresh id of its own
+            // on every attempt, so this is safe to retry.
+            let active = self.sync_chunk(who, hashes, None, true).await?;
+            return Ok(SyncReport { active, chunks: 1 });
+        }
+        let sync_id = format!("{:016x}", rand::random::<u64>());
+        let chunks: Vec<&[BlockHash]> = hashes.chunks(size).collect();
+        let mut active = 0;
+        for (i, chunk) in chunks.iter().enumerate() {
+            let last = i + 1 == chunks.len();
+            active = self.sync_chunk(who, chunk, Some(&sync_id), last).await?;
+        }
+        Ok(SyncReport {
+            active,
+            chunks: chunks.len(),
+        })
+    }
+
+    /// One request of a sync: a chunk of snapshot `sync_id` (or a whole
+    /// snapshot without one). Returns the fleet's `active` count when `last`.
+    pub async fn sync_chunk(
+        &self,
+        who: &WorkerIdentity,
+        hashes: &[BlockHash],
+        sync_id: Option<&str>,
+        last: bool,
+    ) -> Result<u64, PushError> {
+        let body = SyncBody {
+            worker_id: who.worker_id.as_str().into(),
+            model: Some(who.model.as_str().into()),
+            active_hashes: Cow::Borrowed(hashes),
+            sync_id: sync_id.map(Cow::Borrowed),
+            last,
+        };
+        let mut call = self.post("sync", &body);
+        call.timeout = self.config.sync_timeout;
+        call.only_unsent = last && sync_id.is_some();
+        let url = call.url.to_string();
+        let reply = self.send(call).await?;
+        if !last {
+            return Ok(0);
+        }
+        let detail = format!("no \"active\" count in {reply}");
+        serde_json::from_value::<SyncReply>(reply)
+            .ok()
+            .and_then(|r| r.active)
+            .ok_or(PushError::Reply {
+                op: "sync",
+                url,
+                detail,
+            })
+    }
+
+    /// Drains the worker: out of routing at once, its entries purged.
+    pub async fn deregister(&self, who: &WorkerIdentity) -> Result<(), PushError> {
+        let mut url = self.url(&["internal", "workers", &who.worker_id]);
+        url.query_pairs_mut().append_pair("model", &who.model);
+        let call: Call<'_, ()> = Call {
+            op: "deregister",
+            method: Method::DELETE,
+            url,
+            body: None,
+            timeout: self.config.timeout,
+            only_unsent: false,
+        };
+        self.send(call).await.map(|_| ())
+    }
+
+    fn batch(&self) -> usize {
+        self.config.max_batch.clamp(1, FLEET_MAX_BATCH)
+    }
+
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.base.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.extend(segments);
+        }
+        url
+    }
+
+    fn post<'a, B: Serialize>(&self, op: &'static str, body: &'a B) -> Call<'a, B> {
+        Call {
+            op,
+            method: Method::POST,
+            url: self.url(&["internal", op]),
+            body: Some(body),
+            timeout: self.config.timeout,
+            only_unsent: false,
+        }
+    }
+
+    /// Sends `call`, retrying what may succeed later; returns the JSON body
+    /// (`Null` when there is none).
+    async fn send<B: Serialize>(&self, call: Call<'_, B>) -> Result<serde_json::Value, PushError> {
+        let attempts = self.config.attempts.max(1);
+        let mut attempt = 0;
+        loop {
+            let result = self.send_once(&call).await;
+            let outcome = if result.is_ok() { "ok" } else { "error" };
+            metrics::counter!("prefix_router_push_http_requests_total", "op" => call.op, "outcome" => outcome)
+                .increment(1);
+            let err = match result {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            attempt += 1;
+            let retry = if call.only_unsent {
+                err.not_sent()
+            } else {
+                err.is_retryable()
+            };
+            if !retry || attempt >= attempts {
+                return Err(err);
+            }
+            tracing::debug!(op = call.op, attempt, error = %err, "fleet call failed; retrying");
+            tokio::time::sleep(self.config.backoff.delay(attempt - 1)).await;
+        }
+    }
+
+    async fn send_once<B: Serialize>(
+        &self,
+        call: &Call<'_, B>,
+    ) -> Result<serde_json::Value, PushError> {
+        let mut req = self
+            .http
+            .request(call.method.clone(), call.url.clone())
+            .timeout(call.timeout);
+        if let Some(token) = &self.config.token {
+            req = req.bearer_auth(token);
+        }
+        if let Some(body) = call.body {
+            req = req.json(body);
+        }
+        let transport = |source: reqwest::Error| PushError::Transport {
+            op: call.op,
+            url: call.url.to_string(),
+            not_sent: source.is_connect(),
+            source,
+        };
+        let resp = req.send().await.map_err(transport)?;
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(transport)?;
+        let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        if status.is_success() {
+            return Ok(json);
+        }
+        Err(status_error(call.op, &call.url, status, &json, &bytes))
+    }
+}
+
+/// The error of a non-2xx answer, with the fleet's `{"error": {...}}` body.
+fn status_error(
+    op: &'static str,
+    url: &Url,
+    status: StatusCode,
+    json: &serde_json::Value,
+    raw: &[u8],
+) -> PushError {
+    let error = &json["error"];
+    let kind = error["type"].as_str().unwrap_or("-").to_owned();
+    let message = match error["message"].as_str() {
+        Some(m) => m.to_owned(),
+        None => String::from_utf8_lossy(&raw[..raw.len().min(200)]).into_owned(),
+    };
+    PushError::Status {
+        op,
+        url: url.to_string(),
+        status: status.as_u16(),
+        kind,
+        message,
+    }
+}
+
+/// What a whole sync did, however many requests it took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Blocks the fleet now holds for the worker (the snapshot plus live
+    /// speculative claims of requests routed meanwhile).
+    pub active: u64,
+    /// Requests the snapshot took.
+    pub chunks: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_built_from_segments_and_only_http_is_accepted() {
+        let c =
+            FleetClient::new(FleetClientConfig::new("http://127.0.0.1:8080/fleet/", None)).unwrap();
+        assert_eq!(
+            c.url(&["internal", "workers", "gpu 0/a"]).as_str(),
+            "http://127.0.0.1:8080/fleet/internal/workers/gpu%200%2Fa"
+        );
+        for bad in ["https://x", "127.0.0.1:80", "http://x/?q=1", "mailto:a@b"] {
+            assert!(
+                FleetClient::new(FleetClientConfig::new(bad, None)).is_err(),
+                "{bad}"
+            );
+        }
+    }
+}

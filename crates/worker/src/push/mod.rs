@@ -1,0 +1,58 @@
+//! The client side of the worker push protocol: how a worker (the simulated
+//! one, or the reporter sidecar next to a stock vLLM) tells the fleet what
+//! its prefix cache holds.
+//!
+//! * [`FleetClient`]: the HTTP calls of `/internal/*` (heartbeat, stored,
+//!   eviction, chunked sync, deregister) with bearer token, deadlines and
+//!   retries;
+//! * [`Pusher`]: a background task over a [`FleetClient`] that heartbeats
+//!   every second with the worker's load, flushes the reports fed to its
+//!   [`PusherHandle`] every 100 ms, and sends a full snapshot from a
+//!   [`BlockSource`] every 5 s. It keeps the fleet's view right through
+//!   lost reports, fleet outages and lease expiries by scheduling full
+//!   resyncs, with bounded memory.
+//!
+//! ```no_run
+//! # async fn demo(source: std::sync::Arc<dyn worker::push::BlockSource>)
+//! # -> Result<(), worker::push::PushError> {
+//! use protocol::BlockHash;
+//! use worker::push::*;
+//!
+//! let client = FleetClient::new(FleetClientConfig::new(
+//!     "http://127.0.0.1:8080",
+//!     Some("change-me".into()),
+//! ))?;
+//! let identity = WorkerIdentity {
+//!     worker_id: "gpu-0".into(),
+//!     model: "Qwen/Qwen3-8B".into(),
+//!     url: "http://10.0.0.5:8000".into(),
+//! };
+//! let pusher = Pusher::start(client, PusherConfig::new(identity), source);
+//! let handle = pusher.handle();
+//! handle.stored(&[BlockHash(0x7219_bff9_b083_37ef)]); // from BlockStored
+//! handle.evicted(&[BlockHash(0x7219_bff9_b083_37ef)]); // from BlockRemoved
+//! pusher.shutdown(true).await?; // and drain the worker
+//! # Ok(()) }
+//! ```
+//!
+//! Metrics (the `metrics` crate): `prefix_router_push_total{op}` (accepted
+//! heartbeats, flushes, syncs), `prefix_router_push_failures_total{op}`,
+//! `prefix_router_push_resyncs_total{reason}`,
+//! `prefix_router_push_syncs_total{reason}` (`periodic` or a resync reason),
+//! `prefix_router_push_hashes_total{op}`,
+//! `prefix_router_push_dropped_hashes_total{reason=fault|overflow}` and
+//! `prefix_router_push_http_requests_total{op,outcome}` (every attempt).
+
+mod client;
+mod error;
+mod handle;
+mod pending;
+mod pusher;
+mod retry;
+
+pub use client::{FLEET_MAX_BATCH, FleetClient, FleetClientConfig, SyncReport, WorkerIdentity};
+pub use error::PushError;
+pub use handle::{PusherHandle, PusherStatus};
+pub use pending::{Batch, Pending, ResyncReason};
+pub use pusher::{BlockSource, Pusher, PusherConfig};
+pub use retry::Backoff;

@@ -1,0 +1,359 @@
+//! [`Pusher`]: the background task that keeps the fleet's view of one
+//! worker's cache right: heartbeats with load, batched stored/evicted
+//! reports, and periodic full snapshots that heal whatever got lost.
+//!
+//! One task does every call, one at a time, so the fleet applies them in
+//! the order they were made: a flush is never overtaken by an older one,
+//! and a snapshot never by reports older than it.
+//!
+//! Each turn (every `flush_interval`, or at once when woken):
+//!
+//! 1. paused → nothing at all;
+//! 2. backing off after a failure → nothing until the backoff is over;
+//! 3. heartbeat, when one is due, when not registered, or before a resync.
+//!    A reply with `registered: true` or another incarnation than before
+//!    means the fleet forgot the worker: a full resync becomes due;
+//! 4. full sync, when one is due or `sync_interval` has passed: the pending
+//!    window is dropped *first*, then the snapshot is taken, so every
+//!    dropped report is reflected in it (reports made after it are sent by
+//!    the next flush; sending one the snapshot already reflects is harmless);
+//! 5. otherwise flush the window's net reports.
+//!
+//! Any failed call, heartbeats included, schedules a full resync (a lost
+//! report cannot be told from a delivered one, and while a resync is due
+//! reports are not even kept) and backs off (exponentially, up to
+//! `backoff.max`); a 404 `unknown_worker` also forces a heartbeat.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::client::{FleetClient, WorkerIdentity};
+use super::error::PushError;
+use super::handle::{PusherHandle, Shared};
+use super::pending::ResyncReason;
+use super::retry::Backoff;
+use protocol::WorkerLoad;
+use protocol::hashing::BlockHash;
+
+/// Where the pusher reads the worker's full state.
+///
+/// Contract: [`snapshot`](Self::snapshot) must reflect at least every
+/// report made to the handle *before* it is called. The simplest way is to
+/// report events while holding the lock that `snapshot` takes.
+/// Both methods run on the pusher task and should return quickly.
+pub trait BlockSource: Send + Sync + 'static {
+    /// Every block hash the worker caches now, for a destructive sync.
+    fn snapshot(&self) -> Vec<BlockHash>;
+    /// The load to send with a heartbeat; `None` to send none.
+    fn load(&self) -> Option<WorkerLoad>;
+}
+
+/// How a [`Pusher`] behaves.
+#[derive(Debug, Clone)]
+pub struct PusherConfig {
+    /// Who the worker is.
+    pub identity: WorkerIdentity,
+    /// How often pending reports are sent (the fleet's fast path).
+    pub flush_interval: Duration,
+    /// How often a full snapshot is sent.
+    pub sync_interval: Duration,
+    /// How often the lease is renewed (keep well under the fleet's
+    /// `--worker-lease`, 15 s by default).
+    pub heartbeat_interval: Duration,
+    /// Most distinct hashes pending between flushes; past it they are
+    /// dropped and a full resync is sent instead.
+    pub max_pending: usize,
+    /// Delays after failed calls.
+    pub backoff: Backoff,
+    /// Fault injection: probability of leaving an evicted hash unreported.
+    pub drop_evictions: f64,
+    /// Seed of the fault injection's random numbers.
+    pub seed: u64,
+    /// Start paused (nothing is sent until resumed).
+    pub paused: bool,
+}
+
+impl PusherConfig {
+    /// The defaults for `identity`: flush every 100 ms, sync every 5 s,
+    /// heartbeat every 1 s, at most 1 Mi pending hashes, backoff 200 ms → 5 s.
+    pub fn new(identity: WorkerIdentity) -> Self {
+        PusherConfig {
+            identity,
+            flush_interval: Duration::from_millis(100),
+            sync_interval: Duration::from_secs(5),
+            heartbeat_interval: Duration::from_secs(1),
+            max_pending: 1 << 20,
+            backoff: Backoff {
+                initial: Duration::from_millis(200),
+                max: Duration::from_secs(5),
+            },
+            drop_evictions: 0.0,
+            seed: 0,
+            paused: false,
+        }
+    }
+}
+
+/// The running push task; see the module docs. Dropping it stops the task.
+pub struct Pusher {
+    handle: PusherHandle,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+    client: FleetClient,
+    identity: WorkerIdentity,
+}
+
+impl Pusher {
+    /// Starts the task (inside a Tokio runtime). The first turn registers
+    /// the worker and sends a full snapshot.
+    pub fn start(client: FleetClient, config: PusherConfig, source: Arc<dyn BlockSource>) -> Self {
+        let shared = Arc::new(Shared::new(
+            config.max_pending,
+            config.drop_evictions,
+            config.seed,
+            config.paused,
+        ));
+        let (stop, stop_rx) = watch::channel(false);
+        let now = Instant::now();
+        let worker = Worker {
+            client: client.clone(),
+            source,
+            shared: Arc::clone(&shared),
+            registered: false,
+            incarnation: None,
+            next_heartbeat: now,
+            next_sync: now + config.sync_interval,
+            retry_at: now,
+            failures: 0,
+            config: config.clone(),
+        };
+        let task = tokio::spawn(worker.run(stop_rx));
+        Pusher {
+            handle: PusherHandle { shared },
+            stop,
+            task: Some(task),
+            client,
+            identity: config.identity,
+        }
+    }
+
+    /// A handle to feed reports and flip switches.
+    pub fn handle(&self) -> PusherHandle {
+        self.handle.clone()
+    }
+
+    /// Stops the task (waiting up to 5 s for a call in progress) and, if
+    /// `deregister`, drains the worker from the fleet at once instead of
+    /// letting its lease run out.
+    pub async fn shutdown(mut self, deregister: bool) -> Result<(), PushError> {
+        let _ = self.stop.send(true);
+        if let Some(mut task) = self.task.take()
+            && tokio::time::timeout(Duration::from_secs(5), &mut task)
+                .await
+                .is_err()
+        {
+            task.abort();
+        }
+        if deregister {
+            self.client.deregister(&self.identity).await?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Pusher {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// The task's state.
+struct Worker {
+    client: FleetClient,
+    config: PusherConfig,
+    source: Arc<dyn BlockSource>,
+    shared: Arc<Shared>,
+    registered: bool,
+    incarnation: Option<u64>,
+    next_heartbeat: Instant,
+    next_sync: Instant,
+    /// No call before this (backoff after a failure).
+    retry_at: Instant,
+    /// Consecutive failures.
+    failures: u32,
+}
+
+impl Worker {
+    async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        let mut tick =
+            tokio::time::interval(self.config.flush_interval.max(Duration::from_millis(1)));
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = self.shared.wake.notified() => {}
+                _ = stop.changed() => return,
+            }
+            self.turn().await;
+        }
+    }
+
+    async fn turn(&mut self) {
+        if self.shared.paused.load(Ordering::Acquire) {
+            return;
+        }
+        let now = Instant::now();
+        if now < self.retry_at {
+            return;
+        }
+        let due = self.shared.pending().resync_due();
+        if (now >= self.next_heartbeat || !self.registered || due.is_some())
+            && !self.heartbeat().await
+        {
+            return;
+        }
+        // The heartbeat may have found that the fleet forgot us.
+        let due = self.shared.pending().resync_due();
+        if due.is_some() || Instant::now() >= self.next_sync {
+            self.sync(due).await;
+        } else {
+            self.flush().await;
+        }
+    }
+
+    async fn heartbeat(&mut self) -> bool {
+        let load = self.source.load();
+        match self.client.heartbeat(&self.config.identity, load).await {
+            Ok(reply) => {
+                let forgotten =
+                    reply.registered || self.incarnation.is_some_and(|i| i != reply.incarnation);
+                if forgotten {
+                    tracing::info!(
+                        incarnation = reply.incarnation,
+                        "registered with the fleet; sending a full snapshot"
+                    );
+                    self.shared.schedule_resync(ResyncReason::Registered);
+                }
+                self.incarnation = Some(reply.incarnation);
+                self.registered = true;
+                let stats = &self.shared.stats;
+                stats.registered.store(true, Ordering::Relaxed);
+                stats
+                    .incarnation
+                    .store(reply.incarnation.saturating_add(1), Ordering::Relaxed);
+                stats.heartbeats.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("prefix_router_push_total", "op" => "heartbeat").increment(1);
+                // Never let the lease run out between two heartbeats.
+                let lease_third = Duration::from_millis(reply.lease_ms / 3);
+                let every = self
+                    .config
+                    .heartbeat_interval
+                    .min(lease_third.max(Duration::from_millis(100)));
+                self.next_heartbeat = Instant::now() + every;
+                self.succeeded();
+                true
+            }
+            Err(e) => {
+                self.registered = false;
+                self.shared.stats.registered.store(false, Ordering::Relaxed);
+                self.failed("heartbeat", e);
+                false
+            }
+        }
+    }
+
+    async fn sync(&mut self, due: Option<ResyncReason>) {
+        // Drop the window first, then snapshot: see the module docs.
+        self.shared.pending().begin_resync();
+        let snapshot = self.source.snapshot();
+        match self.client.sync(&self.config.identity, &snapshot).await {
+            Ok(reply) => {
+                let reason = due.map_or("periodic", ResyncReason::as_str);
+                tracing::debug!(
+                    reason,
+                    hashes = snapshot.len(),
+                    active = reply.active,
+                    chunks = reply.chunks,
+                    "full snapshot committed"
+                );
+                self.shared.stats.syncs.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("prefix_router_push_total", "op" => "sync").increment(1);
+                metrics::counter!("prefix_router_push_syncs_total", "reason" => reason)
+                    .increment(1);
+                metrics::counter!("prefix_router_push_hashes_total", "op" => "sync")
+                    .increment(snapshot.len() as u64);
+                self.next_sync = Instant::now() + self.config.sync_interval;
+                self.succeeded();
+            }
+            Err(e) => {
+                self.failed("sync", e);
+            }
+        }
+    }
+
+    async fn flush(&mut self) {
+        let batch = self.shared.pending().take();
+        if batch.is_empty() {
+            return;
+        }
+        let who = &self.config.identity;
+        let sent = async {
+            self.client.evicted(who, &batch.evicted).await?;
+            self.client.stored(who, &batch.stored).await
+        };
+        match sent.await {
+            Ok(()) => {
+                self.shared.stats.flushes.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("prefix_router_push_total", "op" => "flush").increment(1);
+                for (op, n) in [
+                    ("eviction", batch.evicted.len()),
+                    ("stored", batch.stored.len()),
+                ] {
+                    metrics::counter!("prefix_router_push_hashes_total", "op" => op)
+                        .increment(n as u64);
+                }
+                self.succeeded();
+            }
+            Err(e) => {
+                self.failed("flush", e);
+            }
+        }
+    }
+
+    fn succeeded(&mut self) {
+        self.failures = 0;
+    }
+
+    fn failed(&mut self, op: &'static str, e: PushError) {
+        let delay = self.config.backoff.delay(self.failures);
+        self.failures = self.failures.saturating_add(1);
+        self.retry_at = Instant::now() + delay;
+        // The fleet may have missed a report (or, unreachable, may forget
+        // us): resync once it answers again.
+        if e.is_unknown_worker() {
+            self.registered = false;
+            self.shared.stats.registered.store(false, Ordering::Relaxed);
+            self.shared.schedule_resync(ResyncReason::Registered);
+        } else {
+            self.shared.schedule_resync(ResyncReason::PushFailed);
+        }
+        let stats = &self.shared.stats;
+        stats.failures.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut last) = stats.last_error.lock() {
+            *last = Some(e.to_string());
+        }
+        metrics::counter!("prefix_router_push_failures_total", "op" => op).increment(1);
+        if e.is_retryable() || e.is_unknown_worker() {
+            tracing::warn!(op, error = %e, retry_in = ?delay, "push to the fleet failed; full resync scheduled");
+        } else {
+            tracing::error!(op, error = %e, retry_in = ?delay, "push refused by the fleet; check the configuration");
+        }
+    }
+}
