@@ -2,6 +2,8 @@
 //! builtin balancer, two sim-workers) serves ~20 RAG requests; every one
 //! succeeds, the workers report cache hits, and the report is written.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 use std::path::PathBuf;
 use std::time::Duration;
 

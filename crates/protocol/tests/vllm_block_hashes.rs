@@ -11,6 +11,8 @@
 //! independent count of the file's blocks, so nothing can be skipped
 //! silently.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 use std::collections::BTreeMap;
 
 use protocol::hashing::{

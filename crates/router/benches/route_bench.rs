@@ -5,6 +5,8 @@
 //!
 //! `cargo bench --bench route_bench`
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 #[path = "../../state/benches/state_bench/server.rs"]
 mod server;
 

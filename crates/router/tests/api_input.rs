@@ -1,6 +1,8 @@
 //! The worker push API over real HTTP: the bearer token, and bad input
 //! that must get a JSON 4xx and change nothing.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod support;
 
 use serde_json::{Value, json};

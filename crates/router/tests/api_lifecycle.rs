@@ -1,6 +1,8 @@
 //! The worker push API over real HTTP, across the life of a fleet:
 //! Valkey outages, chunked syncs, drains, concurrent routers, shared Valkey.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod support;
 
 use std::time::Duration;

@@ -1,6 +1,8 @@
 //! Configuration precedence: defaults < TOML file < PREFIX_ROUTER_* < flags.
 //! One test function, because the environment is process-wide.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 use std::io::Write;
 use std::time::Duration;
 

@@ -4,6 +4,8 @@
 //! `deploy/haproxy.cfg`, the `Dockerfile` and the env files. HAProxy itself
 //! parses `deploy/haproxy.cfg` in `tests/fleet_script.rs`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 

@@ -1,5 +1,7 @@
 //! Expiry: speculative entries, worker leases, gc.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod support;
 
 use std::time::Duration;

@@ -28,6 +28,8 @@
 //! are in `target/tmp/faults/<scenario>/`. Nothing asserts on latency:
 //! waits poll with generous deadlines.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod support;
 
 #[path = "faults/fleet.rs"]

@@ -1,6 +1,8 @@
 //! The fleet end to end with real processes: a valkey-server, two
 //! `prefix-router serve` processes, three stub workers over HTTP.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod support;
 
 use std::collections::BTreeSet;

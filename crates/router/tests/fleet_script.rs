@@ -4,6 +4,8 @@
 //! router is routed around; `status` tells; `down` leaves no process.
 //! Needs valkey-server and haproxy (scripts/install-deps.sh).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

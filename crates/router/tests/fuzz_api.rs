@@ -17,6 +17,8 @@
 //! fuzz_api -- --nocapture`); `PREFIX_ROUTER_FUZZ_DEBUG=1` also prints
 //! every error answer, to see which inputs the generators waste.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod support;
 
 use std::collections::BTreeMap;

@@ -3,6 +3,8 @@
 //! and a fleet running while it reads) and names each hand-made corruption.
 //! The real binary runs against real valkey-servers.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod support;
 
 use std::process::{Command, Output};

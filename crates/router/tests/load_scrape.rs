@@ -2,6 +2,8 @@
 //! `--scrape-metrics-interval`, a real valkey-server, fake vLLM workers over
 //! HTTP exposing vLLM's gauges, the real Qwen3 tokenizer.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod support;
 
 use std::sync::atomic::Ordering;

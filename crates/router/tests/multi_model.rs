@@ -2,6 +2,8 @@
 //! its own tokenizer, block size and seed: a real router and valkey-server,
 //! fake workers over HTTP, the real Qwen3 tokenizer.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod support;
 
 use std::io::Write;

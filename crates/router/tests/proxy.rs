@@ -1,6 +1,8 @@
 //! The routing path end to end: real routers, a real valkey-server, fake
 //! OpenAI workers over HTTP, the real Qwen3 tokenizer.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod support;
 
 use std::path::PathBuf;

@@ -3,6 +3,8 @@
 //! reports, chunked syncs, a Valkey outage, a fleet that forgot the worker,
 //! and an overflow of pending reports; the client's errors say what failed.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod support;
 
 use std::collections::BTreeSet;

@@ -7,6 +7,8 @@
 //! shared state of every worker equals that worker's real cache, block by
 //! block, within a sync period.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod support;
 
 #[path = "sim_worker/harness.rs"]

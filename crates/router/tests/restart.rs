@@ -1,6 +1,8 @@
 //! Restarts with real processes: a router killed with SIGKILL, Valkey
 //! restarted empty, and scripts flushed from under a running store.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod support;
 
 use std::time::Duration;

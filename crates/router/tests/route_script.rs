@@ -2,6 +2,8 @@
 //! concurrent routers agree on one worker for a new prefix, bounded load
 //! spreads a hot prefix, and hints extend matches past one call's head.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -4,6 +4,8 @@
 //! off at the socket, JSON errors for malformed requests, and no secret in
 //! the logs.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod support;
 
 use std::sync::atomic::Ordering;

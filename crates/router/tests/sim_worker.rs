@@ -11,6 +11,8 @@
 //! Nothing asserts on latency: waits poll with generous deadlines, and the
 //! timing checks only bound from below what the schedule guarantees.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod support;
 
 #[path = "sim_worker/fleet.rs"]

@@ -2,6 +2,8 @@
 //! valkey-server and a tiny in-memory model; after every step the forward and
 //! reverse maps must agree with each other and with the model.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,6 +1,8 @@
 //! Destructive sync: healing lost evictions, and a chunked 200k-hash sync
 //! that lookups see as one replacement.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod support;
 
 use std::collections::BTreeSet;

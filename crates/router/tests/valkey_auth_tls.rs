@@ -1,5 +1,7 @@
 //! Password, ACL user and TLS come through the Valkey URL.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod support;
 
 use std::process::{Command, Stdio};

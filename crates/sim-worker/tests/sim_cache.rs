@@ -1,6 +1,8 @@
 //! `sim::PrefixCache`: capacity, LRU eviction, pinning, tail-first freeing
 //! and the exactness of its event stream.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 use protocol::hashing::BlockHash;
 use sim_worker::{CacheError, CacheEvent, CacheReplay, PrefixCache, RequestId};
 

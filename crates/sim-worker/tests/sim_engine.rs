@@ -1,6 +1,8 @@
 //! `sim::Engine`: time model arithmetic, admission, FIFO queueing, aborts
 //! and gauges.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 use std::time::Duration;
 
 use protocol::hashing::BlockHash;

@@ -2,6 +2,8 @@
 //! (against a naive reference model of vLLM's block pool) and on a small
 //! `sim::Engine`, checking invariants and the event stream after every step.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 

@@ -3,6 +3,8 @@
 //!
 //! `cargo bench --bench tokenize_bench`
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -2,6 +2,8 @@
 //! every case of `tests/fixtures/qwen3_chat.json` (produced by running vLLM
 //! itself, see `scripts/fixtures/README.md`); completions prompts too.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 use std::path::Path;
 use std::sync::OnceLock;
 

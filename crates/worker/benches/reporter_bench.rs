@@ -5,6 +5,8 @@
 //!
 //! `cargo bench --bench reporter_bench`
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 use std::collections::HashMap;
 use std::time::Instant;
 

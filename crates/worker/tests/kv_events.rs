@@ -13,6 +13,8 @@
 //! Expected values are always derived from the recordings (or from an
 //! independent generic MessagePack decode with `rmpv`), never hard-coded.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 #[path = "kv_events/generic.rs"]
 mod generic;
 #[path = "kv_events/live.rs"]

@@ -3,6 +3,8 @@
 //! hashes coincide; with vLLM's default `sha256` (pickle) events, the router
 //! hashes are the `sha256_cbor` hashes of the same tokens.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 use std::collections::{BTreeSet, HashMap};
 
 use protocol::hashing::{BlockHash, BlockHasher, HashSeed, LoraKey};

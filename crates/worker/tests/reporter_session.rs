@@ -4,6 +4,8 @@
 //! resynchronise, duplicates are skipped. The sink records what the fleet
 //! would be told and keeps the resulting set.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

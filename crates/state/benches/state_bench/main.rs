@@ -9,6 +9,8 @@
 //! This file is the entry and the order of the run; the sections live in
 //! `memory` (A), `timing` (B) and `sync` (C), their tables in `report`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod fixtures;
 mod memory;
 mod raw;
