@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::duration::parse_duration;
+use protocol::{parse_duration, parse_duration_or_zero};
 use crate::fleet::BalancerChoice;
 use crate::scenario::Scenario;
 use crate::workload::Api;
@@ -122,7 +122,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 0.5, help_heading = "Scenario")]
     pub event_at: f64,
     /// Down time between a kill and the restart.
-    #[arg(long, default_value = "0s", value_parser = parse_duration, help_heading = "Scenario")]
+    #[arg(long, default_value = "0s", value_parser = parse_duration_or_zero, help_heading = "Scenario")]
     pub down_for: Duration,
     /// Valkey restarts `empty` or from its append-only file (`aof`).
     #[arg(long, default_value = "empty", value_parser = ["empty", "aof"], help_heading = "Scenario")]

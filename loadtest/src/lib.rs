@@ -13,7 +13,6 @@ pub mod calibrate;
 pub mod cli;
 pub mod client;
 pub mod drive;
-pub mod duration;
 pub mod fleet;
 pub mod machine;
 pub mod metrics;

@@ -28,7 +28,7 @@ mod load;
 mod names;
 mod redact;
 
-pub use duration::parse_duration;
+pub use duration::{parse_duration, parse_duration_or_zero};
 pub use hashing::BlockHash;
 pub use load::WorkerLoad;
 pub use names::{InvalidName, MAX_NAME_LEN, check_name};
