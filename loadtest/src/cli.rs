@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use protocol::{parse_duration, parse_duration_or_zero};
 use crate::fleet::BalancerChoice;
 use crate::scenario::Scenario;
 use crate::workload::Api;
+use protocol::{parse_duration, parse_duration_or_zero};
 
 /// Load tests of a prefix-router fleet: launches Valkey, routers behind an
 /// L4 balancer and simulated vLLM workers on 127.0.0.1, replays a workload

@@ -61,7 +61,9 @@ mod tests {
 
     #[test]
     fn malformed_is_an_error() {
-        for bad in ["", "30", "s", "-1s", ".5s", "5.s", "1.2.3s", "3d", "1e3s", "inf s"] {
+        for bad in [
+            "", "30", "s", "-1s", ".5s", "5.s", "1.2.3s", "3d", "1e3s", "inf s",
+        ] {
             assert!(parse_duration_or_zero(bad).is_err(), "{bad}");
         }
     }

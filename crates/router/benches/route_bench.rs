@@ -87,7 +87,7 @@ async fn route(store: &StateStore, p: &Prepared) -> Result<Routed> {
     let t = Instant::now();
     let head = p.hashes.len().min(ROUTE_HEAD);
     let hints: Vec<(String, usize)> = if p.hashes.len() > ROUTE_HEAD {
-        let full = store.lookup(MODEL, &p.hashes).await?;
+        let full = store.probe(MODEL, &p.hashes).await?;
         full.workers
             .iter()
             .filter(|w| w.matched_blocks > head)
@@ -102,7 +102,7 @@ async fn route(store: &StateStore, p: &Prepared) -> Result<Routed> {
     }
     .route_params(p.tokens as u64, 16, 1);
     let o = store
-        .route(MODEL, &p.hashes[..head], &params, &hints)
+        .route_and_claim(MODEL, &p.hashes[..head], &params, &hints)
         .await?;
     let wall = t.elapsed();
     let worker = o.chosen.map(|i| o.lookup.workers[i].info.worker_id.clone());

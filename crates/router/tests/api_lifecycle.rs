@@ -136,7 +136,7 @@ async fn deregistering_drains_at_once_and_purges_in_the_background() {
     assert_eq!(resp.status().as_u16(), 200);
     let s = store(&v, "pr", "probe", StateTtls::default());
     assert!(
-        s.lookup(M, &[BlockHash(1)])
+        s.probe(M, &[BlockHash(1)])
             .await
             .unwrap()
             .workers

@@ -21,7 +21,7 @@ fn hb(id: &str) -> WorkerHeartbeat {
 }
 
 async fn matched(s: &StateStore, h: BlockHash, worker: &str) -> Option<usize> {
-    let l = s.lookup(M, &[h]).await.unwrap();
+    let l = s.probe(M, &[h]).await.unwrap();
     l.workers
         .iter()
         .find(|w| w.info.worker_id == worker)
@@ -125,14 +125,14 @@ async fn a_crashed_routers_in_flight_share_expires_with_its_lease() {
         .unwrap();
     r1.add_in_flight(M, "w", 2).await.unwrap();
     r2.add_in_flight(M, "w", 3).await.unwrap();
-    let in_flight = |l: state::PrefixLookup| l.workers[0].info.in_flight;
-    assert_eq!(in_flight(r1.lookup(M, &[]).await.unwrap()), 5);
+    let in_flight = |l: state::PrefixProbe| l.workers[0].info.in_flight;
+    assert_eq!(in_flight(r1.probe(M, &[]).await.unwrap()), 5);
     // Decrements never go below zero.
     assert_eq!(r1.add_in_flight(M, "w", -5).await.unwrap(), 0);
     r1.add_in_flight(M, "w", 2).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1000)).await;
     assert_eq!(
-        in_flight(r1.lookup(M, &[]).await.unwrap()),
+        in_flight(r1.probe(M, &[]).await.unwrap()),
         2,
         "router-2 crashed; its 3 must not count"
     );
@@ -173,8 +173,8 @@ async fn a_router_restarted_under_the_same_id_drops_its_predecessors_counts() {
         .router_lease(M, Duration::from_secs(60))
         .await
         .unwrap();
-    let in_flight = |l: state::PrefixLookup| l.workers[0].info.in_flight;
-    assert_eq!(in_flight(other.lookup(M, &[]).await.unwrap()), 5);
+    let in_flight = |l: state::PrefixProbe| l.workers[0].info.in_flight;
+    assert_eq!(in_flight(other.probe(M, &[]).await.unwrap()), 5);
     // "pod-a" crashes with 4 requests in flight and comes back under the
     // same id, with its lease still live: those 4 must not weigh on "w".
     drop(before);
@@ -183,9 +183,9 @@ async fn a_router_restarted_under_the_same_id_drops_its_predecessors_counts() {
         .router_lease(M, Duration::from_secs(60))
         .await
         .unwrap();
-    assert_eq!(in_flight(after.lookup(M, &[]).await.unwrap()), 1);
+    assert_eq!(in_flight(after.probe(M, &[]).await.unwrap()), 1);
     after.add_in_flight(M, "w", 1).await.unwrap();
-    assert_eq!(in_flight(after.lookup(M, &[]).await.unwrap()), 2);
+    assert_eq!(in_flight(after.probe(M, &[]).await.unwrap()), 2);
 }
 
 #[tokio::test]
@@ -220,7 +220,7 @@ async fn long_chains_are_looked_up_in_chunks_with_the_same_answer() {
         whole.heartbeat(M, &hb(w)).await.unwrap();
         whole.stored(M, w, hs).await.unwrap();
     }
-    let counts = |l: state::PrefixLookup| {
+    let counts = |l: state::PrefixProbe| {
         let mut v: Vec<(String, usize)> = l
             .workers
             .into_iter()
@@ -233,6 +233,6 @@ async fn long_chains_are_looked_up_in_chunks_with_the_same_answer() {
         .iter()
         .map(|(w, n)| (w.to_string(), *n))
         .collect();
-    assert_eq!(counts(whole.lookup(M, &chain).await.unwrap()), want);
-    assert_eq!(counts(chunked.lookup(M, &chain).await.unwrap()), want);
+    assert_eq!(counts(whole.probe(M, &chain).await.unwrap()), want);
+    assert_eq!(counts(chunked.probe(M, &chain).await.unwrap()), want);
 }

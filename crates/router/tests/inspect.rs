@@ -448,7 +448,7 @@ impl Fleet {
                     stale_load: Duration::from_secs(10),
                     seed: 7,
                 };
-                s.route(M, &pick(hs), &params, &[]).await.unwrap();
+                s.route_and_claim(M, &pick(hs), &params, &[]).await.unwrap();
             }
             Op::Done(w) => drop(s.add_in_flight(M, W[*w], -1).await),
             Op::Load(w) => drop(s.report_load(M, W[*w], Some(2), Some(1), Some(0.25)).await),

@@ -128,7 +128,7 @@ async fn cold(r: &Router, i: usize) -> (u16, String) {
 
 async fn wait_no_in_flight(store: &StateStore) {
     for _ in 0..50 {
-        let l = store.lookup(MODEL, &[]).await.unwrap();
+        let l = store.probe(MODEL, &[]).await.unwrap();
         if l.workers.iter().all(|w| w.info.in_flight == 0) {
             return;
         }

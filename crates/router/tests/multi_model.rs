@@ -113,7 +113,7 @@ async fn each_model_goes_to_its_workers_with_its_own_hashes() {
         );
         assert_eq!(explained["chosen"]["worker_id"], worker);
         // …and what it claimed for the worker.
-        let l = probe.lookup(model, &hashes).await.unwrap();
+        let l = probe.probe(model, &hashes).await.unwrap();
         assert_eq!(l.workers.len(), 1, "{model} has its own workers only");
         assert_eq!(l.workers[0].matched_blocks, hashes.len(), "{model}");
     }

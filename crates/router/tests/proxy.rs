@@ -93,7 +93,7 @@ async fn send(f: &Fleet, path: &str, body: &Value) -> (u16, String, Value) {
 /// 2 shared cores running debug builds they can lag by seconds).
 async fn wait_no_in_flight(store: &StateStore) -> bool {
     for _ in 0..200 {
-        let l = store.lookup(MODEL, &[]).await.unwrap();
+        let l = store.probe(MODEL, &[]).await.unwrap();
         if l.workers.iter().all(|w| w.info.in_flight == 0) {
             return true;
         }
@@ -127,7 +127,7 @@ async fn a_request_sharing_a_prefix_goes_where_the_prefix_is() {
         .encode_plain(&format!("{doc}Question A?"), true)
         .unwrap();
     let hashes = pipeline.block_hashes(&ids, None, None);
-    let l = f.store.lookup(MODEL, &hashes).await.unwrap();
+    let l = f.store.probe(MODEL, &hashes).await.unwrap();
     let holder = l
         .workers
         .iter()
@@ -175,7 +175,7 @@ async fn lora_requests_go_to_the_base_models_workers_under_lora_hashes() {
         let store = f.store.clone();
         let worker = worker.clone();
         async move {
-            let l = store.lookup(MODEL, &hashes).await.unwrap();
+            let l = store.probe(MODEL, &hashes).await.unwrap();
             l.workers
                 .iter()
                 .find(|w| w.info.worker_id == worker)
@@ -429,7 +429,7 @@ async fn chat_requests_claim_exactly_the_blocks_vllm_would_hash() {
         assert_eq!(st, 200, "{name}: {body}");
         let pipeline = ModelPipeline::load(&tokenizer_dir(), 16, &HashSeed::Default).unwrap();
         let hashes = pipeline.block_hashes(&vllm_ids, None, None);
-        let l = f.store.lookup(MODEL, &hashes).await.unwrap();
+        let l = f.store.probe(MODEL, &hashes).await.unwrap();
         let held = l
             .workers
             .iter()
@@ -568,7 +568,7 @@ async fn worker_load_is_read_from_vllms_orca_header() {
     );
     let mut seen = None;
     for _ in 0..50 {
-        let l = f.store.lookup(MODEL, &[]).await.unwrap();
+        let l = f.store.probe(MODEL, &[]).await.unwrap();
         let load = l.workers[0].info.load;
         if load.num_requests_waiting == 3 {
             seen = Some(load);

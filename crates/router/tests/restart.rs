@@ -48,7 +48,7 @@ async fn the_state_outlives_a_killed_router() {
     assert_eq!((st, body["removed"].as_u64()), (200, Some(1)));
     let s = store(&v, "pr", "probe", StateTtls::default());
     let l = s
-        .lookup(M, &[BlockHash(1), BlockHash(2), BlockHash(3)])
+        .probe(M, &[BlockHash(1), BlockHash(2), BlockHash(3)])
         .await
         .unwrap();
     assert_eq!(l.workers[0].matched_blocks, 2);
@@ -99,7 +99,7 @@ async fn after_valkey_restarts_empty_the_next_heartbeats_and_syncs_rebuild_the_s
     let s = store(&v, "pr", "probe", StateTtls::default());
     let chain: Vec<BlockHash> = (1..=4).map(BlockHash).collect();
     assert_eq!(
-        s.lookup(M, &chain).await.unwrap().workers[0].matched_blocks,
+        s.probe(M, &chain).await.unwrap().workers[0].matched_blocks,
         4
     );
     // The library was reloaded transparently after "Function not found".
@@ -127,6 +127,6 @@ async fn scripts_reload_transparently_after_function_flush() {
         .unwrap();
     // Both a write script (FCALL) and a read-only one (FCALL_RO).
     assert_eq!(s.claim(M, "w", &[BlockHash(2)]).await.unwrap(), 1);
-    let l = s.lookup(M, &[BlockHash(1), BlockHash(2)]).await.unwrap();
+    let l = s.probe(M, &[BlockHash(1), BlockHash(2)]).await.unwrap();
     assert_eq!(l.workers[0].matched_blocks, 2);
 }

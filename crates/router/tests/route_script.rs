@@ -138,10 +138,10 @@ fn the_scripts_choice_is_the_rust_policys_choice() {
             }
             let prompt_tokens = prompt_blocks * BS as u64 + 5;
             // The exact scan, before the route claims anything.
-            let exact = s.lookup(M, &c).await.unwrap();
-            let o = s.route(M, &c, &params(prompt_tokens, eps, seed), &[]).await.unwrap();
+            let exact = s.probe(M, &c).await.unwrap();
+            let o = s.route_and_claim(M, &c, &params(prompt_tokens, eps, seed), &[]).await.unwrap();
             // Probing (route.lua) finds the depths the full scan finds.
-            let depths = |l: &state::PrefixLookup| -> BTreeMap<String, usize> {
+            let depths = |l: &state::PrefixProbe| -> BTreeMap<String, usize> {
                 l.workers.iter().map(|w| (w.info.worker_id.clone(), w.matched_blocks)).collect()
             };
             assert_eq!(depths(&o.lookup), depths(&exact));
@@ -172,7 +172,7 @@ async fn concurrent_routers_agree_on_one_worker_for_a_new_prefix() {
         let mut p = params(330, 1000.0, i * 7919);
         p.tokens_per_queued_request = 0.0;
         tasks.push(tokio::spawn(async move {
-            let o = s.route(M, &c, &p, &[]).await.unwrap();
+            let o = s.route_and_claim(M, &c, &p, &[]).await.unwrap();
             o.lookup.workers[o.chosen.unwrap()].info.worker_id.clone()
         }));
     }
@@ -199,7 +199,7 @@ async fn misses_on_an_idle_fleet_are_spread_evenly() {
         // A new prefix every time, on an idle fleet: every worker ties.
         let seed = ((i * 2_654_435_761) % 1_000_003) as u32;
         let o = s
-            .route(M, &chain(2, 10_000 + i), &params(100, 0.25, seed), &[])
+            .route_and_claim(M, &chain(2, 10_000 + i), &params(100, 0.25, seed), &[])
             .await
             .unwrap();
         let id = o.lookup.workers[o.chosen.unwrap()].info.worker_id.clone();
@@ -227,7 +227,7 @@ async fn bounded_load_spreads_a_prefix_every_request_shares() {
     for i in 0..40u32 {
         // Requests stay in flight: the load builds up.
         let o = s
-            .route(M, &system_prompt, &params(500, 0.25, i), &[])
+            .route_and_claim(M, &system_prompt, &params(500, 0.25, i), &[])
             .await
             .unwrap();
         *per_worker
@@ -253,7 +253,7 @@ async fn hints_extend_matches_beyond_one_calls_head() {
     }
     let head = &long[..1024];
     let p = params(1300 * BS as u64, 0.25, 1);
-    let without = s.route(M, head, &p, &[]).await.unwrap();
+    let without = s.route_and_claim(M, head, &p, &[]).await.unwrap();
     assert_eq!(
         without
             .lookup
@@ -273,7 +273,7 @@ async fn hints_extend_matches_beyond_one_calls_head() {
         )
         .await;
     let hints = vec![("short".to_owned(), 6), ("long".to_owned(), 266)];
-    let with = s.route(M, head, &p, &hints).await.unwrap();
+    let with = s.route_and_claim(M, head, &p, &hints).await.unwrap();
     assert_eq!(
         with.lookup.workers[with.chosen.unwrap()].info.worker_id,
         "long"
@@ -283,7 +283,10 @@ async fn hints_extend_matches_beyond_one_calls_head() {
 /// Who the routing step sees, by worker id, with its waiting count and
 /// requests in flight.
 async fn seen(s: &StateStore, c: &[BlockHash]) -> BTreeMap<String, (u64, u64)> {
-    let o = s.route(M, c, &params(100, 1000.0, 1), &[]).await.unwrap();
+    let o = s
+        .route_and_claim(M, c, &params(100, 1000.0, 1), &[])
+        .await
+        .unwrap();
     // Release what the route counted, so that each probe leaves no load.
     let chosen = &o.lookup.workers[o.chosen.unwrap()].info.worker_id;
     s.add_in_flight(M, chosen, -1).await.unwrap();

@@ -285,7 +285,7 @@ impl Harness {
         }
         // Lookups see exactly the live holders of each block.
         for h in &self.hashes {
-            let l = self.store.lookup(MODEL, &[*h]).await.unwrap();
+            let l = self.store.probe(MODEL, &[*h]).await.unwrap();
             let got: BTreeSet<String> = l
                 .workers
                 .iter()

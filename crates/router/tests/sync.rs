@@ -34,7 +34,7 @@ async fn register(s: &StateStore, id: &str) {
 }
 
 async fn holds(s: &StateStore, h: BlockHash) -> bool {
-    let l = s.lookup(M, &[h]).await.unwrap();
+    let l = s.probe(M, &[h]).await.unwrap();
     l.workers
         .iter()
         .any(|w| w.info.worker_id == "w" && w.matched_blocks == 1)
@@ -186,7 +186,7 @@ async fn gc_finishes_a_sync_whose_router_died_mid_patch() {
     applying.abort();
     let _ = applying.await;
     let (old_only, new_only) = probes();
-    let l = s.lookup(M, &[]).await.unwrap();
+    let l = s.probe(M, &[]).await.unwrap();
     assert!(
         l.workers[0].info.syncing,
         "the patch should still be in progress"
@@ -201,5 +201,5 @@ async fn gc_finishes_a_sync_whose_router_died_mid_patch() {
     let raw = raw_state(&v, "sy", M);
     assert_eq!(raw.forward_pairs(), raw.reverse_pairs());
     assert_eq!(raw.forward.len(), 200_000);
-    assert!(!s.lookup(M, &[]).await.unwrap().workers[0].info.syncing);
+    assert!(!s.probe(M, &[]).await.unwrap().workers[0].info.syncing);
 }

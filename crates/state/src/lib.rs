@@ -16,8 +16,10 @@
 //! * `leases`: worker heartbeats and drains, router leases, in-flight gauges.
 //! * `blocks`: stored blocks, evictions, claims of blocks on routing.
 //! * `sync`: destructive snapshots, whole or staged in chunks.
-//! * `lookup`: read-only probes of which worker holds how much of a prompt.
-//! * `route`: the atomic route-and-claim call of the cache-aware policy.
+//! * `probe`: read-only probes of which worker holds how much of a prompt
+//!   (`lookup.lua`), and the worker listing.
+//! * `route_claim`: the cache-aware policy's atomic call (`route.lua`):
+//!   probe, route (choose the worker) and claim, in one step.
 //! * `view_record`: the routing view's binary per-worker records.
 //! * `gc`: the periodic cleanup every router runs.
 //! * `error`: [`StateError`], by what a caller can do about it.
@@ -34,8 +36,8 @@ mod gc;
 pub mod inspect;
 mod keys;
 mod leases;
-mod lookup;
-mod route;
+mod probe;
+mod route_claim;
 mod scripts;
 mod sync;
 mod ttl;
@@ -47,8 +49,8 @@ pub use error::StateError;
 pub use gc::GcReport;
 pub use keys::KeySpace;
 pub use leases::{WorkerHeartbeat, WorkerLease};
-pub use lookup::{PrefixLookup, WorkerInfo, WorkerMatch, WorkerStatus};
-pub use route::{ROUTE_CLAIM, ROUTE_HEAD, RouteOutcome, RouteParams};
+pub use probe::{PrefixProbe, WorkerInfo, WorkerMatch, WorkerStatus};
+pub use route_claim::{ROUTE_CLAIM, ROUTE_HEAD, RouteOutcome, RouteParams};
 pub use scripts::{ScriptName, ScriptSet};
 pub use sync::SyncOutcome;
 pub use ttl::{BatchLimits, StateTtls};
@@ -81,7 +83,7 @@ struct Inner {
 /// Which connection a call goes on.
 #[derive(Debug, Clone, Copy)]
 enum Lane {
-    /// The multiplexed routing connection: lookups, claims, gauges.
+    /// The multiplexed routing connection: probes, claims, gauges.
     Hot,
     /// The pool: reports from workers, syncs, gc, purges, listings.
     Bulk,

@@ -1,7 +1,7 @@
 //! From the shared state's view of the workers to the policy's candidates.
 
 use crate::routing::{Candidate, STALE_LOAD};
-use state::{PrefixLookup, WorkerMatch};
+use state::{PrefixProbe, WorkerMatch};
 
 /// A worker the proxy may send to: its candidate data and its URL.
 #[derive(Debug, Clone)]
@@ -17,7 +17,7 @@ pub struct Target {
 }
 
 /// Turns a lookup into targets; `block_size` converts blocks to tokens.
-pub fn targets(lookup: &PrefixLookup, block_size: usize) -> Vec<Target> {
+pub fn targets(lookup: &PrefixProbe, block_size: usize) -> Vec<Target> {
     lookup
         .workers
         .iter()

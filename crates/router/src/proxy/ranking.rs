@@ -26,10 +26,10 @@ impl Proxy {
         };
         let shared = match &self.atomic {
             Some(cfg) => {
-                self.route_atomic(model, chain, cfg, &request, block_size)
+                self.route_and_claim(model, chain, cfg, &request, block_size)
                     .await
             }
-            None => self.store.lookup(model, &chain.hashes).await.map(|lookup| {
+            None => self.store.probe(model, &chain.hashes).await.map(|lookup| {
                 let all = targets(&lookup, block_size);
                 self.remember(model, &all);
                 self.order(self.policy.as_ref(), &request, all)
@@ -57,7 +57,7 @@ impl Proxy {
 
     /// The cache-aware first choice, made, claimed and counted by one atomic
     /// script call, followed by the other workers in policy order (retries).
-    async fn route_atomic(
+    async fn route_and_claim(
         &self,
         model: &str,
         chain: &Chain,
@@ -69,7 +69,7 @@ impl Proxy {
         // A chain longer than one call: a read-only pass finds how far the
         // workers holding the whole head go.
         let hints: Vec<(String, usize)> = if chain.hashes.len() > ROUTE_HEAD {
-            let full = self.store.lookup(model, &chain.hashes).await?;
+            let full = self.store.probe(model, &chain.hashes).await?;
             full.workers
                 .iter()
                 .filter(|w| w.matched_blocks > head)
@@ -85,7 +85,7 @@ impl Proxy {
         );
         let outcome = self
             .store
-            .route(model, &chain.hashes[..head], &params, &hints)
+            .route_and_claim(model, &chain.hashes[..head], &params, &hints)
             .await?;
         let mut all = targets(&outcome.lookup, block_size);
         for t in &mut all {

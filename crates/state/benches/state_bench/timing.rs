@@ -105,7 +105,7 @@ pub async fn script_calls(
 ) -> Result<Vec<Timing>> {
     let w0 = worker_id(0);
     // Warm both lanes.
-    store.lookup(MODEL, &held0[..1]).await?;
+    store.probe(MODEL, &held0[..1]).await?;
     store.stored(MODEL, &w0, &[]).await?;
 
     let mut rows = Vec::new();
@@ -184,7 +184,7 @@ pub async fn script_calls(
         for _ in 0..calls {
             let start = rng.random_range(0..held0.len() - n);
             let chain = &held0[start..start + n];
-            let l = store.lookup(MODEL, chain).await?;
+            let l = store.probe(MODEL, chain).await?;
             let m = l
                 .workers
                 .iter()

@@ -1,11 +1,12 @@
-//! [`StateStore::route`]: match, choose and claim in one atomic call.
+//! [`StateStore::route_and_claim`]: probe, route (choose) and claim in one
+//! atomic call of `route.lua`.
 
 use std::time::Duration;
 
-use super::lookup::bad_reply;
+use super::probe::bad_reply;
 use super::ttl::ms;
 use super::{
-    Lane, PrefixLookup, ScriptName, StateError, StateStore, ViewRecord, WorkerInfo, WorkerLoad,
+    Lane, PrefixProbe, ScriptName, StateError, StateStore, ViewRecord, WorkerInfo, WorkerLoad,
     WorkerMatch,
 };
 use protocol::hashing::BlockHash;
@@ -44,7 +45,7 @@ pub struct RouteParams {
 #[derive(Debug, Clone)]
 pub struct RouteOutcome {
     /// Every live worker's match of the head and its load.
-    pub lookup: PrefixLookup,
+    pub lookup: PrefixProbe,
     /// Index into `lookup.workers` of the chosen worker, already counted in
     /// flight; `None` when no worker is live.
     pub chosen: Option<usize>,
@@ -58,7 +59,7 @@ impl StateStore {
     /// [`ROUTE_CLAIM`] of its unheld blocks and counts the request, in one
     /// atomic call. `hints` give, for workers that a read-only lookup found
     /// holding more than the head, how many blocks beyond it they hold.
-    pub async fn route(
+    pub async fn route_and_claim(
         &self,
         model: &str,
         head: &[BlockHash],
@@ -139,7 +140,7 @@ fn parse_reply(reply: &[redis::Value]) -> Result<RouteOutcome, StateError> {
     Ok(RouteOutcome {
         chosen: chosen.checked_sub(1).filter(|&i| i < workers.len()),
         covered: usize::try_from(int(&reply[2])?).unwrap_or(0),
-        lookup: PrefixLookup {
+        lookup: PrefixProbe {
             scanned_blocks: usize::try_from(int(&reply[0])?).unwrap_or(0),
             workers,
         },

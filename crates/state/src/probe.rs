@@ -42,7 +42,7 @@ pub struct WorkerMatch {
 
 /// The prefix match of one chain against every live worker of a model.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PrefixLookup {
+pub struct PrefixProbe {
     /// Blocks examined before no worker matched any longer.
     pub scanned_blocks: usize,
     /// Every live worker, in lease order.
@@ -77,7 +77,7 @@ pub(super) fn parse_matches(
     script: ScriptName,
     scanned: &str,
     rest: &[String],
-) -> Result<PrefixLookup, StateError> {
+) -> Result<PrefixProbe, StateError> {
     if !rest.len().is_multiple_of(INFO_FIELDS + 1) {
         return Err(bad_reply(
             script,
@@ -93,7 +93,7 @@ pub(super) fn parse_matches(
             })
         })
         .collect::<Result<_, StateError>>()?;
-    Ok(PrefixLookup {
+    Ok(PrefixProbe {
         scanned_blocks: num(script, scanned)?,
         workers,
     })
@@ -136,11 +136,7 @@ impl StateStore {
     /// are looked up in chunks (each script call stays near 1 ms); a worker's
     /// count carries into the next chunk only if it held the whole previous
     /// one, and the scan stops once no worker did.
-    pub async fn lookup(
-        &self,
-        model: &str,
-        chain: &[BlockHash],
-    ) -> Result<PrefixLookup, StateError> {
+    pub async fn probe(&self, model: &str, chain: &[BlockHash]) -> Result<PrefixProbe, StateError> {
         let mut chunks = chunks_or_empty(chain, self.limits().lookup_per_call);
         let first = chunks.next().unwrap_or_default();
         let mut result = self.lookup_chunk(model, first).await?;
@@ -172,7 +168,7 @@ impl StateStore {
         &self,
         model: &str,
         chunk: &[BlockHash],
-    ) -> Result<PrefixLookup, StateError> {
+    ) -> Result<PrefixProbe, StateError> {
         const S: ScriptName = ScriptName::Lookup;
         let hex = hex_args(chunk);
         let args: Vec<&str> = hex.iter().map(String::as_str).collect();
