@@ -9,6 +9,7 @@
 //! * [`kv_events`]: vLLM's KV-cache event batches (msgpack), decoded and
 //!   encoded; the ZeroMQ sockets that carry them are in `worker`.
 //! * [`push`]: the JSON bodies and replies of the worker push API.
+//! * [`headers`]: HTTP header names shared by router, simulator and load test.
 //! * `load`: [`WorkerLoad`], a worker's own gauges.
 //! * [`vllm_metrics`]: vLLM's load gauges parsed from `GET /metrics`.
 //! * `names`: [`check_name`], the rule for model, worker and router names.
@@ -19,6 +20,7 @@
 //! uses `hashing`'s digests.
 
 pub mod hashing;
+pub mod headers;
 pub mod kv_events;
 pub mod push;
 pub mod vllm_metrics;

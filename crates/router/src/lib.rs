@@ -28,5 +28,5 @@ pub mod routing;
 mod serve;
 
 pub use config::{ExposureArgs, ModelConfig, ServeArgs, ServeConfig, StaticWorker};
-pub use proxy::WORKER_HEADER;
+pub use protocol::headers::WORKER_HEADER;
 pub use serve::{metrics_handle, run, serve_on, serve_with, wait_for_signal};

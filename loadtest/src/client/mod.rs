@@ -12,14 +12,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde_json::{Value, json};
 
-use crate::workload::{Api, Message};
+use protocol::headers::{SIM_CACHED_TOKENS_HEADER, SIM_WORKER_HEADER, WORKER_HEADER};
 
-/// The sim's header with the prompt tokens served from its cache.
-pub const CACHED_HEADER: &str = "x-sim-cached-tokens";
-/// The sim's header naming itself.
-pub const SIM_WORKER_HEADER: &str = "x-sim-worker";
-/// The router's header naming the worker it chose.
-pub const ROUTER_WORKER_HEADER: &str = "x-prefix-router-worker";
+use crate::workload::{Api, Message};
 
 /// What one request gave.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -158,8 +153,8 @@ impl Client {
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned)
         };
-        let worker = header(SIM_WORKER_HEADER).or_else(|| header(ROUTER_WORKER_HEADER));
-        let cached_header = header(CACHED_HEADER).and_then(|v| v.parse::<u64>().ok());
+        let worker = header(SIM_WORKER_HEADER).or_else(|| header(WORKER_HEADER));
+        let cached_header = header(SIM_CACHED_TOKENS_HEADER).and_then(|v| v.parse::<u64>().ok());
         if !resp.status().is_success() {
             let text = resp.text().await.unwrap_or_default();
             let short: String = text.chars().take(200).collect();

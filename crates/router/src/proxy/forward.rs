@@ -10,10 +10,9 @@ use axum::response::Response;
 use bytes::Bytes;
 use futures_util::Stream;
 
-use super::InFlightGuard;
+use protocol::headers::WORKER_HEADER;
 
-/// Response header naming the worker that served the request.
-pub const WORKER_HEADER: &str = "x-prefix-router-worker";
+use super::InFlightGuard;
 
 /// Hop-by-hop headers, which a proxy must not forward (RFC 9110 §7.6.1).
 const HOP_BY_HOP: [HeaderName; 7] = [

@@ -16,7 +16,7 @@ mod orca;
 mod ranking;
 
 pub use error::ProxyError;
-pub use forward::{Upstream, WORKER_HEADER};
+pub use forward::Upstream;
 pub use inflight::InFlightGuard;
 
 use std::collections::HashMap;
@@ -30,6 +30,7 @@ use serde_json::Value;
 
 use crate::routing::{CacheAwareConfig, Policy};
 use protocol::hashing::BlockHash;
+use protocol::headers::{ORCA_REQUEST_HEADER, ORCA_RESPONSE_HEADER};
 use state::StateStore;
 
 use candidates::Target;
@@ -140,11 +141,11 @@ impl Proxy {
         // Ask non-streamed completions for vLLM's load report (ORCA),
         // unless the client asked itself.
         let asked_orca =
-            endpoint != Endpoint::Other && !streamed && !headers.contains_key(orca::ORCA_REQUEST);
+            endpoint != Endpoint::Other && !streamed && !headers.contains_key(ORCA_REQUEST_HEADER);
         let mut headers = headers.clone();
         if asked_orca {
             headers.insert(
-                orca::ORCA_REQUEST,
+                ORCA_REQUEST_HEADER,
                 axum::http::HeaderValue::from_static("TEXT"),
             );
         }
@@ -168,7 +169,7 @@ impl Proxy {
                 Ok(resp) => {
                     record_outcome(&model, target, &chain);
                     self.record_orca_load(&model, worker, &resp);
-                    let strip = asked_orca.then_some(orca::ORCA_RESPONSE);
+                    let strip = asked_orca.then_some(ORCA_RESPONSE_HEADER);
                     return Ok(forward::relay(resp, worker, guard, strip));
                 }
                 Err(e) => {
@@ -258,7 +259,7 @@ impl Proxy {
     fn record_orca_load(&self, model: &str, worker: &str, resp: &reqwest::Response) {
         let Some(load) = resp
             .headers()
-            .get(orca::ORCA_RESPONSE)
+            .get(ORCA_RESPONSE_HEADER)
             .and_then(|h| h.to_str().ok())
             .and_then(orca::parse)
         else {

@@ -1,10 +1,6 @@
 //! Worker load from vLLM's ORCA response header (`endpoint-load-metrics`),
-//! which vLLM sends on non-streamed responses when the request asks for it.
-
-/// The request header that asks for the load report.
-pub const ORCA_REQUEST: &str = "endpoint-load-metrics-format";
-/// The response header that carries it.
-pub const ORCA_RESPONSE: &str = "endpoint-load-metrics";
+//! which vLLM sends on non-streamed responses when the request asks for it
+//! (`protocol::headers::ORCA_REQUEST_HEADER`).
 
 /// Load a worker reported in one response.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -63,7 +59,10 @@ mod tests {
             serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let mut checked = 0;
         for (format, resp) in vectors["responses"].as_object().unwrap() {
-            let Some(h) = resp.get(ORCA_RESPONSE).and_then(|h| h.as_str()) else {
+            let Some(h) = resp
+                .get(protocol::headers::ORCA_RESPONSE_HEADER)
+                .and_then(|h| h.as_str())
+            else {
                 continue;
             };
             let load = parse(h).unwrap_or_else(|| panic!("{format}: {h}"));

@@ -16,16 +16,14 @@ use serde_json::json;
 
 use super::app::App;
 use super::error::SimError;
-use super::metrics::{ORCA_REQUEST, ORCA_RESPONSE, Sample, orca_header, render};
+use super::metrics::{Sample, orca_header, render};
 use super::prompt::{Kind, prepare};
 use super::request::admit;
 use super::responses::Envelope;
 use super::stream::sse_body;
-
-/// The response header with the prompt tokens served from the cache.
-pub const CACHED_TOKENS_HEADER: &str = "x-sim-cached-tokens";
-/// The response header naming the worker.
-pub const WORKER_HEADER: &str = "x-sim-worker";
+use protocol::headers::{
+    ORCA_REQUEST_HEADER, ORCA_RESPONSE_HEADER, SIM_CACHED_TOKENS_HEADER, SIM_WORKER_HEADER,
+};
 
 /// `POST /v1/completions`.
 pub async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -67,11 +65,11 @@ async fn answer(
     let envelope = Envelope::new(&prepared, &app.worker_id, guard.id().0);
     let mut out = HeaderMap::new();
     out.insert(
-        HeaderName::from_static(CACHED_TOKENS_HEADER),
+        HeaderName::from_static(SIM_CACHED_TOKENS_HEADER),
         HeaderValue::from(admission.cached_tokens),
     );
     if let Ok(v) = HeaderValue::from_str(&app.worker_id) {
-        out.insert(HeaderName::from_static(WORKER_HEADER), v);
+        out.insert(HeaderName::from_static(SIM_WORKER_HEADER), v);
     }
     if prepared.stream {
         out.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -90,10 +88,13 @@ async fn answer(
     app.core.wait_unpaused().await;
     guard.finish();
     // vLLM answers the ORCA request header on non-streamed responses only.
-    if let Some(format) = headers.get(ORCA_REQUEST).and_then(|v| v.to_str().ok()) {
+    if let Some(format) = headers
+        .get(ORCA_REQUEST_HEADER)
+        .and_then(|v| v.to_str().ok())
+    {
         let gauges = app.core.lock_now().engine.gauges();
         if let Some(v) = orca_header(format, &gauges).and_then(|h| HeaderValue::from_str(&h).ok()) {
-            out.insert(HeaderName::from_static(ORCA_RESPONSE), v);
+            out.insert(HeaderName::from_static(ORCA_RESPONSE_HEADER), v);
         }
     }
     let text = app.filler.repeat(admission.output_tokens);

@@ -9,11 +9,6 @@ use crate::{CacheStats, EngineCounters, Gauges};
 
 use super::core::ServeStats;
 
-/// The request header that asks for an ORCA load report.
-pub const ORCA_REQUEST: &str = "endpoint-load-metrics-format";
-/// The response header that carries it.
-pub const ORCA_RESPONSE: &str = "endpoint-load-metrics";
-
 /// What `/metrics` shows.
 #[derive(Debug, Clone, Copy)]
 pub struct Sample {
@@ -213,7 +208,9 @@ mod tests {
             kv_cache_usage_perc: 0.4,
         };
         for (format, resp) in vectors["responses"].as_object().unwrap() {
-            let want = resp.get(ORCA_RESPONSE).and_then(|h| h.as_str());
+            let want = resp
+                .get(protocol::headers::ORCA_RESPONSE_HEADER)
+                .and_then(|h| h.as_str());
             assert_eq!(orca_header(format, &gauges).as_deref(), want, "{format}");
         }
     }

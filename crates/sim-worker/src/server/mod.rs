@@ -34,7 +34,6 @@ mod stream;
 
 pub use admin::CRASH_EXIT_CODE;
 pub use config::{FaultSettings, KvEventsSettings, PushSettings, SimConfig};
-pub use handlers::{CACHED_TOKENS_HEADER, WORKER_HEADER};
 pub use metrics::{orca_header, py_float};
 
 use std::collections::HashMap;

@@ -1,0 +1,13 @@
+//! HTTP header names the router, the simulated worker and the load test
+//! agree on.
+
+/// On every routed answer: the worker the router chose.
+pub const WORKER_HEADER: &str = "x-prefix-router-worker";
+/// On a simulated worker's answers: its worker id.
+pub const SIM_WORKER_HEADER: &str = "x-sim-worker";
+/// On a simulated worker's answers: prompt tokens served from its cache.
+pub const SIM_CACHED_TOKENS_HEADER: &str = "x-sim-cached-tokens";
+/// ORCA: the request header that asks vLLM for a load report.
+pub const ORCA_REQUEST_HEADER: &str = "endpoint-load-metrics-format";
+/// ORCA: the response header that carries it.
+pub const ORCA_RESPONSE_HEADER: &str = "endpoint-load-metrics";
