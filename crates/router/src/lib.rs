@@ -15,6 +15,8 @@
 //!   `least_loaded`, `power_of_two`, `consistent_hash`, bounded load.
 //! * `load_scrape`: optional scraping of workers' `/metrics` for their load.
 //! * `config`: flags, environment and TOML, resolved into [`ServeConfig`].
+//! * `forward_paths`: which `/v1/*` paths reach a worker, and the check
+//!   that none can leave `/v1/` (used by `api` and `config`).
 //!
 //! Below this crate: `tokenize` (prompts to tokens and block hashes),
 //! `state` (the Valkey store, `inspect`), `worker` (push client, reporter),
@@ -22,6 +24,7 @@
 
 mod api;
 mod config;
+mod forward_paths;
 mod load_scrape;
 mod proxy;
 pub mod routing;

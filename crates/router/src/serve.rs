@@ -180,6 +180,7 @@ pub async fn serve_with(
         default_model: cfg.model.clone(),
         metrics: metrics_handle()?,
         proxy: Arc::new(build_proxy(&cfg, store.clone())?),
+        forward_paths: Arc::new(cfg.forward_paths.clone()),
     };
     let mut tasks = vec![
         tokio::spawn(lease_loop(store.clone(), cfg.clone(), stop.clone())),

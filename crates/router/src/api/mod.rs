@@ -24,6 +24,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::forward_paths::ForwardPaths;
 use crate::proxy::Proxy;
 use state::StateStore;
 
@@ -39,6 +40,8 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
     /// The routing path of the OpenAI routes.
     pub proxy: Arc<Proxy>,
+    /// The `/v1/*` paths forwarded besides the hashed routes.
+    pub forward_paths: Arc<ForwardPaths>,
 }
 
 /// Which routes a listener serves.

@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::{ApiError, AppState, RawBody};
+use crate::forward_paths::check_path;
 use crate::proxy::{Endpoint, ProxyError};
 
 impl From<ProxyError> for ApiError {
@@ -76,7 +77,9 @@ pub async fn chat_completions(
     forward(app, Endpoint::ChatCompletions, method, uri, headers, body).await
 }
 
-/// Any other `/v1/*` route, forwarded to a worker of the body's model.
+/// Any other `/v1/*` route vLLM serves (or the operator listed), forwarded
+/// to a worker of the body's model. The raw path is checked first: nothing
+/// the worker's URL parser would normalize out of `/v1/` is sent.
 pub async fn other(
     State(app): State<AppState>,
     method: Method,
@@ -84,6 +87,18 @@ pub async fn other(
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Response {
+    if let Err(e) = check_path(uri.path()) {
+        return ApiError::new(StatusCode::BAD_REQUEST, "invalid_path", e.to_string())
+            .into_response();
+    }
+    if !app.forward_paths.allows(uri.path()) {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no such route: the router forwards vLLM's /v1 inference routes and --forward-path",
+        )
+        .into_response();
+    }
     forward(app, Endpoint::Other, method, uri, headers, body).await
 }
 

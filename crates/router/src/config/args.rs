@@ -117,4 +117,12 @@ pub struct ExposureArgs {
     /// state is written [default: 1000000].
     #[arg(long, env = "PREFIX_ROUTER_MAX_PROMPT_TOKENS")]
     pub max_prompt_tokens: Option<u64>,
+    /// A `/v1/*` path forwarded to workers besides vLLM's inference routes
+    /// (repeatable): `/v1/name`, or `/v1/prefix/*` for any path below it.
+    #[arg(
+        long = "forward-path",
+        env = "PREFIX_ROUTER_FORWARD_PATHS",
+        value_delimiter = ','
+    )]
+    pub forward_paths: Vec<String>,
 }

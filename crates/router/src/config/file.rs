@@ -44,6 +44,8 @@ pub(super) struct FileConfig {
     #[serde(default)]
     pub(super) loras: Vec<String>,
     pub(super) scrape_metrics_interval: Option<String>,
+    #[serde(default)]
+    pub(super) forward_paths: Vec<String>,
     /// More base models, each with its own tokenizer (`[[models]]`).
     #[serde(default)]
     pub(super) models: Vec<models::FileModel>,

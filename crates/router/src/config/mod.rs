@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use anyhow::bail;
 
+use crate::forward_paths::ForwardPaths;
+
 use file::{FileConfig, file_duration, load_file};
 
 use state::{BatchLimits, ConnectionSettings, StateTtls};
@@ -55,6 +57,8 @@ pub struct ServeConfig {
     pub client_timeout: Duration,
     /// Longest prompt routed, in tokens.
     pub max_prompt_tokens: u64,
+    /// `/v1/*` paths forwarded besides the hashed routes.
+    pub forward_paths: ForwardPaths,
     /// Routing policy name.
     pub policy: String,
     /// The engine's block size.
@@ -185,6 +189,12 @@ impl ServeConfig {
         if max_prompt_tokens == 0 {
             bail!("--max-prompt-tokens must be positive");
         }
+        let forward_paths = ForwardPaths::new(if args.exposure.forward_paths.is_empty() {
+            &file.forward_paths
+        } else {
+            &args.exposure.forward_paths
+        })
+        .map_err(anyhow::Error::msg)?;
         Ok(ServeConfig {
             listen,
             internal_listen,
@@ -214,6 +224,7 @@ impl ServeConfig {
                 .or(file_duration(file.client_timeout, "client_timeout")?)
                 .unwrap_or(Duration::from_secs(30)),
             max_prompt_tokens,
+            forward_paths,
             policy: args
                 .policy
                 .or(file.policy)
