@@ -32,6 +32,6 @@ mod redact;
 
 pub use duration::{parse_duration, parse_duration_or_zero};
 pub use hashing::BlockHash;
-pub use load::WorkerLoad;
+pub use load::{MAX_REPORTED_REQUESTS, WorkerLoad};
 pub use names::{InvalidName, MAX_NAME_LEN, check_name};
 pub use redact::redact_url;

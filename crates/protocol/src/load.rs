@@ -15,3 +15,8 @@ pub struct WorkerLoad {
     /// Fraction of the KV cache in use, 0.0 to 1.0.
     pub kv_cache_usage_perc: f64,
 }
+
+/// The most requests a load figure may say; larger reports are bounded to
+/// it wherever they are stored. No engine queues a million requests, and a
+/// bound keeps every sum, comparison and reply downstream finite.
+pub const MAX_REPORTED_REQUESTS: u64 = 1_000_000;

@@ -2,7 +2,8 @@
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base "<ns>:{<model>}", ARGV[2] = worker_id, ARGV[3] = url,
 -- ARGV[4] = lease_ms, ARGV[5] = has_load (0/1), ARGV[6] = num_requests_waiting,
--- ARGV[7] = num_requests_running, ARGV[8] = kv_cache_usage_perc
+-- ARGV[7] = num_requests_running, ARGV[8] = kv_cache_usage_perc (the counts
+-- are bounded to MAX_REPORTED, lib.lua)
 -- Returns {idx, lease_ms, is_new (1 when a new incarnation was created)}.
 -- A worker whose lease already expired gets a new incarnation: its old
 -- entries are stale and go to the purge queue.
@@ -24,7 +25,8 @@ if not idx then
 end
 redis.call('HSET', worker_key(idx), 'url', url, 'heartbeat_ms', now, 'lease_until', now + lease_ms)
 if ARGV[5] == '1' then
-  redis.call('HSET', worker_key(idx), 'waiting', ARGV[6], 'running', ARGV[7], 'kv_usage', ARGV[8], 'load_ms', now)
+  redis.call('HSET', worker_key(idx), 'waiting', bounded_count(ARGV[6]), 'running', bounded_count(ARGV[7]),
+    'kv_usage', ARGV[8], 'load_ms', now)
 end
 redis.call('ZADD', BASE .. ':leases', now + lease_ms, idx)
 view_refresh(idx)

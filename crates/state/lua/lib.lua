@@ -68,6 +68,17 @@ local function sync_target_key(idx) return BASE .. ':s:' .. idx end
 -- for <idx>; field router:<router> = that router's lease expiry (ms, as in
 -- `routers`). The record and the sorted sets stay the source of truth; every
 -- script that changes a viewed value updates the view in the same call.
+-- The most requests a load figure may say (protocol::MAX_REPORTED_REQUESTS):
+-- a larger one is a broken report, and past 2^63 it would turn into a
+-- negative RESP integer in every reply that lists the worker.
+local MAX_REPORTED = 1000000
+local function bounded_count(x)
+  x = tonumber(x) or 0
+  if x ~= x or x < 0 then return 0 end
+  if x > MAX_REPORTED then return MAX_REPORTED end
+  return math.floor(x)
+end
+
 local VIEW_FIELDS = { 'lease_until', 'synced_until', 'syncing', 'waiting', 'running', 'kv_usage', 'load_ms', 'id', 'url' }
 local VIEW_PACK, VIEW_NUMBERS, VIEW_BYTES = '<ddddddd', 7, 56
 local ROUTER_FIELD = 'router:'
@@ -272,7 +283,7 @@ end
 local function worker_info(idx, lease, now, view)
   local rec = view_record(view, idx)
   return {
-    rec.id or '', rec.url or '', view.inflight[idx] or 0, rec.waiting or 0, rec.running or 0,
+    rec.id or '', rec.url or '', view.inflight[idx] or 0, bounded_count(rec.waiting), bounded_count(rec.running),
     tostring(rec.kv_usage or 0), rec.load_ms and now - rec.load_ms or -1,
     lease and lease - now or -1, redis.call('SCARD', reverse_key(idx)), rec.syncing or 0,
   }

@@ -1,7 +1,7 @@
 //! Worker leases (heartbeat, deregister), router leases and in-flight gauges.
 
 use super::ttl::ms;
-use protocol::{WorkerLoad, check_name};
+use protocol::{MAX_REPORTED_REQUESTS, WorkerLoad, check_name};
 
 use super::{Lane, ScriptName, StateError, StateStore};
 
@@ -46,8 +46,12 @@ impl StateStore {
             });
         }
         let (waiting, running) = (
-            load.num_requests_waiting.to_string(),
-            load.num_requests_running.to_string(),
+            load.num_requests_waiting
+                .min(MAX_REPORTED_REQUESTS)
+                .to_string(),
+            load.num_requests_running
+                .min(MAX_REPORTED_REQUESTS)
+                .to_string(),
         );
         let kv = load.kv_cache_usage_perc.to_string();
         let lease = ms(self.ttls().worker_lease);
@@ -126,8 +130,9 @@ impl StateStore {
         kv_cache_usage_perc: Option<f64>,
     ) -> Result<bool, StateError> {
         check_name("worker_id", worker_id)?;
-        let waiting = waiting.map(|w| w.to_string()).unwrap_or_default();
-        let running = running.map(|r| r.to_string()).unwrap_or_default();
+        let bounded = |n: u64| n.min(MAX_REPORTED_REQUESTS).to_string();
+        let waiting = waiting.map(bounded).unwrap_or_default();
+        let running = running.map(bounded).unwrap_or_default();
         let kv = kv_cache_usage_perc
             .map(|k| k.clamp(0.0, 1.0).to_string())
             .unwrap_or_default();
