@@ -130,6 +130,15 @@ async fn assert_token_enforced(base: &str) {
         // The exact token passes (the handler then judges the body).
         let (st, body) = send(own, &url, Some(TOKEN), Some("{}")).await;
         assert_ne!(st, 401, "{own} {path} with the token: {body:?}");
+        // The scheme name is case-insensitive (RFC 7235).
+        let resp = http()
+            .request(own.parse::<Method>().unwrap(), &url)
+            .header("authorization", format!("bearer {TOKEN}"))
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_ne!(resp.status().as_u16(), 401, "{own} {path} with 'bearer'");
         // A token in another scheme or header does not.
         let resp = http()
             .request(own.parse::<Method>().unwrap(), &url)

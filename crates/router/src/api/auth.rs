@@ -61,7 +61,7 @@ pub async fn require_token(
     let presented = req
         .headers()
         .get(AUTHORIZATION)
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+        .and_then(|v| bearer_token(v.as_bytes()));
     if !auth.accepts(presented) {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
@@ -72,9 +72,32 @@ pub async fn require_token(
     Ok(next.run(req).await)
 }
 
+/// The credentials of `Bearer <token>`; the scheme name is
+/// case-insensitive (RFC 7235 §2.1), the token is not.
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, token) = value.split_at_checked(b"Bearer ".len())?;
+    scheme.eq_ignore_ascii_case(b"Bearer ").then_some(token)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_scheme_is_case_insensitive_the_token_is_not() {
+        for v in [
+            &b"Bearer tok"[..],
+            b"bearer tok",
+            b"BEARER tok",
+            b"bEaReR tok",
+        ] {
+            assert_eq!(bearer_token(v), Some(&b"tok"[..]));
+        }
+        for v in [&b"Basic tok"[..], b"Bearertok", b"Bearer", b""] {
+            assert_eq!(bearer_token(v), None);
+        }
+        assert_eq!(bearer_token(b"Bearer TOK"), Some(&b"TOK"[..]));
+    }
 
     #[test]
     fn only_the_exact_token_passes() {
