@@ -15,6 +15,7 @@
 //! * `names`: [`check_name`], the rule for model, worker and router names.
 //! * `duration`: [`parse_duration`], human durations for flags and TOML.
 //! * `redact`: [`redact_url`], a URL without its password, for logs.
+//! * `worker_url`: [`check_worker_url`], the shape of a worker's base URL.
 //!
 //! Within: `push` and `vllm_metrics` use `hashing` and `load`; `kv_events`
 //! uses `hashing`'s digests.
@@ -29,9 +30,11 @@ mod duration;
 mod load;
 mod names;
 mod redact;
+mod worker_url;
 
 pub use duration::{parse_duration, parse_duration_or_zero};
 pub use hashing::BlockHash;
 pub use load::{MAX_REPORTED_REQUESTS, WorkerLoad};
 pub use names::{InvalidName, MAX_NAME_LEN, check_name};
 pub use redact::redact_url;
+pub use worker_url::{InvalidWorkerUrl, MAX_WORKER_URL_LEN, check_worker_url};

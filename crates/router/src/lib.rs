@@ -15,6 +15,7 @@
 //!   `least_loaded`, `power_of_two`, `consistent_hash`, bounded load.
 //! * `load_scrape`: optional scraping of workers' `/metrics` for their load.
 //! * `config`: flags, environment and TOML, resolved into [`ServeConfig`].
+//! * `hop`: forwarding-loop guards (the `via` mark, own listeners).
 //! * `forward_paths`: which `/v1/*` paths reach a worker, and the check
 //!   that none can leave `/v1/` (used by `api` and `config`).
 //!
@@ -25,6 +26,7 @@
 mod api;
 mod config;
 mod forward_paths;
+mod hop;
 mod load_scrape;
 mod proxy;
 pub mod routing;

@@ -181,6 +181,11 @@ pub async fn serve_with(
         metrics: metrics_handle()?,
         proxy: Arc::new(build_proxy(&cfg, store.clone())?),
         forward_paths: Arc::new(cfg.forward_paths.clone()),
+        listeners: Arc::new(
+            std::iter::once(public.local_addr()?)
+                .chain(internal.as_ref().map(|l| l.local_addr()).transpose()?)
+                .collect(),
+        ),
     };
     let mut tasks = vec![
         tokio::spawn(lease_loop(store.clone(), cfg.clone(), stop.clone())),

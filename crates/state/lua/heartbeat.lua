@@ -6,12 +6,20 @@
 -- are bounded to MAX_REPORTED, lib.lua)
 -- Returns {idx, lease_ms, is_new (1 when a new incarnation was created)}.
 -- A worker whose lease already expired gets a new incarnation: its old
--- entries are stale and go to the purge queue.
+-- entries are stale and go to the purge queue. A live incarnation keeps the
+-- url it registered with: a heartbeat with another url is refused ("worker
+-- url conflict"), so one token holder cannot re-point another's worker.
 -- Complexity: O(1).
 local worker_id, url, lease_ms = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local now = now_ms()
 local idx = live_idx(worker_id, now)
 local is_new = 0
+if idx then
+  local bound = redis.call('HGET', worker_key(idx), 'url')
+  if bound and bound ~= url then
+    return redis.error_reply('ERR worker url conflict: ' .. worker_id .. ' is registered with another url until its lease lapses or it is drained')
+  end
+end
 if not idx then
   local old = redis.call('HGET', KEYS[1], worker_id)
   if old then

@@ -29,6 +29,17 @@ pub enum StateError {
         /// What is wrong with it.
         detail: String,
     },
+    /// The worker is registered with another URL until its lease lapses or
+    /// it is drained: a live worker's URL is bound to its registration.
+    #[error(
+        "worker {worker_id:?} of model {model:?} is registered with another url until its lease lapses or it is drained"
+    )]
+    UrlConflict {
+        /// The worker id the caller named.
+        worker_id: String,
+        /// The model the operation was for.
+        model: String,
+    },
     /// A script failed or replied in a shape the code does not expect.
     #[error("script {script} failed: {detail}")]
     Script {

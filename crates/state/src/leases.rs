@@ -66,7 +66,16 @@ impl StateStore {
         ];
         let (incarnation, lease_ms, new): (u64, u64, u8) = self
             .run(Lane::Bulk, ScriptName::Heartbeat, model, &args)
-            .await?;
+            .await
+            .map_err(|e| match e {
+                StateError::Script { ref detail, .. } if detail.contains("worker url conflict") => {
+                    StateError::UrlConflict {
+                        worker_id: hb.worker_id.clone(),
+                        model: model.to_owned(),
+                    }
+                }
+                other => other,
+            })?;
         if new == 1 {
             self.remember_worker_model(&hb.worker_id, model).await?;
         }

@@ -41,6 +41,7 @@ impl From<StateError> for ApiError {
                 (StatusCode::SERVICE_UNAVAILABLE, "state_unavailable")
             }
             StateError::UnknownWorker { .. } => (StatusCode::NOT_FOUND, "unknown_worker"),
+            StateError::UrlConflict { .. } => (StatusCode::CONFLICT, "worker_url_conflict"),
             StateError::Invalid { what, .. } if what.ends_with("hashes") => {
                 (StatusCode::PAYLOAD_TOO_LARGE, "too_many_hashes")
             }

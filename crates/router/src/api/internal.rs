@@ -48,17 +48,7 @@ async fn resolve_model(
 }
 
 fn check_url(url: &str) -> Result<(), ApiError> {
-    let ok = (url.starts_with("http://") || url.starts_with("https://"))
-        && url.len() > "http://".len()
-        && url.len() <= 2048
-        && !url.chars().any(|c| c.is_whitespace() || c.is_control());
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::bad_request(
-            "url must be an http:// or https:// URL of at most 2048 characters",
-        ))
-    }
+    protocol::check_worker_url(url).map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
 /// Registers a worker or renews its lease; returns the lease length.
@@ -67,6 +57,12 @@ pub async fn heartbeat(
     JsonBody(b): JsonBody<HeartbeatBody<'static>>,
 ) -> Result<Json<HeartbeatReply>, ApiError> {
     check_url(&b.url)?;
+    if crate::hop::is_own_listener(&b.url, &app.listeners) {
+        return Err(ApiError::bad_request(format!(
+            "url {:?} is one of this router's own listeners: requests would loop",
+            protocol::redact_url(&b.url)
+        )));
+    }
     let model = resolve_model(&app, b.model.map(Cow::into_owned), &b.worker_id).await?;
     let hb = WorkerHeartbeat {
         worker_id: b.worker_id.into_owned(),

@@ -42,6 +42,8 @@ pub struct AppState {
     pub proxy: Arc<Proxy>,
     /// The `/v1/*` paths forwarded besides the hashed routes.
     pub forward_paths: Arc<ForwardPaths>,
+    /// This router's own listeners: never a worker's URL.
+    pub listeners: Arc<Vec<std::net::SocketAddr>>,
 }
 
 /// Which routes a listener serves.

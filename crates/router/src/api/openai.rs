@@ -44,6 +44,15 @@ async fn forward(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    if crate::hop::looped(&headers) {
+        metrics::counter!("prefix_router_forwarding_loops_total").increment(1);
+        return ApiError::new(
+            StatusCode::LOOP_DETECTED,
+            "forwarding_loop",
+            "this request already passed through a router: a worker URL points at a router or its balancer",
+        )
+        .into_response();
+    }
     let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
     match app
         .proxy

@@ -181,6 +181,18 @@ impl ServeConfig {
         if internal_listen == Some(listen) && listen.port() != 0 {
             bail!("--internal-listen {listen} is the --listen address; give it another port");
         }
+        let own = [Some(listen), internal_listen];
+        let own: Vec<SocketAddr> = own.into_iter().flatten().collect();
+        if let Some(w) = workers
+            .iter()
+            .find(|w| crate::hop::is_own_listener(&w.url, &own))
+        {
+            bail!(
+                "--worker {}={} is this router's own listener: requests would loop",
+                w.id,
+                w.url
+            );
+        }
         let max_prompt_tokens = args
             .exposure
             .max_prompt_tokens

@@ -25,11 +25,7 @@ impl FromStr for StaticWorker {
                 (hostport.to_owned(), s.to_owned())
             }
         };
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(format!(
-                "worker {s:?}: URL must start with http:// or https://"
-            ));
-        }
+        protocol::check_worker_url(&url).map_err(|e| format!("worker {s:?}: {e}"))?;
         protocol::check_name("worker id", &id).map_err(|e| format!("worker {s:?}: {e}"))?;
         Ok(StaticWorker { id, url })
     }
@@ -50,5 +46,6 @@ mod tests {
         assert_eq!(w.id, "10.0.0.2:8000");
         assert!("ftp://x".parse::<StaticWorker>().is_err());
         assert!("w1=".parse::<StaticWorker>().is_err());
+        assert!("w1=http://h:1/?x=1".parse::<StaticWorker>().is_err());
     }
 }

@@ -67,6 +67,7 @@ impl Upstream {
                 req = req.header(name, value);
             }
         }
+        req = req.header(header::VIA, crate::hop::VIA_MARK);
         req.send().await
     }
 }
