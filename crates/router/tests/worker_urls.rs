@@ -140,3 +140,28 @@ fn a_static_worker_at_the_routers_own_listener_stops_it_from_starting() {
     let err = prefix_router::ServeConfig::resolve(a).unwrap_err();
     assert!(err.to_string().contains("own listener"), "{err:#}");
 }
+
+#[tokio::test]
+async fn a_502_does_not_show_the_workers_internal_url() {
+    let valkey = Valkey::start();
+    let r = Router::start(&valkey.url(), args()).await;
+    let dead = "http://127.0.0.1:9";
+    assert_eq!(
+        post(&r, "/internal/heartbeat", &heartbeat("w0", dead))
+            .await
+            .0,
+        200
+    );
+    let resp = http()
+        .post(r.url("/v1/completions"))
+        .json(&json!({"model": M, "prompt": "hello"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 502);
+    let body = resp.text().await.unwrap();
+    assert!(body.contains("upstream_unavailable"), "{body}");
+    for secret in ["127.0.0.1", ":9", "w0"] {
+        assert!(!body.contains(secret), "{secret} leaked: {body}");
+    }
+}

@@ -18,11 +18,16 @@ impl From<ProxyError> for ApiError {
             ProxyError::UnknownModel(_) => {
                 ApiError::new(StatusCode::NOT_FOUND, "model_not_found", e.to_string())
             }
-            ProxyError::NoWorker(_) => ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                "upstream_unavailable",
-                e.to_string(),
-            ),
+            // The detail names workers and their internal URLs: it goes to
+            // the log (one warning per failed attempt), not to the client.
+            ProxyError::NoWorker(detail) => {
+                tracing::warn!(detail, "no worker could take the request");
+                ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_unavailable",
+                    "no worker could take the request",
+                )
+            }
             ProxyError::Tokenize(_) => {
                 ApiError::new(StatusCode::BAD_REQUEST, "invalid_prompt", e.to_string())
             }
@@ -31,7 +36,15 @@ impl From<ProxyError> for ApiError {
                 "prompt_too_long",
                 e.to_string(),
             ),
-            ProxyError::State(s) => s.into(),
+            ProxyError::State(s) => {
+                let e = ApiError::from(s);
+                if e.status.is_server_error() {
+                    // Valkey's own error text (addresses, script names) stays in the log.
+                    ApiError::new(e.status, e.kind, "the fleet's shared state is unavailable")
+                } else {
+                    e
+                }
+            }
         }
     }
 }
