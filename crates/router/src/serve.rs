@@ -9,7 +9,9 @@ use tokio::net::TcpListener;
 
 use std::sync::Arc;
 
-use crate::api::{self, AppState, ConnGuard, GuardedListener, HttpLimits, InternalAuth, Surface};
+use crate::api::{
+    self, AppState, ConnGuard, ConnLimits, GuardedListener, HttpLimits, InternalAuth, Surface,
+};
 use crate::config::ServeConfig;
 use crate::load_scrape::{ScrapeSettings, scrape_loop};
 use crate::proxy::{Proxy, Upstream};
@@ -222,10 +224,15 @@ pub async fn serve_with(
     } else {
         Surface::All
     };
+    let conn_limits = ConnLimits {
+        head_timeout: cfg.client_timeout,
+        idle_timeout: cfg.idle_timeout,
+        max_connections: cfg.max_connections,
+    };
     let public_server = serve_listener(
         public,
         api::router(app.clone(), auth.clone(), limits, public_surface),
-        cfg.client_timeout,
+        conn_limits,
         down_rx.clone(),
     );
     match internal {
@@ -233,7 +240,7 @@ pub async fn serve_with(
             let internal_server = serve_listener(
                 l,
                 api::router(app, auth, limits, Surface::Internal),
-                cfg.client_timeout,
+                conn_limits,
                 down_rx,
             );
             // Both stop on the same signal; axum's server returns only then.
@@ -248,15 +255,15 @@ pub async fn serve_with(
     Ok(())
 }
 
-/// Serves `routes` on `listener` (slow clients cut off after
-/// `client_timeout`, see [`GuardedListener`]) until `down` turns true.
+/// Serves `routes` on `listener` (slow, idle and surplus clients cut off
+/// as `limits` says, see [`GuardedListener`]) until `down` turns true.
 async fn serve_listener(
     listener: TcpListener,
     routes: axum::Router,
-    client_timeout: Duration,
+    limits: ConnLimits,
     mut down: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    let listener = GuardedListener::new(listener, client_timeout);
+    let listener = GuardedListener::new(listener, limits);
     axum::serve(
         listener,
         routes.into_make_service_with_connect_info::<ConnGuard>(),

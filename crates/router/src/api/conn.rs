@@ -1,5 +1,11 @@
-//! Slow clients (slowloris): a deadline on each request's head, enforced
-//! at the socket.
+//! Slow and idle clients, and too many of them: a deadline on each
+//! request's head and on each idle keep-alive wait, enforced at the socket,
+//! and a cap on open connections per listener.
+//!
+//! Past the cap, a new connection gets a 503 JSON answer and is closed at
+//! once, so that the process keeps file descriptors for its workers and its
+//! other clients; each connection that waits idle between requests longer
+//! than the idle timeout is closed (hyper sees its read fail).
 //!
 //! `axum::serve` runs hyper without a timer, so hyper's own
 //! `header_read_timeout` never fires, and the builder is not reachable
@@ -11,7 +17,7 @@
 //! as soon as hyper has parsed a head and handed the request over. So a
 //! client must send each request head within the timeout; a connection
 //! that waits idle between requests, or a long (streamed) response, is not
-//! cut. The body has its own deadline, taken by the body extractors
+//! cut unless it stays idle past the idle timeout. The body has its own deadline, taken by the body extractors
 //! ([`super::json`]), which answer 408.
 //!
 //! The IO layer cannot tell a pipelined next request from the current one,
@@ -33,6 +39,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::Request;
 use axum::extract::connect_info::{ConnectInfo, Connected};
 use axum::middleware::Next;
@@ -42,18 +49,46 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, Sleep};
 
-/// A TCP listener whose connections must send each request head within
-/// `timeout`; TCP_NODELAY is set on each.
+/// What a listener allows its clients.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnLimits {
+    /// Deadline of each request head (from the connection or the request's
+    /// first byte).
+    pub head_timeout: Duration,
+    /// Longest wait for the next request on a kept-alive connection.
+    pub idle_timeout: Duration,
+    /// Most connections open at once; more are refused with a 503.
+    pub max_connections: usize,
+}
+
+/// A TCP listener whose connections must send each request head within the
+/// head timeout and may idle at most the idle timeout between requests, at
+/// most `max_connections` at once; TCP_NODELAY is set on each.
 pub struct GuardedListener {
     inner: TcpListener,
-    timeout: Duration,
+    limits: ConnLimits,
+    open: Arc<AtomicUsize>,
 }
 
 impl GuardedListener {
     /// Wraps `inner`.
-    pub fn new(inner: TcpListener, timeout: Duration) -> Self {
-        GuardedListener { inner, timeout }
+    pub fn new(inner: TcpListener, limits: ConnLimits) -> Self {
+        GuardedListener {
+            inner,
+            limits,
+            open: Arc::default(),
+        }
     }
+}
+
+/// What a connection past the cap is told before it is closed.
+fn refusal() -> String {
+    let body = r#"{"error":{"message":"too many open connections to this router; retry later","type":"too_many_connections","code":503}}"#;
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         connection: close\r\nretry-after: 1\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
 }
 
 impl Listener for GuardedListener {
@@ -64,10 +99,14 @@ impl Listener for GuardedListener {
         loop {
             match self.inner.accept().await {
                 Ok((tcp, addr)) => {
+                    if self.open.load(Ordering::Acquire) >= self.limits.max_connections {
+                        refuse(tcp);
+                        continue;
+                    }
                     if let Err(e) = tcp.set_nodelay(true) {
                         tracing::debug!(error = %e, "TCP_NODELAY not set");
                     }
-                    return (GuardedIo::new(tcp, self.timeout), addr);
+                    return (GuardedIo::new(tcp, self.limits, self.open.clone()), addr);
                 }
                 Err(e) => accept_error(e).await,
             }
@@ -76,6 +115,16 @@ impl Listener for GuardedListener {
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
         self.inner.local_addr()
+    }
+}
+
+/// Answers 503 without reading the request and closes; best effort, never
+/// waiting (a client that does not read its answer just sees the close).
+fn refuse(tcp: TcpStream) {
+    metrics::counter!("prefix_router_refused_connections_total").increment(1);
+    let _ = tcp.try_write(refusal().as_bytes());
+    if let Ok(std) = tcp.into_std() {
+        let _ = std.shutdown(std::net::Shutdown::Both);
     }
 }
 
@@ -102,6 +151,12 @@ struct Shared {
     in_flight: AtomicUsize,
     /// Set while a head is awaited under the deadline.
     armed: AtomicBool,
+    /// Set when the last request in flight ended: the socket arms the idle
+    /// deadline at its next read.
+    idle_from_next_read: AtomicBool,
+    /// The task waiting on the socket, woken when the connection goes idle
+    /// (its pending read would otherwise not notice until bytes arrive).
+    reader: std::sync::Mutex<Option<std::task::Waker>>,
 }
 
 /// The handle [`mark_serving`] gets (as axum connect info) on the
@@ -115,16 +170,50 @@ impl Connected<IncomingStream<'_, GuardedListener>> for ConnGuard {
     }
 }
 
-/// Counts the request as handled on its connection, which disarms the head
-/// deadline, until its handler has returned (or was dropped).
+/// Counts the request as handled on its connection, which disarms the
+/// head and idle deadlines, until its response body has been sent (or
+/// dropped): a long streamed answer is never cut as idle.
 pub async fn mark_serving(req: Request, next: Next) -> Response {
     let guard = req
         .extensions()
         .get::<ConnectInfo<ConnGuard>>()
         .map(|ConnectInfo(g)| Serving::enter(g.0.clone()));
     let response = next.run(req).await;
-    drop(guard);
-    response
+    match guard {
+        Some(guard) => response.map(|inner| {
+            Body::new(ServedBody {
+                inner,
+                _guard: guard,
+            })
+        }),
+        None => response,
+    }
+}
+
+/// A response body that keeps its request counted until it is done.
+struct ServedBody {
+    inner: Body,
+    _guard: Serving,
+}
+
+impl http_body::Body for ServedBody {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 struct Serving(Arc<Shared>);
@@ -139,28 +228,52 @@ impl Serving {
 
 impl Drop for Serving {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle_from_next_read.store(true, Ordering::Release);
+            let reader = self
+                .0
+                .reader
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            if let Some(w) = reader {
+                w.wake();
+            }
+        }
     }
 }
 
-/// An accepted socket with the head deadline of its connection.
+/// An accepted socket with the deadlines of its connection; counted among
+/// its listener's open connections until dropped.
 pub struct GuardedIo {
     tcp: TcpStream,
     shared: Arc<Shared>,
-    timeout: Duration,
+    limits: ConnLimits,
     deadline: Pin<Box<Sleep>>,
+    /// True while the armed deadline is the idle one (not a head's).
+    idle: bool,
+    open: Arc<AtomicUsize>,
 }
 
 impl GuardedIo {
-    fn new(tcp: TcpStream, timeout: Duration) -> Self {
+    fn new(tcp: TcpStream, limits: ConnLimits, open: Arc<AtomicUsize>) -> Self {
+        open.fetch_add(1, Ordering::AcqRel);
         let shared = Arc::new(Shared::default());
         shared.armed.store(true, Ordering::Release);
         GuardedIo {
             tcp,
             shared,
-            timeout,
-            deadline: Box::pin(tokio::time::sleep(timeout)),
+            limits,
+            deadline: Box::pin(tokio::time::sleep(limits.head_timeout)),
+            idle: false,
+            open,
         }
+    }
+}
+
+impl Drop for GuardedIo {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -171,22 +284,48 @@ impl AsyncRead for GuardedIo {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.shared.armed.load(Ordering::Acquire) && this.deadline.as_mut().poll(cx).is_ready() {
-            metrics::counter!("prefix_router_slow_clients_total", "phase" => "head").increment(1);
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "request head not received within the client timeout",
-            )));
-        }
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut this.tcp).poll_read(cx, buf);
-        let got_bytes = matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before;
-        if got_bytes
+        if this
+            .shared
+            .idle_from_next_read
+            .swap(false, Ordering::AcqRel)
             && this.shared.in_flight.load(Ordering::Acquire) == 0
             && !this.shared.armed.swap(true, Ordering::AcqRel)
         {
-            // The first byte of a new request: its head is due by then.
-            this.deadline.as_mut().reset(Instant::now() + this.timeout);
+            // Waiting for the next request of a kept-alive connection.
+            this.idle = true;
+            let idle = this.limits.idle_timeout;
+            this.deadline.as_mut().reset(Instant::now() + idle);
+        }
+        if this.shared.armed.load(Ordering::Acquire) && this.deadline.as_mut().poll(cx).is_ready() {
+            let (phase, why) = if this.idle {
+                ("idle", "connection idle longer than the idle timeout")
+            } else {
+                (
+                    "head",
+                    "request head not received within the client timeout",
+                )
+            };
+            metrics::counter!("prefix_router_slow_clients_total", "phase" => phase).increment(1);
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, why)));
+        }
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.tcp).poll_read(cx, buf);
+        if polled.is_pending() {
+            *this
+                .shared
+                .reader
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(cx.waker().clone());
+        }
+        let got_bytes = matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before;
+        if got_bytes && this.shared.in_flight.load(Ordering::Acquire) == 0 {
+            let was_armed = this.shared.armed.swap(true, Ordering::AcqRel);
+            if !was_armed || this.idle {
+                // The first byte of a new request: its head is due by then.
+                this.idle = false;
+                let head = this.limits.head_timeout;
+                this.deadline.as_mut().reset(Instant::now() + head);
+            }
         }
         polled
     }

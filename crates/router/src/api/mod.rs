@@ -9,7 +9,7 @@ mod json;
 mod openai;
 
 pub use auth::InternalAuth;
-pub use conn::{ConnGuard, GuardedListener};
+pub use conn::{ConnGuard, ConnLimits, GuardedListener};
 pub use error::ApiError;
 pub use json::{JsonBody, RawBody};
 

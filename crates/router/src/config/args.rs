@@ -117,6 +117,14 @@ pub struct ExposureArgs {
     /// state is written [default: 1000000].
     #[arg(long, env = "PREFIX_ROUTER_MAX_PROMPT_TOKENS")]
     pub max_prompt_tokens: Option<u64>,
+    /// Longest wait for the next request on a kept-alive client connection;
+    /// idle connections are closed after it [default: 60s].
+    #[arg(long, env = "PREFIX_ROUTER_IDLE_TIMEOUT", value_parser = parse_duration)]
+    pub idle_timeout: Option<Duration>,
+    /// Most client connections open at once per listener; more get a 503
+    /// and are closed [default: half the open-file limit, at most 10000].
+    #[arg(long, env = "PREFIX_ROUTER_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
     /// A `/v1/*` path forwarded to workers besides vLLM's inference routes
     /// (repeatable): `/v1/name`, or `/v1/prefix/*` for any path below it.
     #[arg(

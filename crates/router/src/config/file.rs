@@ -34,6 +34,8 @@ pub(super) struct FileConfig {
     pub(super) valkey_timeout: Option<String>,
     pub(super) max_body_bytes: Option<usize>,
     pub(super) client_timeout: Option<String>,
+    pub(super) idle_timeout: Option<String>,
+    pub(super) max_connections: Option<usize>,
     pub(super) max_prompt_tokens: Option<u64>,
     pub(super) policy: Option<String>,
     pub(super) block_size: Option<usize>,

@@ -55,6 +55,10 @@ pub struct ServeConfig {
     pub max_body_bytes: usize,
     /// Deadline of a request's head, and of its body, from a client.
     pub client_timeout: Duration,
+    /// Longest idle wait between a client's requests.
+    pub idle_timeout: Duration,
+    /// Most client connections open at once, per listener.
+    pub max_connections: usize,
     /// Longest prompt routed, in tokens.
     pub max_prompt_tokens: u64,
     /// `/v1/*` paths forwarded besides the hashed routes.
@@ -181,6 +185,14 @@ impl ServeConfig {
         if internal_listen == Some(listen) && listen.port() != 0 {
             bail!("--internal-listen {listen} is the --listen address; give it another port");
         }
+        let max_connections = args
+            .exposure
+            .max_connections
+            .or(file.max_connections)
+            .unwrap_or_else(default_max_connections);
+        if max_connections == 0 {
+            bail!("--max-connections must be positive");
+        }
         let own = [Some(listen), internal_listen];
         let own: Vec<SocketAddr> = own.into_iter().flatten().collect();
         if let Some(w) = workers
@@ -235,6 +247,12 @@ impl ServeConfig {
                 .client_timeout
                 .or(file_duration(file.client_timeout, "client_timeout")?)
                 .unwrap_or(Duration::from_secs(30)),
+            idle_timeout: args
+                .exposure
+                .idle_timeout
+                .or(file_duration(file.idle_timeout, "idle_timeout")?)
+                .unwrap_or(Duration::from_secs(60)),
+            max_connections,
             max_prompt_tokens,
             forward_paths,
             policy: args
@@ -292,6 +310,24 @@ impl std::fmt::Debug for ServeConfig {
             .field("queue_cost_tokens", &self.queue_cost_tokens)
             .finish()
     }
+}
+
+/// Half the process's open-file limit (the other half is for the workers'
+/// side of proxied requests, Valkey and logs), at most 10,000, at least 64.
+fn default_max_connections() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct it is given, which lives
+    // for the whole call.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+    let files = if ok {
+        usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
+    } else {
+        1024
+    };
+    (files / 2).clamp(64, 10_000)
 }
 
 fn parse_loras(specs: Vec<String>) -> anyhow::Result<Vec<(String, String)>> {
