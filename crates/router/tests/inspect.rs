@@ -496,6 +496,7 @@ async fn small_fleet(v: &Valkey) -> (u64, u64) {
     let s = new_store(v, "router-a", long_ttls());
     let w0 = heartbeat(&s, "w0", None).await;
     let w1 = heartbeat(&s, "w1", None).await;
+    s.router_lease(M, Duration::from_secs(600)).await.unwrap();
     s.stored(M, "w0", &pick(&[0, 1, 2, 3])).await.unwrap();
     s.assign(M, "w1", &pick(&[8, 9])).await.unwrap();
     (w0, w1)
@@ -623,6 +624,17 @@ async fn each_corruption_fails_the_check_by_name() {
             }),
         ),
         (
+            "inflight-of-dead-router",
+            Box::new(|v, w0, _| {
+                let lease = (now_s() - 60) * 1000;
+                let _: () = raw(
+                    v,
+                    &["ZADD", &key("routers"), &lease.to_string(), "router-old"],
+                );
+                let _: () = raw(v, &["HSET", &key("view"), &format!("{w0}:router-old"), "1"]);
+            }),
+        ),
+        (
             "unexpected-ttl",
             Box::new(move |v, w0, _| {
                 let _: () = raw(v, &["EXPIRE", &key(&format!("r:{w0}")), "3600"]);
@@ -644,7 +656,7 @@ async fn each_corruption_fails_the_check_by_name() {
     }
     // Human output names the violation and its invariant.
     small_fleet(&v).await;
-    let _: () = raw(&v, &["HSET", &key("view"), "97:router-z", "2"]);
+    let _: () = raw(&v, &["HSET", &key("view"), "97:router-a", "2"]);
     let o = inspect(&v, &["--check", "--recheck-delay", "0"]);
     assert_eq!(o.status.code(), Some(1));
     let text = stdout(&o);

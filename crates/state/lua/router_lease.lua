@@ -1,17 +1,58 @@
--- router_lease.lua: renew (or, with lease_ms = 0, end) a router's lease.
+-- router_lease.lua: renew (or, with lease_ms = 0, end) a router's lease, and
+-- reconcile its in-flight gauges with its own ledger.
 -- A router's share of the in-flight gauges counts only while its lease lives,
 -- so a crashed router's requests stop weighing on workers when it expires.
 -- A process's first lease (fresh = 1) also drops the in-flight counts left
 -- under its id: a router restarted with the same --router-id (a pod name,
 -- say) has nothing in flight, and its predecessor's requests died with it.
+-- Reconciliation (see in_flight.rs): for every incarnation in ids, this
+-- router's gauge is set to the ledger's count when below it, and lowered by
+-- at most the excess seen at the previous renewal when above it (a count
+-- whose route call ran after the router gave up on it, or whose release was
+-- lost). Incarnations without an entry hold 0.
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base, ARGV[2] = router_id, ARGV[3] = lease_ms, ARGV[4] = fresh
--- (1 or 0).
--- Returns the number of live routers. Complexity: O(log R), plus
--- O(workers) when fresh.
+-- (1 or 0), ARGV[5] = n, then n triples (worker_id, requests this router
+-- holds in flight to it, excess seen last time).
+-- Returns {live routers, then pairs (worker_id, excess now)}.
+-- Complexity: O(log R + workers).
 local now = now_ms()
-if ARGV[4] == '1' then view_drop_router(ARGV[2]) end
+local router = ARGV[2]
+if ARGV[4] == '1' then view_drop_router(router) end
 local expiry = now + tonumber(ARGV[3])
-redis.call('ZADD', BASE .. ':routers', expiry, ARGV[2])
-redis.call('HSET', view_key(), ROUTER_FIELD .. ARGV[2], expiry)
-return redis.call('ZCOUNT', BASE .. ':routers', string.format('(%d', now), '+inf')
+redis.call('ZADD', BASE .. ':routers', expiry, router)
+redis.call('HSET', view_key(), ROUTER_FIELD .. router, expiry)
+local out = { redis.call('ZCOUNT', BASE .. ':routers', string.format('(%d', now), '+inf') }
+if tonumber(ARGV[3]) <= 1 then return out end
+
+local held, seen = {}, {}
+for i = 0, tonumber(ARGV[5] or '0') - 1 do
+  local w = ARGV[6 + 3 * i]
+  held[w], seen[w] = tonumber(ARGV[7 + 3 * i]), tonumber(ARGV[8 + 3 * i])
+end
+local ids = redis.call('HGETALL', KEYS[1])
+for i = 1, #ids, 2 do
+  local w, idx = ids[i], ids[i + 1]
+  local field = inflight_field(idx, router)
+  local stored = tonumber(redis.call('HGET', view_key(), field) or '0')
+  local want = held[w] or 0
+  if stored < want then
+    redis.call('HSET', view_key(), field, want)
+  elseif stored > want then
+    local excess = stored - want
+    local drop = math.min(excess, seen[w] or 0)
+    if drop > 0 then
+      if stored - drop <= 0 then
+        redis.call('HDEL', view_key(), field)
+      else
+        redis.call('HSET', view_key(), field, stored - drop)
+      end
+      excess = excess - drop
+    end
+    if excess > 0 then
+      out[#out + 1] = w
+      out[#out + 1] = excess
+    end
+  end
+end
+return out

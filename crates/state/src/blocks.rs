@@ -76,6 +76,9 @@ impl StateStore {
                 )
                 .await?;
             inserted += n;
+            if i == 0 && !router.is_empty() {
+                self.inner.ledger.add(model, worker_id, 1);
+            }
         }
         metrics::counter!("prefix_router_entries_total", "op" => "claim").increment(inserted);
         Ok(inserted)

@@ -166,14 +166,27 @@ impl StateStore {
     ) -> Result<u64, StateError> {
         let router = self.router_id().to_owned();
         let fresh = !self.leased_models().contains(model);
-        let live = self
-            .run(
-                Lane::Bulk,
-                ScriptName::RouterLease,
-                model,
-                &[&router, &ms(lease), if fresh { "1" } else { "0" }],
-            )
-            .await?;
+        let ledger = &self.inner.ledger;
+        let snapshot = ledger.snapshot(model);
+        let mut args = vec![
+            router,
+            ms(lease),
+            if fresh { "1" } else { "0" }.to_owned(),
+            snapshot.len().to_string(),
+        ];
+        for (worker, held, excess) in snapshot {
+            args.extend([worker, held.to_string(), excess.to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (live, excess): (u64, Vec<(String, u64)>) = self
+            .run::<Vec<redis::Value>>(Lane::Bulk, ScriptName::RouterLease, model, &args)
+            .await
+            .and_then(|reply| lease_reply(&reply))?;
+        if lease <= std::time::Duration::from_millis(1) {
+            ledger.forget(model);
+        } else {
+            ledger.set_excess(model, excess.into_iter().collect());
+        }
         if fresh {
             self.leased_models().insert(model.to_owned());
         }
@@ -190,13 +203,48 @@ impl StateStore {
     ) -> Result<u64, StateError> {
         check_name("worker_id", worker_id)?;
         let router = self.router_id().to_owned();
-        let delta = delta.to_string();
-        self.run(
-            Lane::Bulk,
-            ScriptName::Inflight,
-            model,
-            &[&router, worker_id, &delta],
-        )
-        .await
+        // A release counts at once (the request is over, whatever Valkey
+        // does with it); an increment once Valkey has it.
+        if delta < 0 {
+            self.inner.ledger.add(model, worker_id, delta);
+        }
+        let n = self
+            .run(
+                Lane::Bulk,
+                ScriptName::Inflight,
+                model,
+                &[&router, worker_id, &delta.to_string()],
+            )
+            .await?;
+        if delta > 0 {
+            self.inner.ledger.add(model, worker_id, delta);
+        }
+        Ok(n)
     }
+}
+
+/// Decodes `router_lease.lua`'s {live routers, then (worker, excess) pairs}.
+fn lease_reply(reply: &[redis::Value]) -> Result<(u64, Vec<(String, u64)>), StateError> {
+    use redis::FromRedisValue;
+    let bad = |detail: String| StateError::Script {
+        script: ScriptName::RouterLease.file(),
+        detail,
+    };
+    let (first, pairs) = reply
+        .split_first()
+        .ok_or_else(|| bad("an empty reply".into()))?;
+    let live = u64::from_redis_value(first.clone()).map_err(|e| bad(e.to_string()))?;
+    if pairs.len() % 2 != 0 {
+        return Err(bad(format!("{} values after the count", pairs.len())));
+    }
+    let excess = pairs
+        .chunks(2)
+        .map(|p| {
+            Ok((
+                String::from_redis_value(p[0].clone()).map_err(|e| bad(e.to_string()))?,
+                u64::from_redis_value(p[1].clone()).map_err(|e| bad(e.to_string()))?,
+            ))
+        })
+        .collect::<Result<_, StateError>>()?;
+    Ok((live, excess))
 }

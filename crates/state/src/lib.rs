@@ -14,6 +14,8 @@
 //! * `scripts`: the Lua library, loaded and called by name ([`ScriptName`]).
 //! * `ttl`: [`StateTtls`] and [`BatchLimits`].
 //! * `leases`: worker heartbeats and drains, router leases, in-flight gauges.
+//! * `in_flight`: this router's ledger of its requests in flight, which
+//!   each router lease renewal reconciles the shared gauges with.
 //! * `blocks`: stored blocks, evictions, claims of blocks on routing.
 //! * `sync`: destructive snapshots, whole or staged in chunks.
 //! * `probe`: read-only probes of which worker holds how much of a prompt
@@ -33,6 +35,7 @@ mod blocks;
 mod connections;
 mod error;
 mod gc;
+mod in_flight;
 pub mod inspect;
 mod keys;
 mod leases;
@@ -78,6 +81,8 @@ struct Inner {
     /// Models this process has renewed its router lease for (the first
     /// renewal also clears counts left under the same router id).
     leased: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// What this process holds in flight, per model and worker.
+    ledger: in_flight::Ledger,
 }
 
 /// Which connection a call goes on.
@@ -109,6 +114,7 @@ impl StateStore {
                 limits,
                 router_id: router_id.to_owned(),
                 leased: Default::default(),
+                ledger: Default::default(),
             }),
         })
     }

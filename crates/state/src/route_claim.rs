@@ -95,7 +95,11 @@ impl StateStore {
             .chain(std::iter::once(packed.as_slice()))
             .collect();
         let reply: Vec<redis::Value> = self.run_bytes(Lane::Hot, S, model, &args).await?;
-        parse_reply(&reply)
+        let outcome = parse_reply(&reply)?;
+        if let Some(w) = outcome.chosen.and_then(|i| outcome.lookup.workers.get(i)) {
+            self.inner.ledger.add(model, &w.info.worker_id, 1);
+        }
+        Ok(outcome)
     }
 }
 

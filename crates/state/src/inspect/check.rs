@@ -259,10 +259,16 @@ fn small_keys(
             ViewField::InFlight(i, _) => meta.known(i),
             _ => Known::default(),
         };
+        let router_lease = match view_field(field) {
+            ViewField::InFlight(_, r) => meta.routers.get(&r).copied(),
+            _ => None,
+        };
         let facts = ViewFieldFacts {
             field: field.clone(),
             value: value.clone(),
             known,
+            router_lease,
+            now_ms: meta.now_ms,
         };
         let probe = Probe::ViewField {
             field: field.clone(),

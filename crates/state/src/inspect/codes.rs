@@ -60,6 +60,11 @@ pub enum Code {
     StaleViewRecord,
     /// 4: an in-flight count for an incarnation neither leased nor purging.
     InflightOfUnknownIncarnation,
+    /// 4: an in-flight count under a router whose lease ended more than
+    /// 5 s ago: no live request stands behind it, and gc should have
+    /// dropped it. (A live router's counts are reconciled with its own
+    /// ledger at every lease renewal.)
+    InflightOfDeadRouter,
     /// 4: a view field that is neither `<idx>` nor `<idx>:<router>`, or an
     /// in-flight count that is not a positive integer.
     BadViewField,
@@ -106,6 +111,7 @@ impl Code {
             | ViewRecordOfPurged
             | StaleViewRecord
             | InflightOfUnknownIncarnation
+            | InflightOfDeadRouter
             | BadViewField => 4,
             UnknownKey | WrongType | ModelNotListed | MisplacedForwardField | BadMember => 5,
         }
@@ -140,6 +146,7 @@ impl Code {
             ViewRecordOfPurged => "view-record-of-purged",
             StaleViewRecord => "stale-view-record",
             InflightOfUnknownIncarnation => "inflight-of-unknown-incarnation",
+            InflightOfDeadRouter => "inflight-of-dead-router",
             BadViewField => "bad-view-field",
             UnknownKey => "unknown-key",
             WrongType => "wrong-type",

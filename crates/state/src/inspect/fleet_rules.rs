@@ -215,7 +215,15 @@ pub(crate) struct ViewFieldFacts {
     pub(crate) value: String,
     /// The standing of the incarnation it names, if it names one.
     pub(crate) known: Known,
+    /// The lease expiry (unix ms) of the router it names, from `routers`.
+    pub(crate) router_lease: Option<i64>,
+    /// Valkey's clock when read (unix ms).
+    pub(crate) now_ms: i64,
 }
+
+/// How long after its lease ends a router's in-flight counts may linger
+/// before gc (every router runs it every second) must have dropped them.
+pub(crate) const DEAD_ROUTER_GRACE_MS: i64 = 5_000;
 
 /// Invariant 4 for one in-flight (or malformed) view field.
 pub(crate) fn view_field_issues(f: &ViewFieldFacts) -> Vec<Issue> {
@@ -245,6 +253,18 @@ pub(crate) fn view_field_issues(f: &ViewFieldFacts) -> Vec<Issue> {
                 out.push(Issue::new(
                     Code::InflightOfUnknownIncarnation,
                     format!("router {router:?} counts requests in flight to {i}, which is neither leased nor being purged"),
+                ));
+            }
+            if f.router_lease
+                .is_some_and(|lease| lease < f.now_ms - DEAD_ROUTER_GRACE_MS)
+            {
+                out.push(Issue::new(
+                    Code::InflightOfDeadRouter,
+                    format!(
+                        "router {router:?} counts requests in flight to {i}, but its lease ended \
+                         more than {} s ago: no live request stands behind them (is gc running?)",
+                        DEAD_ROUTER_GRACE_MS / 1000
+                    ),
                 ));
             }
             if f.value.parse::<i64>().map_or(true, |n| n < 1) {

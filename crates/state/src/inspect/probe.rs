@@ -165,11 +165,12 @@ impl Probe {
                 4
             }
             Probe::ViewField { field } => {
-                let idx = field.split(':').next().unwrap_or("");
+                let (idx, router) = field.split_once(':').unwrap_or((field, ""));
                 pipe.cmd("HGET").arg(k(ModelKey::View)).arg(field);
                 pipe.cmd("ZSCORE").arg(k(ModelKey::Leases)).arg(idx);
                 pipe.cmd("SISMEMBER").arg(k(ModelKey::Purge)).arg(idx);
-                3
+                pipe.cmd("ZSCORE").arg(k(ModelKey::Routers)).arg(router);
+                4
             }
             Probe::Router { router } => {
                 pipe.cmd("ZSCORE").arg(k(ModelKey::Routers)).arg(router);
@@ -266,6 +267,8 @@ impl Probe {
                     field: field.clone(),
                     value,
                     known: known(&v[1], &v[2]),
+                    router_lease: score(&v[3]),
+                    now_ms,
                 }),
                 None => Vec::new(),
             },
