@@ -62,14 +62,16 @@ fn spawn_upkeep(handle: PrometheusHandle) {
 
 /// Builds the store described by `cfg`.
 pub fn build_store(cfg: &ServeConfig) -> anyhow::Result<StateStore> {
-    StateStore::new(
+    let store = StateStore::new(
         cfg.valkey.clone(),
         &cfg.key_prefix,
         &cfg.router_id,
         cfg.ttls.clone(),
         cfg.limits.clone(),
     )
-    .context("configuring the valkey store")
+    .context("configuring the valkey store")?;
+    store.set_model_limits(cfg.model_limits);
+    Ok(store)
 }
 
 /// Every configured model's pipeline (tokenizer, block size, seed) and

@@ -1,15 +1,22 @@
 -- gc.lua: bounded housekeeping, safe to run from every router at once.
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base, ARGV[2] = budget (entries swept per call),
--- ARGV[3] = stall_ms (a sync patch idle that long is reported as stalled)
+-- ARGV[3] = stall_ms (a sync patch idle that long is reported as stalled),
+-- ARGV[4] = forget_ms (a model with no incarnation that long is forgotten)
 -- 1. Incarnations whose lease expired leave the id map and join the purge queue.
 -- 2. Expired routers' in-flight counts are dropped.
 -- 3. One slice of one live worker's entries is swept for expiry: its
 --    speculative set sp:<idx> always, then its reverse map r:<idx> only when
 --    no recent sync keeps its confirmed entries alive. The position (gc hash:
 --    idx, phase, cursor) moves round-robin over live, non-syncing workers.
--- Returns {leases expired, routers dropped, entries swept, stalled idx...};
--- the caller drives sync_patch.lua for each stalled incarnation.
+-- 4. A registered model (seq exists) with no incarnation left (none
+--    leased, none to purge) notes
+--    since when in its gc hash (empty_since); past forget_ms its remaining
+--    keys are deleted (its routers' leases, the view, seq, gc) and 1 is
+--    returned as `forgotten`: the caller removes it from <ns>:models.
+-- Returns {leases expired, routers dropped, entries swept, forgotten (0/1),
+-- stalled idx...}; the caller drives sync_patch.lua for each stalled
+-- incarnation.
 -- Complexity: O(budget + live workers).
 local budget, stall_ms = tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_ms()
@@ -97,6 +104,20 @@ if #order > 0 then
     redis.call('HSET', gckey, 'idx', pick, 'phase', phase, 'cursor', cursor)
   end
 end
-local out = { #expired, #dead_routers, swept }
+local forgotten = 0
+if redis.call('EXISTS', BASE .. ':seq') == 1 and redis.call('ZCARD', leases) == 0
+    and redis.call('SCARD', BASE .. ':purge') == 0 and redis.call('HLEN', KEYS[1]) == 0 then
+  local since = tonumber(redis.call('HGET', gckey, 'empty_since'))
+  if not since then
+    redis.call('HSET', gckey, 'empty_since', now)
+  elseif now - since >= tonumber(ARGV[4]) then
+    redis.call('DEL', KEYS[1], leases, BASE .. ':purge', BASE .. ':routers', view_key(),
+      BASE .. ':seq', gckey)
+    forgotten = 1
+  end
+else
+  redis.call('HDEL', gckey, 'empty_since')
+end
+local out = { #expired, #dead_routers, swept, forgotten }
 for _, idx in ipairs(stalled) do out[#out + 1] = idx end
 return out

@@ -40,6 +40,14 @@ pub enum StateError {
         /// The model the operation was for.
         model: String,
     },
+    /// A worker of a new model would exceed the namespace's model cap.
+    #[error(
+        "this fleet already has {max} models (--max-models); a worker of another model is refused"
+    )]
+    TooManyModels {
+        /// The cap.
+        max: usize,
+    },
     /// A script failed or replied in a shape the code does not expect.
     #[error("script {script} failed: {detail}")]
     Script {

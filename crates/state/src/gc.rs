@@ -16,6 +16,8 @@ pub struct GcReport {
     pub purged_entries: u64,
     /// Stalled sync patches this pass finished.
     pub resumed_syncs: u64,
+    /// The model had no worker for the grace period and was forgotten.
+    pub forgotten: bool,
 }
 
 impl StateStore {
@@ -24,8 +26,14 @@ impl StateStore {
     pub async fn gc(&self, model: &str, max_purge_steps: usize) -> Result<GcReport, StateError> {
         let budget = self.limits().sweep_budget.to_string();
         let stall = ms(self.ttls().patch_stall);
+        let forget = ms(self.model_limits().grace);
         let reply: Vec<u64> = self
-            .run(Lane::Bulk, ScriptName::Gc, model, &[&budget, &stall])
+            .run(
+                Lane::Bulk,
+                ScriptName::Gc,
+                model,
+                &[&budget, &stall, &forget],
+            )
             .await?;
         let mut report = GcReport {
             expired_workers: reply.first().copied().unwrap_or(0),
@@ -33,7 +41,12 @@ impl StateStore {
             swept_entries: reply.get(2).copied().unwrap_or(0),
             ..GcReport::default()
         };
-        for &idx in reply.iter().skip(3) {
+        if reply.get(3) == Some(&1) {
+            self.forget_model(model).await?;
+            report.forgotten = true;
+            return Ok(report);
+        }
+        for &idx in reply.iter().skip(4) {
             tracing::info!(model, idx, "resuming a stalled sync patch");
             self.finish_patch(model, idx).await?;
             report.resumed_syncs += 1;

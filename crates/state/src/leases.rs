@@ -54,6 +54,7 @@ impl StateStore {
                 .to_string(),
         );
         let kv = load.kv_cache_usage_perc.to_string();
+        self.admit_model(model).await?;
         let lease = ms(self.ttls().worker_lease);
         let args = [
             hb.worker_id.as_str(),
@@ -78,6 +79,7 @@ impl StateStore {
             })?;
         if new == 1 {
             self.remember_worker_model(&hb.worker_id, model).await?;
+            self.note_models([&model.to_owned()]);
         }
         Ok(WorkerLease {
             incarnation,
@@ -114,6 +116,7 @@ impl StateStore {
         cmd.arg(self.keys().models());
         let mut models: Vec<String> = self.command(cmd).await?;
         models.sort();
+        self.note_models(&models);
         Ok(models)
     }
 

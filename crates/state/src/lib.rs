@@ -24,6 +24,8 @@
 //!   probe, route (choose the worker) and claim, in one step.
 //! * `view_record`: the routing view's binary per-worker records.
 //! * `gc`: the periodic cleanup every router runs.
+//! * `models`: the cap on models ([`ModelLimits`]) and forgetting a model
+//!   gc found without workers for the grace period.
 //! * `error`: [`StateError`], by what a caller can do about it.
 //! * [`inspect`]: `prefix-router inspect`, read-only, and `--check`.
 //!
@@ -39,6 +41,7 @@ mod in_flight;
 pub mod inspect;
 mod keys;
 mod leases;
+mod models;
 mod probe;
 mod route_claim;
 mod scripts;
@@ -52,6 +55,7 @@ pub use error::StateError;
 pub use gc::GcReport;
 pub use keys::KeySpace;
 pub use leases::{WorkerHeartbeat, WorkerLease};
+pub use models::ModelLimits;
 pub use probe::{PrefixProbe, WorkerInfo, WorkerMatch, WorkerStatus};
 pub use route_claim::{ROUTE_CLAIM, ROUTE_HEAD, RouteOutcome, RouteParams};
 pub use scripts::{ScriptName, ScriptSet};
@@ -83,6 +87,11 @@ struct Inner {
     leased: std::sync::Mutex<std::collections::HashSet<String>>,
     /// What this process holds in flight, per model and worker.
     ledger: in_flight::Ledger,
+    /// The cap on models and the grace before an empty one is forgotten.
+    model_limits: std::sync::RwLock<ModelLimits>,
+    /// Models seen in `<ns>:models` (so that a heartbeat of a known model
+    /// costs no admission check).
+    known_models: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// Which connection a call goes on.
@@ -115,6 +124,8 @@ impl StateStore {
                 router_id: router_id.to_owned(),
                 leased: Default::default(),
                 ledger: Default::default(),
+                model_limits: Default::default(),
+                known_models: Default::default(),
             }),
         })
     }

@@ -91,6 +91,14 @@ pub struct ServeArgs {
     /// [default: off].
     #[arg(long, env = "PREFIX_ROUTER_SCRAPE_METRICS_INTERVAL", value_parser = parse_duration)]
     pub scrape_metrics_interval: Option<Duration>,
+    /// Most models in the fleet; a worker of one more is refused (429
+    /// `too_many_models`) [default: 1024].
+    #[arg(long, env = "PREFIX_ROUTER_MAX_MODELS")]
+    pub max_models: Option<usize>,
+    /// A model without any worker this long is forgotten with its keys
+    /// [default: 10m].
+    #[arg(long, env = "PREFIX_ROUTER_MODEL_GRACE", value_parser = parse_duration)]
+    pub model_grace: Option<Duration>,
     /// What the router exposes to clients: its internal listener and its
     /// limits on slow or oversized requests. Boxed to keep `ServeArgs` (a
     /// variant of the binary's command enum) small.

@@ -46,6 +46,8 @@ pub(super) struct FileConfig {
     #[serde(default)]
     pub(super) loras: Vec<String>,
     pub(super) scrape_metrics_interval: Option<String>,
+    pub(super) max_models: Option<usize>,
+    pub(super) model_grace: Option<String>,
     #[serde(default)]
     pub(super) forward_paths: Vec<String>,
     /// More base models, each with its own tokenizer (`[[models]]`).

@@ -20,7 +20,7 @@ use crate::forward_paths::ForwardPaths;
 
 use file::{FileConfig, file_duration, load_file};
 
-use state::{BatchLimits, ConnectionSettings, StateTtls};
+use state::{BatchLimits, ConnectionSettings, ModelLimits, StateTtls};
 
 /// Resolved configuration of `serve`. Its `Debug` redacts the Valkey
 /// password and the internal token, so that printing it cannot leak them.
@@ -47,6 +47,8 @@ pub struct ServeConfig {
     pub router_id: String,
     /// Entry and lease lifetimes.
     pub ttls: StateTtls,
+    /// The cap on models and the grace before an empty one is forgotten.
+    pub model_limits: ModelLimits,
     /// Batch sizes and caps.
     pub limits: BatchLimits,
     /// Period of gc.
@@ -185,6 +187,20 @@ impl ServeConfig {
         if internal_listen == Some(listen) && listen.port() != 0 {
             bail!("--internal-listen {listen} is the --listen address; give it another port");
         }
+        let defaults_m = ModelLimits::default();
+        let model_limits = ModelLimits {
+            max_models: args
+                .max_models
+                .or(file.max_models)
+                .unwrap_or(defaults_m.max_models),
+            grace: args
+                .model_grace
+                .or(file_duration(file.model_grace, "model_grace")?)
+                .unwrap_or(defaults_m.grace),
+        };
+        if model_limits.max_models == 0 {
+            bail!("--max-models must be positive");
+        }
         let max_connections = args
             .exposure
             .max_connections
@@ -233,6 +249,7 @@ impl ServeConfig {
             internal_token,
             router_id,
             ttls,
+            model_limits,
             limits: BatchLimits::default(),
             gc_interval: args
                 .gc_interval
