@@ -18,7 +18,7 @@ COPY . .
 # stripped (symbols stay, so backtraces keep function names).
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p prefix-router --bin prefix-router --bin sim-worker \
+    cargo build --release --locked --bin prefix-router --bin sim-worker \
  && mkdir -p /out \
  && cp target/release/prefix-router target/release/sim-worker /out/ \
  && strip --strip-debug /out/prefix-router /out/sim-worker

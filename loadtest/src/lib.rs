@@ -8,7 +8,6 @@
 
 #![warn(missing_docs)]
 
-pub mod binaries;
 pub mod calibrate;
 pub mod cli;
 pub mod client;
@@ -17,7 +16,6 @@ pub mod fleet;
 pub mod machine;
 pub mod metrics;
 pub mod peers;
-pub mod process;
 pub mod report;
 pub mod run;
 pub mod runner;

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use indicatif::MultiProgress;
 
-use crate::binaries::{WorkspaceBinaries, system_program, workspace_root};
 use crate::cli::RunArgs;
 use crate::drive::DriveOptions;
 use crate::fleet::{
@@ -22,6 +21,7 @@ use crate::scenario::{EventSettings, Scenario};
 use crate::workload::{
     Plan, SyntheticKind, SyntheticOptions, TraceOptions, synthetic_plan, trace_plan,
 };
+use fleet::binaries::{WorkspaceBinaries, system_program, workspace_root};
 
 /// Tokens per sim KV block (the sims' default `--block-size`).
 const SIM_BLOCK_TOKENS: usize = 16;
@@ -36,7 +36,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<PathBuf> {
     }
     let out = args.out.clone().unwrap_or_else(|| {
         let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S");
-        crate::binaries::target_dir()
+        fleet::binaries::target_dir()
             .join("loadtest")
             .join(stamp.to_string())
     });

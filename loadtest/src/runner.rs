@@ -19,9 +19,9 @@ use crate::metrics::{AroundEvent, Sample, Summary, Window, around, summarize, wi
 
 /// Width of each side of the before/after comparison around an event.
 const AROUND_EVENT_S: f64 = 60.0;
-use crate::process::proc_cpu_seconds;
 use crate::scenario::{self, EventSettings, Scenario};
 use crate::workload::Plan;
+use fleet::process::proc_cpu_seconds;
 
 /// When the scenario's event happened.
 #[derive(Debug, Clone, PartialEq, Serialize)]

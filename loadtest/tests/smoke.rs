@@ -7,8 +7,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use fleet::binaries::{WorkspaceBinaries, which};
 use indicatif::{MultiProgress, ProgressDrawTarget};
-use loadtest::binaries::{WorkspaceBinaries, which};
 use loadtest::drive::DriveOptions;
 use loadtest::fleet::{
     Arm, BalancerKind, FleetSpec, RouterCommon, SimSettings, default_tokenizer_dir,

@@ -6,9 +6,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
 
-#[path = "../../state/benches/state_bench/server.rs"]
-mod server;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -56,7 +53,7 @@ fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
 }
 
 async fn run() -> Result<()> {
-    let valkey = server::ValkeyGuard::start()?;
+    let valkey = fleet::Valkey::start()?;
     let stub_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let stub_url = format!("http://{}", stub_listener.local_addr()?);
     tokio::spawn(async move { axum::serve(stub_listener, Router::new().fallback(stub)).await });

@@ -7,9 +7,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
 
-#[path = "../../state/benches/state_bench/server.rs"]
-mod server;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -222,7 +219,7 @@ async fn row(
 }
 
 async fn run() -> Result<()> {
-    let valkey = server::ValkeyGuard::start()?;
+    let valkey = fleet::Valkey::start()?;
     let url = valkey.url();
     let mut settings = ConnectionSettings::new(&url);
     settings.hot_timeout = Duration::from_secs(2);

@@ -230,7 +230,7 @@ mod tests {
 
     #[tokio::test]
     async fn transport_errors_are_outcomes() {
-        let port = crate::process::free_port().unwrap();
+        let port = fleet::free_port().unwrap();
         let c = Client::new(&format!("http://127.0.0.1:{port}/"), Duration::from_secs(2)).unwrap();
         let o = c
             .send(Api::Completions, &completion_body("m", json!("x"), 1, true))

@@ -7,9 +7,8 @@ use std::str::FromStr;
 
 use anyhow::bail;
 
-use super::haproxy;
 use super::tcp_proxy::TcpBalancer;
-use crate::process::{ChildProc, free_port};
+use fleet::{Haproxy, proc_cpu_seconds};
 
 /// Which balancer a fleet uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,12 +46,7 @@ impl FromStr for BalancerChoice {
 #[derive(Debug)]
 pub enum Balancer {
     /// An HAProxy child process.
-    Haproxy {
-        /// The process.
-        proc: Box<ChildProc>,
-        /// Its frontend port.
-        port: u16,
-    },
+    Haproxy(Haproxy),
     /// The in-process balancer.
     Builtin(TcpBalancer),
 }
@@ -70,12 +64,7 @@ impl Balancer {
         }
         Ok(match kind {
             BalancerKind::Haproxy(program) => {
-                let port = free_port()?;
-                let proc = haproxy::start(program, dir, port, router_ports, health_path)?;
-                Balancer::Haproxy {
-                    proc: Box::new(proc),
-                    port,
-                }
+                Balancer::Haproxy(Haproxy::start(program, dir, router_ports, health_path)?)
             }
             BalancerKind::Builtin => {
                 let addrs = router_ports
@@ -90,17 +79,17 @@ impl Balancer {
     /// `http://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         let port = match self {
-            Balancer::Haproxy { port, .. } => *port,
+            Balancer::Haproxy(h) => h.port(),
             Balancer::Builtin(b) => b.addr().port(),
         };
         format!("http://127.0.0.1:{port}")
     }
 
-    /// The HAProxy process (for CPU accounting and liveness), if any.
-    pub fn proc_mut(&mut self) -> Option<&mut ChildProc> {
-        match self {
-            Balancer::Haproxy { proc, .. } => Some(&mut **proc),
-            Balancer::Builtin(_) => None,
+    /// Stops a separate balancer process (the builtin one stops with the
+    /// load test).
+    pub fn kill(&mut self) {
+        if let Balancer::Haproxy(h) = self {
+            h.kill();
         }
     }
 
@@ -108,7 +97,7 @@ impl Balancer {
     /// whose CPU is the load test's).
     pub fn cpu_seconds(&self) -> f64 {
         match self {
-            Balancer::Haproxy { proc, .. } => proc.cpu_seconds(),
+            Balancer::Haproxy(h) => h.pid().and_then(proc_cpu_seconds).unwrap_or(0.0),
             Balancer::Builtin(_) => 0.0,
         }
     }

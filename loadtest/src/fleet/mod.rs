@@ -3,19 +3,16 @@
 //! Everything it starts is killed when the [`Fleet`] is dropped.
 
 mod balancer;
-mod haproxy;
 mod kind;
 mod routers;
 mod sims;
 mod tcp_proxy;
-mod valkey;
 
 pub use balancer::{Balancer, BalancerChoice, BalancerKind};
 pub use kind::{Arm, ExternalRouter, LaunchContext, POLICIES, RouterKind, View};
 pub use routers::{RouterCommon, router_spec};
 pub use sims::{Sim, SimSettings, default_tokenizer_dir, start_sim};
 pub use tcp_proxy::TcpBalancer;
-pub use valkey::Valkey;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -23,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use crate::process::{ChildProc, free_port, wait_http_ok};
+use fleet::{ChildProc, Valkey, ValkeySpec, free_port, proc_cpu_seconds, wait_http_ok};
 
 /// Everything needed to start one fleet.
 #[derive(Debug, Clone)]
@@ -115,12 +112,14 @@ impl Fleet {
             .no_proxy()
             .build()
             .context("building the HTTP client")?;
-        let valkey = Valkey::start(
-            &spec.valkey_program,
-            &spec.dir.join("valkey"),
-            spec.valkey_aof,
-        )
-        .await
+        let valkey_dir = spec.dir.join("valkey");
+        let valkey = Valkey::start_with(ValkeySpec {
+            program: Some(spec.valkey_program.clone()),
+            log: Some(valkey_dir.join("valkey.log")),
+            dir: Some(valkey_dir),
+            aof: spec.valkey_aof,
+            ..ValkeySpec::default()
+        })
         .context("starting valkey-server")?;
         let router_ports = (0..spec.arm.routers)
             .map(|_| free_port())
@@ -220,14 +219,9 @@ impl Fleet {
             wait_http_ok(&self.http, &url, timeout, Some(&mut self.routers[i])).await?;
         }
         let via = format!("{}{path}", self.balancer.url());
-        wait_http_ok(
-            &self.http,
-            &via,
-            Duration::from_secs(20),
-            self.balancer.proc_mut(),
-        )
-        .await
-        .context("the balancer does not reach the routers")
+        wait_http_ok(&self.http, &via, Duration::from_secs(20), None)
+            .await
+            .context("the balancer does not reach the routers")
     }
 
     /// For our routers: waits until each one lists every sim as `live`
@@ -320,13 +314,16 @@ impl Fleet {
 
     /// SIGKILLs Valkey.
     pub async fn kill_valkey(&mut self) {
-        self.valkey.kill().await;
+        self.valkey.kill();
     }
 
     /// Starts Valkey again on its port: from its append-only file when
     /// `keep_data`, otherwise empty.
     pub async fn restart_valkey(&mut self, keep_data: bool) -> anyhow::Result<()> {
-        self.valkey.restart(keep_data).await
+        if keep_data && !self.spec.valkey_aof {
+            bail!("restarting Valkey with its data needs the append-only file (--valkey-aof)");
+        }
+        self.valkey.restart(keep_data)
     }
 
     /// SIGKILLs sim-worker `index`; returns its id.
@@ -343,7 +340,7 @@ impl Fleet {
     pub fn cpu(&self) -> CpuUse {
         CpuUse {
             routers: self.routers.iter().map(ChildProc::cpu_seconds).collect(),
-            valkey: self.valkey.proc().cpu_seconds(),
+            valkey: self.valkey.pid().and_then(proc_cpu_seconds).unwrap_or(0.0),
             sims: self.sims.iter().map(|s| s.proc.cpu_seconds()).sum(),
             balancer: self.balancer.cpu_seconds(),
         }
@@ -357,9 +354,7 @@ impl Fleet {
         for s in &mut self.sims {
             s.proc.kill().await;
         }
-        if let Some(p) = self.balancer.proc_mut() {
-            p.kill().await;
-        }
-        self.valkey.kill().await;
+        self.balancer.kill();
+        self.valkey.kill();
     }
 }

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use super::kind::{LaunchContext, RouterKind, View};
-use crate::process::ProcSpec;
+use fleet::process::ProcSpec;
 
 /// What every replica of a fleet shares.
 #[derive(Debug, Clone)]

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::process::{ChildProc, ProcSpec};
+use fleet::process::{ChildProc, ProcSpec};
 
 /// How every sim-worker of a fleet is configured.
 #[derive(Debug, Clone)]
@@ -86,5 +86,5 @@ pub async fn start_sim(
 
 /// The default tokenizer directory: `<workspace>/../shared/tokenizers/qwen3`.
 pub fn default_tokenizer_dir() -> PathBuf {
-    crate::binaries::workspace_root().join("../shared/tokenizers/qwen3")
+    fleet::binaries::workspace_root().join("../shared/tokenizers/qwen3")
 }

@@ -37,7 +37,7 @@ use std::str::FromStr;
 
 use anyhow::bail;
 
-use crate::process::free_port;
+use fleet::free_port;
 
 mod install;
 mod ready;

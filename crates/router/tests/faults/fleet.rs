@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::slow_proxy::SlowProxy;
-use crate::support::haproxy::Haproxy;
 use crate::support::router_process::RouterProcess;
 use crate::support::sim_process::spawn_sim_worker;
 use crate::support::{TOKEN, Valkey, free_port, http, tokenizer_dir};
+use fleet::Haproxy;
 
 /// The served model.
 pub const MODEL: &str = "qwen3";
@@ -320,7 +320,9 @@ impl Fleet {
             None
         };
         let router_ports: Vec<u16> = (0..spec.routers).map(|_| free_port()).collect();
-        let balancer = Haproxy::start(&logs, &router_ports);
+        let haproxy = fleet::haproxy::program().expect("haproxy");
+        let balancer =
+            Haproxy::start(&haproxy, &logs, &router_ports, "/health").expect("starting haproxy");
         // Routers and sims load their tokenizers at the same time (the
         // sims' pushers retry until the routers answer).
         let launching: Vec<Launching> = (0..spec.sims)
@@ -643,21 +645,7 @@ impl Fleet {
     /// Starts Valkey again on its port: from its append-only file if
     /// `from_aof`, else with its data directory emptied first.
     pub fn restart_valkey(&mut self, from_aof: bool) -> f64 {
-        self.valkey.kill();
-        if !from_aof {
-            for e in std::fs::read_dir(self.valkey.dir())
-                .expect("valkey dir")
-                .flatten()
-            {
-                let p = e.path();
-                if p.is_dir() {
-                    std::fs::remove_dir_all(&p).expect("rm");
-                } else {
-                    std::fs::remove_file(&p).expect("rm");
-                }
-            }
-        }
-        self.valkey.restart();
+        self.valkey.restart_with(from_aof);
         self.mark(if from_aof {
             "valkey restarted from its AOF"
         } else {

@@ -3,13 +3,12 @@
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub mod fake_worker;
-pub mod haproxy;
+
 pub mod router_process;
 pub mod sim_process;
 pub mod tls;
@@ -19,30 +18,25 @@ use state::{BatchLimits, ConnectionSettings, StateStore, StateTtls};
 
 /// The real Qwen3 tokenizer of `../shared`.
 pub fn tokenizer_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tokenizers/qwen3")
+    fleet::binaries::shared_tokenizer_dir()
 }
 
-/// A free TCP port on 127.0.0.1 (bound, then released).
+/// A free TCP port on 127.0.0.1 (bound, then released; never 6379).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free port")
+    fleet::free_port().expect("no free port")
 }
 
-/// A valkey-server child process; killed on drop.
+/// A valkey-server child process ([`fleet::Valkey`]); killed on drop.
 pub struct Valkey {
-    child: Option<Child>,
+    inner: fleet::Valkey,
     /// Its port on 127.0.0.1.
     pub port: u16,
-    dir: tempfile::TempDir,
-    extra: Vec<String>,
 }
 
 impl Valkey {
     /// A server without persistence.
     pub fn start() -> Valkey {
-        Self::start_with(&["--save", "", "--appendonly", "no"])
+        Self::start_with(&[])
     }
 
     /// A server with extra configuration arguments.
@@ -52,52 +46,18 @@ impl Valkey {
 
     /// A server on `port` with extra configuration arguments.
     pub fn start_on(port: u16, extra: &[&str]) -> Valkey {
-        let mut v = Valkey {
-            child: None,
-            port: 0,
-            dir: tempfile::tempdir().expect("tempdir"),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-        };
-        v.spawn(port);
-        v
-    }
-
-    fn spawn(&mut self, port: u16) {
-        let bin = std::env::var("VALKEY_SERVER").unwrap_or_else(|_| "valkey-server".into());
-        let child = Command::new(&bin)
-            .arg("--port")
-            .arg(port.to_string())
-            .args(["--bind", "127.0.0.1", "--dir"])
-            .arg(self.dir.path())
-            .args(&self.extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {bin} (run scripts/install-deps.sh): {e}"));
-        self.child = Some(child);
-        self.port = port;
-        self.wait_ready();
-    }
-
-    fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            // Up means answering, even if only to say NOAUTH.
-            if let Ok(mut c) = self.client().get_connection() {
-                match redis::cmd("PING").query::<String>(&mut c) {
-                    Ok(_) => return,
-                    Err(e) if e.code() == Some("NOAUTH") => return,
-                    Err(_) => {}
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("valkey-server on port {} did not start", self.port);
+        let inner = fleet::Valkey::start_with(fleet::ValkeySpec {
+            port: Some(port),
+            args: extra.iter().map(|s| s.to_string()).collect(),
+            ..fleet::ValkeySpec::default()
+        })
+        .expect("starting valkey-server (run scripts/install-deps.sh)");
+        Valkey { inner, port }
     }
 
     /// `redis://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        self.inner.url()
     }
 
     /// A client for direct inspection.
@@ -112,28 +72,25 @@ impl Valkey {
 
     /// The server's data directory (AOF files live here).
     pub fn dir(&self) -> PathBuf {
-        self.dir.path().to_owned()
+        self.inner.dir().to_owned()
     }
 
     /// SIGKILL, like a crash.
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.inner.kill();
     }
 
-    /// Starts again on the same port and directory.
+    /// Starts again on the same port and directory, with its data.
     pub fn restart(&mut self) {
-        self.kill();
-        let port = self.port;
-        self.spawn(port);
+        self.restart_with(true);
     }
-}
 
-impl Drop for Valkey {
-    fn drop(&mut self) {
-        self.kill();
+    /// Starts again on the same port and directory; without `keep_data`
+    /// its data files are removed first, so that it comes back empty.
+    pub fn restart_with(&mut self, keep_data: bool) {
+        self.inner
+            .restart(keep_data)
+            .expect("restarting valkey-server");
     }
 }
 

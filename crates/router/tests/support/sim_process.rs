@@ -43,16 +43,8 @@ pub fn spawn_sim_worker(
 /// The `sim-worker` binary of this test's profile (`target/<profile>/`,
 /// beside `deps/`): `cargo test --workspace` builds it with the tests.
 pub fn sim_worker_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let bin = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>")
-        .join("sim-worker");
-    assert!(
-        bin.is_file(),
-        "{} is missing: run `cargo build --bin sim-worker` (cargo test --workspace builds it)",
-        bin.display()
-    );
-    bin
+    fleet::binaries::beside_current_exe("sim-worker").expect(
+        "no sim-worker beside this test: run `cargo build --bin sim-worker` \
+         (cargo test --workspace builds it)",
+    )
 }

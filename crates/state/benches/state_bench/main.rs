@@ -15,7 +15,6 @@ mod fixtures;
 mod memory;
 mod raw;
 mod report;
-mod server;
 mod setup;
 mod sync;
 mod timing;
@@ -30,7 +29,6 @@ use state::BatchLimits;
 use crate::fixtures::new_store;
 use crate::memory::{bucket_stats, memory_scenario};
 use crate::raw::Raw;
-use crate::server::ValkeyGuard;
 use crate::setup::{Setup, loadavg};
 use crate::sync::full_sync;
 
@@ -110,14 +108,14 @@ async fn run(url: &str) -> Result<String> {
 }
 
 fn main() {
-    let guard = match ValkeyGuard::start() {
+    let guard = match fleet::Valkey::start() {
         Ok(g) => g,
         Err(e) => {
             eprintln!("state_bench: {e:#}");
             std::process::exit(1);
         }
     };
-    eprintln!("valkey-server on 127.0.0.1:{}", guard.port);
+    eprintln!("valkey-server on 127.0.0.1:{}", guard.port());
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

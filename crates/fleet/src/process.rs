@@ -1,9 +1,8 @@
-//! Child processes the load test starts: a recipe ([`ProcSpec`]) that can be
+//! Child processes a fleet is made of: a recipe ([`ProcSpec`]) that can be
 //! spawned again after a kill, and a guard ([`ChildProc`]) that SIGKILLs the
-//! child when dropped, so that nothing outlives the load test (errors,
-//! Ctrl-C and panics included).
+//! child when dropped, so that nothing outlives its test or load test
+//! (errors, Ctrl-C and panics included).
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -11,13 +10,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
-
-/// A free TCP port on 127.0.0.1 (bound, then released), for servers whose
-/// port must be known before they start.
-pub fn free_port() -> anyhow::Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(l.local_addr()?.port())
-}
 
 /// How to start one child process; kept so that it can be restarted with
 /// exactly the same command.

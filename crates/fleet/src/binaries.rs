@@ -7,11 +7,32 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
-/// The workspace root (the parent of this crate's directory), where the
+/// The workspace root (two levels above this crate's directory), where the
 /// repository's `target/` and `../shared` are found by default.
 pub fn workspace_root() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().unwrap_or(manifest).to_path_buf()
+    manifest
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(manifest)
+        .to_path_buf()
+}
+
+/// `name` in the target directory of the running executable's profile:
+/// beside `deps/`, where a test binary runs from (`cargo test --workspace`
+/// builds every binary of the workspace there).
+pub fn beside_current_exe(name: &str) -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let mut dir = exe.parent()?;
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir = dir.parent()?;
+    }
+    Some(dir.join(name)).filter(|p| p.is_file())
+}
+
+/// The real Qwen3 tokenizer of `../shared`, beside the workspace.
+pub fn shared_tokenizer_dir() -> PathBuf {
+    workspace_root().join("../shared/tokenizers/qwen3")
 }
 
 /// Cargo's target directory: `$CARGO_TARGET_DIR`, else `<workspace>/target`.

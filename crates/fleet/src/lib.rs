@@ -1,0 +1,32 @@
+//! `fleet`: the one launcher of whole fleets as processes on 127.0.0.1,
+//! for the integration tests, the benchmarks and `loadtest` (not
+//! published). It runs the workspace's binaries and never links them: it
+//! depends on no other crate of the workspace.
+//!
+//! Layout:
+//!
+//! * `ports`: [`free_port`], a loopback port known before a server starts.
+//! * [`binaries`]: where `prefix-router`, `sim-worker`, `valkey-server` and
+//!   `haproxy` are (the workspace's target directory, built when missing
+//!   for the load test; beside a test's own executable for tests).
+//! * [`process`]: a restartable recipe ([`ProcSpec`]) and a kill-on-drop
+//!   child ([`ChildProc`]) with its log, output lines and CPU time.
+//! * `valkey`: [`Valkey`], a private `valkey-server`.
+//! * [`haproxy`]: [`Haproxy`], the L4 balancer, and its one [`config`]
+//!   writer.
+//!
+//! Within: `valkey` and `haproxy` use `ports` and `binaries`; `process`
+//! stands alone.
+//!
+//! [`config`]: haproxy::config
+
+pub mod binaries;
+pub mod haproxy;
+mod ports;
+pub mod process;
+mod valkey;
+
+pub use haproxy::Haproxy;
+pub use ports::free_port;
+pub use process::{ChildProc, ProcSpec, proc_cpu_seconds, wait_http_ok};
+pub use valkey::{Valkey, ValkeySpec};
