@@ -401,7 +401,12 @@ fn workspace_bins() -> BTreeSet<String> {
         let member = m.as_str().expect("member path");
         let toml: toml::Value =
             toml::from_str(&read(&format!("{member}/Cargo.toml"))).expect("member Cargo.toml");
-        for b in toml.get("bin").and_then(|b| b.as_array()).into_iter().flatten() {
+        for b in toml
+            .get("bin")
+            .and_then(|b| b.as_array())
+            .into_iter()
+            .flatten()
+        {
             bins.insert(b["name"].as_str().expect("bin name").to_owned());
         }
     }

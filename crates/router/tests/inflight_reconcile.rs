@@ -14,21 +14,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use support::fake_worker::FakeWorker;
-use support::{M, Router, TOKEN, Valkey, args, http, post, tokenizer_dir};
+use support::{M, Router, Valkey, args, get, http, metrics_text, post, tokenizer_dir};
 
 /// The in-flight counts `/admin/workers` shows, per worker.
 async fn in_flight(r: &Router) -> Vec<u64> {
-    let v: Value = http()
-        .get(r.url(&format!("/admin/workers?model={M}")))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, v) = get(r, &format!("/admin/workers?model={M}")).await;
     v["workers"]
         .as_array()
         .unwrap()
@@ -38,15 +30,7 @@ async fn in_flight(r: &Router) -> Vec<u64> {
 }
 
 async fn fallbacks(r: &Router) -> f64 {
-    let text = http()
-        .get(r.url("/metrics"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(r).await;
     text.lines()
         .filter(|l| l.starts_with("prefix_router_decisions_total") && l.contains("fallback"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())

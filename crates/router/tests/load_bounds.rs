@@ -15,17 +15,7 @@ use std::time::{Duration, Instant};
 use protocol::MAX_REPORTED_REQUESTS;
 use serde_json::{Value, json};
 use support::fake_worker::FakeWorker;
-use support::{M, Router, TOKEN, Valkey, args, http, post};
-
-async fn get(r: &Router, path: &str) -> (u16, Value) {
-    let resp = http()
-        .get(r.url(path))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    (resp.status().as_u16(), resp.json().await.unwrap())
-}
+use support::{M, Router, Valkey, args, get, http, post};
 
 /// `/v1/models`, `/admin/workers` and explain all answer 200; returns the
 /// listed worker `id`.

@@ -11,7 +11,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::json;
-use support::{M, Router, TOKEN, Valkey, args, http, post};
+use support::{M, Router, TOKEN, Valkey, args, get, http, post};
 
 fn heartbeat(id: &str, url: &str) -> serde_json::Value {
     json!({"worker_id": id, "url": url, "model": M})
@@ -69,15 +69,7 @@ async fn a_live_workers_url_is_bound_to_its_registration() {
     .await;
     assert_eq!(st, 409, "{body}");
     assert_eq!(body["error"]["type"], "worker_url_conflict");
-    let workers: serde_json::Value = http()
-        .get(r.url(&format!("/admin/workers?model={M}")))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, workers) = get(&r, &format!("/admin/workers?model={M}")).await;
     assert_eq!(workers["workers"][0]["url"], "http://10.0.0.5:8000");
     // Once drained, the id registers anew with any URL.
     let resp = http()

@@ -230,6 +230,31 @@ pub async fn post(r: &Router, path: &str, body: &serde_json::Value) -> (u16, ser
     (status, resp.json().await.unwrap_or(serde_json::Value::Null))
 }
 
+/// GETs with the test token; returns (status, body as JSON or Null).
+pub async fn get(r: &Router, path: &str) -> (u16, serde_json::Value) {
+    let resp = http()
+        .get(r.url(path))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(serde_json::Value::Null))
+}
+
+/// GETs `/metrics` with the test token.
+pub async fn metrics_text(r: &Router) -> String {
+    http()
+        .get(r.url("/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request")
+        .text()
+        .await
+        .expect("metrics")
+}
+
 /// The model the API tests register workers for.
 pub const M: &str = "m";
 
