@@ -5,6 +5,26 @@
 //! through it ([`drive`]), applies a [`scenario`]'s fault in the middle, and
 //! writes a [`report`] comparing routing policies on the same workload.
 //! See `docs/loadtest.md`.
+//!
+//! Layout (processes, Valkey and HAProxy come from the `fleet` crate; the
+//! router is run, never linked):
+//!
+//! * [`cli`]: the flags of `loadtest run` and its subcommands.
+//! * [`run`]: one run: arms, scenarios, the report's files.
+//! * [`runner`]: drives one arm's fleet through a workload and a scenario.
+//! * [`fleet`]: a fleet of routers, sims and a balancer for one arm.
+//! * [`workload`]: synthetic, random, text and trace workloads.
+//! * [`drive`]: sends a workload's requests at their times.
+//! * [`client`]: one OpenAI request and what its answer says.
+//! * [`scenario`]: the fault applied in the middle of a run.
+//! * [`metrics`]: hit rate, TTFT, imbalance and CPU per request.
+//! * [`report`]: tables, markdown and plots.
+//! * [`peers`]: other routers (sglang-router, vllm-router) in the same seat.
+//! * [`calibrate`]: the sim's time model against a target.
+//! * [`machine`]: what the machine is, for the report.
+//!
+//! Within: `run` → `runner` → `fleet`, `drive` → `client`; `report` reads
+//! `metrics`.
 
 #![warn(missing_docs)]
 
