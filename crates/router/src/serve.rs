@@ -14,7 +14,7 @@ use crate::api::{
 };
 use crate::config::ServeConfig;
 use crate::load_scrape::{ScrapeSettings, scrape_loop};
-use crate::proxy::{Proxy, Upstream};
+use crate::proxy::{CpuPool, Proxy, Upstream};
 use crate::routing::{CacheAwareConfig, policy_by_name};
 use protocol::hashing::HashSeed;
 use protocol::redact_url;
@@ -116,6 +116,7 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
     Ok(
         Proxy::new(store, pipelines, policy, atomic, upstream, cfg.max_attempts)
             .with_max_prompt_tokens(cfg.max_prompt_tokens)
+            .with_cpu_pool(CpuPool::new(cfg.tokenize_threads, cfg.tokenize_queue))
             .with_known_for(cfg.ttls.worker_lease),
     )
 }

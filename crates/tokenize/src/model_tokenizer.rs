@@ -31,6 +31,15 @@ pub enum TokenizeError {
     /// The tokenizers library refused the file or the input.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// The text has more than the `max` tokens the caller accepts; found
+    /// after `at_least` of them, without tokenizing the rest.
+    #[error("the prompt has at least {at_least} tokens, more than {max}")]
+    TooLong {
+        /// Tokens counted when the encoder stopped (more than `max`).
+        at_least: usize,
+        /// The limit.
+        max: usize,
+    },
 }
 
 /// The parts of `tokenizer_config.json` that decide how prompts become ids.
@@ -92,6 +101,10 @@ struct Inner {
     specials: (Vec<u32>, Vec<u32>),
     /// Whether cutting at safe boundaries keeps ids exact (byte-level BPE).
     chunkable: bool,
+    /// The most bytes of text one token stands for (byte-level BPE; the
+    /// longest entry of the vocabulary), so that a text of n bytes has at
+    /// least n / this many tokens.
+    max_token_bytes: usize,
     cache: ChunkCache,
 }
 
@@ -131,12 +144,21 @@ impl ModelTokenizer {
         };
         let specials = post_processor_specials(&tokenizer)?;
         let chunkable = is_byte_level(&bytes);
+        // Byte-level vocabularies spell each byte as one character.
+        let max_token_bytes = tokenizer
+            .get_vocab(true)
+            .keys()
+            .map(|k| k.chars().count())
+            .max()
+            .unwrap_or(1)
+            .max(1);
         Ok(ModelTokenizer {
             inner: Arc::new(Inner {
                 tokenizer,
                 config,
                 specials,
                 chunkable,
+                max_token_bytes,
                 cache: ChunkCache::new(cache_tokens, chunk_bytes),
             }),
         })
@@ -166,11 +188,46 @@ impl ModelTokenizer {
     /// at boundaries the pre-tokenizer never crosses and each chunk's ids are
     /// cached, so a repeated long prefix costs a hash lookup.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizeError> {
+        self.encode_bounded(text, add_special_tokens, usize::MAX)
+    }
+
+    /// A lower bound on the tokens of `bytes` bytes of text, from the
+    /// longest token of the vocabulary (0 unless the tokenizer is byte-level
+    /// BPE, where the bound is sound).
+    pub fn min_tokens(&self, bytes: usize) -> usize {
+        if self.inner.chunkable {
+            bytes.div_ceil(self.inner.max_token_bytes)
+        } else {
+            0
+        }
+    }
+
+    /// [`ModelTokenizer::encode`], but it gives up with
+    /// [`TokenizeError::TooLong`] as soon as the text is known to have more
+    /// than `max` tokens: at once when its length alone says so
+    /// ([`min_tokens`](Self::min_tokens)), else after the chunk that passed
+    /// the limit, so that a huge prompt costs about `max` tokens of work.
+    pub fn encode_bounded(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+        max: usize,
+    ) -> Result<Vec<u32>, TokenizeError> {
+        let too_long = |at_least: usize| Err(TokenizeError::TooLong { at_least, max });
+        let floor = self.min_tokens(text.len());
+        if floor > max {
+            return too_long(floor);
+        }
         let inner = &self.inner;
         if !inner.chunkable {
-            return self.encode_plain(text, add_special_tokens);
+            let ids = self.encode_plain(text, add_special_tokens)?;
+            return if ids.len() > max {
+                too_long(ids.len())
+            } else {
+                Ok(ids)
+            };
         }
-        let mut ids = Vec::with_capacity(text.len() / 3);
+        let mut ids = Vec::new();
         if add_special_tokens {
             ids.extend_from_slice(&inner.specials.0);
         }
@@ -183,9 +240,15 @@ impl ModelTokenizer {
                     inner.cache.insert(chunk, chunk_ids);
                 }
             }
+            if ids.len() > max {
+                return too_long(ids.len());
+            }
         }
         if add_special_tokens {
             ids.extend_from_slice(&inner.specials.1);
+        }
+        if ids.len() > max {
+            return too_long(ids.len());
         }
         Ok(ids)
     }

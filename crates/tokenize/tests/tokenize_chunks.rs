@@ -83,3 +83,36 @@ fn a_repeated_long_prefix_is_served_from_the_cache() {
         );
     }
 }
+
+/// A text over the limit is refused after about the limit's worth of work:
+/// the count where the encoder stopped is far below the text's real count,
+/// and within the limit the ids are exactly `encode`'s.
+#[test]
+fn a_bounded_encode_stops_early_and_is_exact_within_the_limit() {
+    let tok = qwen3(4096);
+    let text = "The quick brown fox jumps over the lazy dog. ".repeat(20_000);
+    let all = tok.encode(&text, true).unwrap();
+    assert!(all.len() > 150_000, "{}", all.len());
+    match tok.encode_bounded(&text, true, 1_000) {
+        Err(tokenize::TokenizeError::TooLong { at_least, max }) => {
+            assert_eq!(max, 1_000);
+            assert!(at_least > 1_000, "{at_least}");
+            assert!(
+                at_least < 10_000,
+                "tokenized {at_least} of {} tokens",
+                all.len()
+            );
+        }
+        other => panic!("expected TooLong, got {:?}", other.map(|v| v.len())),
+    }
+    assert_eq!(tok.encode_bounded(&text, true, all.len()).unwrap(), all);
+    assert!(tok.encode_bounded(&text, true, all.len() - 1).is_err());
+    // The length alone bounds the count from below (byte-level BPE): no
+    // token is longer than the vocabulary's longest entry.
+    let floor = tok.min_tokens(text.len());
+    assert!(floor >= 1 && floor <= all.len(), "{floor} vs {}", all.len());
+    match tok.encode_bounded(&text, true, floor - 1) {
+        Err(tokenize::TokenizeError::TooLong { at_least, .. }) => assert_eq!(at_least, floor),
+        other => panic!("expected TooLong, got {:?}", other.map(|v| v.len())),
+    }
+}

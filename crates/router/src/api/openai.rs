@@ -28,6 +28,11 @@ impl From<ProxyError> for ApiError {
                     "no worker could take the request",
                 )
             }
+            ProxyError::Busy(_) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "tokenizer_busy",
+                e.to_string(),
+            ),
             ProxyError::Tokenize(_) => {
                 ApiError::new(StatusCode::BAD_REQUEST, "invalid_prompt", e.to_string())
             }

@@ -125,6 +125,15 @@ pub struct ExposureArgs {
     /// state is written [default: 1000000].
     #[arg(long, env = "PREFIX_ROUTER_MAX_PROMPT_TOKENS")]
     pub max_prompt_tokens: Option<u64>,
+    /// Threads that tokenize and hash large prompts (over 64 KiB), off the
+    /// async workers; smaller ones have a lane of their own [default: half
+    /// the cores, at least 1].
+    #[arg(long, env = "PREFIX_ROUTER_TOKENIZE_THREADS")]
+    pub tokenize_threads: Option<usize>,
+    /// Large prompts that may wait for a tokenizing thread; past that a
+    /// request gets a 503 `tokenizer_busy` at once [default: 64].
+    #[arg(long, env = "PREFIX_ROUTER_TOKENIZE_QUEUE")]
+    pub tokenize_queue: Option<usize>,
     /// Longest wait for the next request on a kept-alive client connection;
     /// idle connections are closed after it [default: 60s].
     #[arg(long, env = "PREFIX_ROUTER_IDLE_TIMEOUT", value_parser = parse_duration)]

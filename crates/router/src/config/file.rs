@@ -35,6 +35,8 @@ pub(super) struct FileConfig {
     pub(super) max_body_bytes: Option<usize>,
     pub(super) client_timeout: Option<String>,
     pub(super) idle_timeout: Option<String>,
+    pub(super) tokenize_threads: Option<usize>,
+    pub(super) tokenize_queue: Option<usize>,
     pub(super) max_connections: Option<usize>,
     pub(super) max_prompt_tokens: Option<u64>,
     pub(super) policy: Option<String>,

@@ -59,6 +59,10 @@ pub struct ServeConfig {
     pub client_timeout: Duration,
     /// Longest idle wait between a client's requests.
     pub idle_timeout: Duration,
+    /// Threads that tokenize and hash prompts.
+    pub tokenize_threads: usize,
+    /// Prompts that may wait for a tokenizing thread.
+    pub tokenize_queue: usize,
     /// Most client connections open at once, per listener.
     pub max_connections: usize,
     /// Longest prompt routed, in tokens.
@@ -270,6 +274,19 @@ impl ServeConfig {
                 .or(file_duration(file.idle_timeout, "idle_timeout")?)
                 .unwrap_or(Duration::from_secs(60)),
             max_connections,
+            tokenize_threads: args
+                .exposure
+                .tokenize_threads
+                .or(file.tokenize_threads)
+                .unwrap_or_else(|| {
+                    (std::thread::available_parallelism().map_or(2, usize::from) / 2).max(1)
+                })
+                .max(1),
+            tokenize_queue: args
+                .exposure
+                .tokenize_queue
+                .or(file.tokenize_queue)
+                .unwrap_or(64),
             max_prompt_tokens,
             forward_paths,
             policy: args

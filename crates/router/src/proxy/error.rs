@@ -30,6 +30,9 @@ pub enum ProxyError {
         /// The limit.
         max: u64,
     },
+    /// The tokenizing pool and its queue are full (503).
+    #[error(transparent)]
+    Busy(#[from] super::PoolBusy),
     /// The prompt could not be tokenized.
     #[error("tokenizing the prompt: {0}")]
     Tokenize(#[from] TokenizeError),

@@ -11,7 +11,7 @@ impl Proxy {
     /// The routing decision for `body` (a completions or chat request,
     /// told apart by `messages`), from a read-only lookup: the prompt's
     /// blocks, every candidate with its match, load and score, and the choice.
-    pub async fn explain(&self, body: &[u8]) -> Result<Value, ProxyError> {
+    pub async fn explain(&self, body: &bytes::Bytes) -> Result<Value, ProxyError> {
         let json: Value = serde_json::from_slice(body)
             .map_err(|e| ProxyError::InvalidRequest(format!("invalid JSON body: {e}")))?;
         let endpoint = if json.get("messages").is_some() {
@@ -19,9 +19,10 @@ impl Proxy {
         } else {
             Endpoint::Completions
         };
-        let (model, chain, _) = self.parse(endpoint, body)?;
+        let super::Parsed { model, chain, .. } = self.read(endpoint, body).await?;
         let block_size = self
-            .pipelines
+            .prompts
+            .pipelines()
             .get(&model)
             .map_or(16, |p| p.hasher.block_size());
         let lookup = self.store.probe(&model, &chain.hashes).await?;

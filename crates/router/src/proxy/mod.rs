@@ -8,13 +8,16 @@
 //! Valkey, the last known workers are ranked by consistent hashing.
 
 mod candidates;
+mod cpu_pool;
 mod error;
 mod explain;
 mod forward;
 mod inflight;
 mod orca;
+mod prompts;
 mod ranking;
 
+pub use cpu_pool::{CpuPool, PoolBusy};
 pub use error::ProxyError;
 pub use forward::Upstream;
 pub use inflight::InFlightGuard;
@@ -26,15 +29,14 @@ use std::time::Instant;
 use axum::http::{HeaderMap, Method};
 use axum::response::Response;
 use bytes::Bytes;
-use serde_json::Value;
 
 use crate::routing::{CacheAwareConfig, Policy};
-use protocol::hashing::BlockHash;
 use protocol::headers::{ORCA_REQUEST_HEADER, ORCA_RESPONSE_HEADER};
 use state::StateStore;
 
 use candidates::Target;
-use tokenize::{CompletionPrompt, ModelPipeline, ModelPipelines, Resolved, completion_prompt};
+use prompts::{Chain, Parsed, Prompts};
+use tokenize::ModelPipelines;
 
 /// Which OpenAI endpoint a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,15 +52,16 @@ pub enum Endpoint {
 /// The routing path, shared by all requests.
 pub struct Proxy {
     store: StateStore,
-    pipelines: ModelPipelines,
+    /// Pipelines and the prompt limit, shared with the pool's jobs.
+    prompts: Arc<Prompts>,
+    /// Where prompts are tokenized and hashed.
+    pool: CpuPool,
     policy: Arc<dyn Policy>,
     /// Set for the cache-aware policy: its first choice is made by the
     /// atomic routing script with these parameters.
     atomic: Option<CacheAwareConfig>,
     upstream: Upstream,
     max_attempts: usize,
-    /// Longest prompt routed, in tokens (`--max-prompt-tokens`).
-    max_prompt_tokens: u64,
     /// Last workers seen live per model, and when: the fallback when
     /// Valkey is away or has just restarted empty.
     known: RwLock<HashMap<String, SeenWorkers>>,
@@ -68,12 +71,6 @@ pub struct Proxy {
 
 /// When a model's workers were last seen live, and their (id, url).
 type SeenWorkers = (Instant, Vec<(String, String)>);
-
-/// A request's prompt, reduced to what routing needs.
-struct Chain {
-    hashes: Vec<BlockHash>,
-    prompt_tokens: u64,
-}
 
 impl Proxy {
     /// A proxy over `store` with `policy`, trying at most `max_attempts` workers.
@@ -87,12 +84,15 @@ impl Proxy {
     ) -> Self {
         Proxy {
             store,
-            pipelines,
+            prompts: Prompts::new(pipelines, u64::MAX),
+            pool: CpuPool::new(
+                (std::thread::available_parallelism().map_or(2, usize::from) / 2).max(1),
+                64,
+            ),
             policy,
             atomic,
             upstream,
             max_attempts: max_attempts.max(1),
-            max_prompt_tokens: u64::MAX,
             known: RwLock::new(HashMap::new()),
             known_for: std::time::Duration::from_secs(15),
         }
@@ -111,20 +111,24 @@ impl Proxy {
     /// writes one entry per block: a limit keeps one request from holding a
     /// router or flooding the shared state.
     pub fn with_max_prompt_tokens(mut self, max: u64) -> Self {
-        self.max_prompt_tokens = max;
+        self.prompts = self.prompts.with_max_tokens(max);
         self
     }
 
-    /// [`ProxyError::PromptTooLong`] when `tokens` is over the limit.
-    fn check_prompt_len(&self, tokens: usize) -> Result<(), ProxyError> {
-        let tokens = u64::try_from(tokens).unwrap_or(u64::MAX);
-        if tokens > self.max_prompt_tokens {
-            return Err(ProxyError::PromptTooLong {
-                tokens,
-                max: self.max_prompt_tokens,
-            });
-        }
-        Ok(())
+    /// Tokenizes and hashes prompts on `pool` (default: large prompts on
+    /// half the cores, 64 waiting).
+    pub fn with_cpu_pool(mut self, pool: CpuPool) -> Self {
+        self.pool = pool;
+        self
+    }
+
+    /// Reads `body` on the pool: the routed model, the prompt's chain and
+    /// whether the answer is streamed.
+    async fn read(&self, endpoint: Endpoint, body: &Bytes) -> Result<Parsed, ProxyError> {
+        let (prompts, body) = (self.prompts.clone(), body.clone());
+        self.pool
+            .run(body.len(), move || prompts.parse(endpoint, &body))
+            .await?
     }
 
     /// Routes and forwards one request; `body` is forwarded unchanged.
@@ -137,7 +141,11 @@ impl Proxy {
         body: Bytes,
     ) -> Result<Response, ProxyError> {
         let started = Instant::now();
-        let (model, chain, streamed) = self.parse(endpoint, &body)?;
+        let Parsed {
+            model,
+            chain,
+            streamed,
+        } = self.read(endpoint, &body).await?;
         // Ask non-streamed completions for vLLM's load report (ORCA),
         // unless the client asked itself.
         let asked_orca =
@@ -186,75 +194,6 @@ impl Proxy {
         })
     }
 
-    /// The routed model (the base of a LoRA adapter), the prompt's chain, and
-    /// whether the response is streamed.
-    fn parse(&self, endpoint: Endpoint, body: &[u8]) -> Result<(String, Chain, bool), ProxyError> {
-        let json: Value = if body.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(body)
-                .map_err(|e| ProxyError::InvalidRequest(format!("invalid JSON body: {e}")))?
-        };
-        let model = json
-            .get("model")
-            .and_then(Value::as_str)
-            .ok_or_else(|| ProxyError::InvalidRequest("\"model\" is required".into()))?;
-        protocol::check_name("model", model)
-            .map_err(|e| ProxyError::InvalidRequest(e.to_string()))?;
-        let resolved = self.pipelines.resolve(model);
-        let chain = self.chain(endpoint, &resolved, &json, body)?;
-        Ok((
-            resolved.route_model.to_owned(),
-            chain,
-            json["stream"] == true,
-        ))
-    }
-
-    /// The prompt's block hashes, when the model's pipeline can compute them.
-    fn chain(
-        &self,
-        endpoint: Endpoint,
-        resolved: &Resolved<'_>,
-        json: &Value,
-        body: &[u8],
-    ) -> Result<Chain, ProxyError> {
-        let none = Chain {
-            hashes: Vec::new(),
-            prompt_tokens: 0,
-        };
-        let Some(pipeline) = resolved.pipeline else {
-            // Without a tokenizer, only a token-id prompt can be measured.
-            if endpoint == Endpoint::Completions
-                && let Ok(CompletionPrompt::Tokens(ids)) = completion_prompt(json)
-            {
-                self.check_prompt_len(ids.len())?;
-            }
-            return Ok(none);
-        };
-        let tokenize = Instant::now();
-        let tokens = match endpoint {
-            Endpoint::Completions => match completion_prompt(json)? {
-                CompletionPrompt::Text(t) => pipeline.tokenizer.encode(&t, true)?,
-                CompletionPrompt::Tokens(ids) => ids,
-            },
-            Endpoint::ChatCompletions => match chat_tokens(pipeline, body)? {
-                Some(ids) => ids,
-                None => return Ok(none),
-            },
-            Endpoint::Other => return Ok(none),
-        };
-        self.check_prompt_len(tokens.len())?;
-        phase("tokenize", tokenize);
-        let hash = Instant::now();
-        let hashes =
-            pipeline.block_hashes(&tokens, tokenize::cache_salt(json), resolved.lora.clone());
-        phase("hash", hash);
-        Ok(Chain {
-            hashes,
-            prompt_tokens: tokens.len() as u64,
-        })
-    }
-
     /// Records the load a worker reported in its response, off the request path.
     fn record_orca_load(&self, model: &str, worker: &str, resp: &reqwest::Response) {
         let Some(load) = resp
@@ -295,22 +234,6 @@ impl Proxy {
                 false
             }
         }
-    }
-}
-
-/// The prompt ids of a chat request. A request vLLM would reject is a 400;
-/// one the renderer cannot reproduce exactly (counted and logged by the
-/// renderer) is routed without prefix locality rather than hashed wrong.
-fn chat_tokens(pipeline: &ModelPipeline, body: &[u8]) -> Result<Option<Vec<u32>>, ProxyError> {
-    let Some(renderer) = &pipeline.chat else {
-        metrics::counter!("prefix_router_chat_render_unsupported_total", "reason" => "no_renderer")
-            .increment(1);
-        return Ok(None);
-    };
-    match renderer.render_json(body) {
-        Ok(prompt) => Ok(Some(prompt.token_ids)),
-        Err(e) if e.is_client_error() => Err(ProxyError::InvalidRequest(e.to_string())),
-        Err(_) => Ok(None),
     }
 }
 

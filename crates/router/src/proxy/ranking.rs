@@ -17,7 +17,8 @@ impl Proxy {
         chain: &Chain,
     ) -> Result<(Vec<Target>, bool), ProxyError> {
         let block_size = self
-            .pipelines
+            .prompts
+            .pipelines()
             .get(model)
             .map_or(16, |p| p.hasher.block_size());
         let request = RouteRequest {

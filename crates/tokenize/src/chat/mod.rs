@@ -205,10 +205,21 @@ impl ChatRenderer {
 
     /// Parses a request body (as vLLM's server does) and renders it.
     pub fn render_json(&self, body: &[u8]) -> Result<RenderedPrompt, ChatError> {
+        self.render_json_bounded(body, usize::MAX)
+    }
+
+    /// [`render_json`](Self::render_json) that stops tokenizing once the
+    /// prompt is known to have more than `max_tokens` tokens
+    /// ([`TokenizeError::TooLong`](crate::TokenizeError::TooLong)).
+    pub fn render_json_bounded(
+        &self,
+        body: &[u8],
+        max_tokens: usize,
+    ) -> Result<RenderedPrompt, ChatError> {
         observe(
             ChatRequest::from_json(body)
                 .map_err(ChatError::from)
-                .and_then(|request| self.render_inner(&request)),
+                .and_then(|request| self.render_inner(&request, max_tokens)),
         )
     }
 
@@ -216,10 +227,14 @@ impl ChatRenderer {
     /// Unsupported requests are counted
     /// (`prefix_router_chat_render_unsupported_total{reason}`) and logged.
     pub fn render(&self, request: &ChatRequest) -> Result<RenderedPrompt, ChatError> {
-        observe(self.render_inner(request))
+        observe(self.render_inner(request, usize::MAX))
     }
 
-    fn render_inner(&self, request: &ChatRequest) -> Result<RenderedPrompt, ChatError> {
+    fn render_inner(
+        &self,
+        request: &ChatRequest,
+        max_tokens: usize,
+    ) -> Result<RenderedPrompt, ChatError> {
         let prepared = normalize::prepare(request, &self.server)?;
         let owned;
         let template = match self.pick_template(&prepared)? {
@@ -258,7 +273,9 @@ impl ChatRenderer {
         let vars = normalize::template_vars(&prepared, template, &self.special_tokens)?;
         let cfm = normalize::continue_final_message(&prepared);
         let text = template.render(conversation, vars, cfm)?;
-        let token_ids = self.tokenizer.encode(&text, prepared.add_special_tokens)?;
+        let token_ids =
+            self.tokenizer
+                .encode_bounded(&text, prepared.add_special_tokens, max_tokens)?;
         Ok(RenderedPrompt { text, token_ids })
     }
 
