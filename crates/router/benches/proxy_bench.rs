@@ -1,6 +1,8 @@
 //! Proxy overhead: the same client and the same stub worker, called
 //! directly and through a router (real routing path: tokenize, hash, the
-//! atomic Valkey call, forwarding), interleaved in one run.
+//! atomic Valkey call, forwarding), interleaved in one run. Then the same
+//! small requests and `/health` while four 10.5 MB prompts (about 1.75 M
+//! tokens each, over the 1 M default limit) keep the router tokenizing.
 //!
 //! `cargo bench --bench proxy_bench`
 
@@ -143,6 +145,103 @@ async fn run() -> Result<()> {
     }
     println!(
         "\n{RUNS} requests each (after 20 warm-up), direct and routed interleaved; ~1k-token prompt with a seen prefix; one worker."
+    );
+    under_huge_prompts(&client, &router_url, &prefix).await
+}
+
+/// Small requests and `/health` through the router, alone and then while
+/// four huge prompts are being tokenized (each refused with a 413 once past
+/// the prompt limit, then sent again).
+async fn under_huge_prompts(client: &reqwest::Client, router: &str, prefix: &str) -> Result<()> {
+    const SMALL: usize = 200;
+    let huge = "All work and no play makes Jack a dull boy. ".repeat(10_500_000 / 44);
+    let huge_body = serde_json::to_vec(&serde_json::json!({"model": MODEL, "prompt": huge}))?;
+    let measure = |label: &'static str| {
+        let client = client.clone();
+        let router = router.to_owned();
+        let prefix = prefix.to_owned();
+        async move {
+            let (mut small, mut health) = (Vec::new(), Vec::new());
+            let started = Instant::now();
+            // At least SMALL of each, and for at least 3 s.
+            for i in 0.. {
+                if i >= SMALL && started.elapsed() > Duration::from_secs(3) {
+                    break;
+                }
+                let body = serde_json::json!({"model": MODEL, "prompt": format!("{prefix}Small {label} {i}?")});
+                let t = Instant::now();
+                let resp = client
+                    .post(format!("{router}/v1/completions"))
+                    .json(&body)
+                    .send()
+                    .await?;
+                anyhow::ensure!(resp.status().is_success(), "small: {}", resp.status());
+                resp.bytes().await?;
+                small.push(t.elapsed());
+                let t = Instant::now();
+                let resp = client.get(format!("{router}/health")).send().await?;
+                anyhow::ensure!(resp.status().is_success(), "health: {}", resp.status());
+                resp.bytes().await?;
+                health.push(t.elapsed());
+            }
+            anyhow::Ok((small, health))
+        }
+    };
+    let (quiet_small, quiet_health) = measure("quiet").await?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut hogs = Vec::new();
+    for _ in 0..4 {
+        let (client, url, body, stop) = (
+            client.clone(),
+            format!("{router}/v1/completions"),
+            huge_body.clone(),
+            stop.clone(),
+        );
+        hogs.push(tokio::spawn(async move {
+            let mut statuses = std::collections::BTreeMap::<u16, u32>::new();
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let resp = client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(body.clone())
+                    .send()
+                    .await;
+                if let Ok(r) = resp {
+                    *statuses.entry(r.status().as_u16()).or_default() += 1;
+                    let _ = r.bytes().await;
+                }
+            }
+            statuses
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (busy_small, busy_health) = measure("busy").await?;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut statuses = std::collections::BTreeMap::<u16, u32>::new();
+    for h in hogs {
+        for (s, n) in h.await? {
+            *statuses.entry(s).or_default() += n;
+        }
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!("\n| while | requests | small completion p50 | p99 | /health p50 | p99 |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (label, small, health) in [
+        ("nothing else", quiet_small, quiet_health),
+        ("4 huge prompts in flight", busy_small, busy_health),
+    ] {
+        println!(
+            "| {label} | {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms |",
+            small.len(),
+            ms(pct(small.clone(), 0.5)),
+            ms(pct(small, 0.99)),
+            ms(pct(health.clone(), 0.5)),
+            ms(pct(health, 0.99)),
+        );
+    }
+    println!(
+        "\nSmall completions (~1k tokens) and /health, alternated, for at least 3 s and {SMALL} each; huge prompts: {} bytes of text each, answers {statuses:?} (413: refused once past the 1 M-token limit, 503: the large lane's queue was full).",
+        huge.len()
     );
     Ok(())
 }
