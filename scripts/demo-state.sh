@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh >/dev/null
-cargo build --release --quiet
+# Only the router: in the workspace, a bare `cargo build` builds every crate.
+cargo build --release --quiet --bin prefix-router
 
 work=$(mktemp -d)
 pids=()
