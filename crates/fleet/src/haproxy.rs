@@ -85,6 +85,10 @@ impl Haproxy {
         health_path: &str,
     ) -> anyhow::Result<Haproxy> {
         let port = free_port()?;
+        // HAProxy reads a stats socket path without a leading '/' as an
+        // address: the files go in `dir` made absolute.
+        let dir = &std::path::absolute(dir)
+            .with_context(|| format!("resolving {}", dir.display()))?;
         let cfg = dir.join("haproxy.cfg");
         let socket = dir.join("haproxy.sock");
         let _ = std::fs::remove_file(&socket);
