@@ -87,8 +87,8 @@ impl Haproxy {
         let port = free_port()?;
         // HAProxy reads a stats socket path without a leading '/' as an
         // address: the files go in `dir` made absolute.
-        let dir = &std::path::absolute(dir)
-            .with_context(|| format!("resolving {}", dir.display()))?;
+        let dir =
+            &std::path::absolute(dir).with_context(|| format!("resolving {}", dir.display()))?;
         let cfg = dir.join("haproxy.cfg");
         let socket = dir.join("haproxy.sock");
         let _ = std::fs::remove_file(&socket);
