@@ -10,6 +10,8 @@
 //!   encoded; the ZeroMQ sockets that carry them are in `worker`.
 //! * [`push`]: the JSON bodies and replies of the worker push API.
 //! * [`headers`]: HTTP header names shared by router, simulator and load test.
+//! * [`index`]: which blocks of a chain the shared index holds (anchors
+//!   every [`INDEX_STRIDE`] blocks and tips), for routers and workers alike.
 //! * `load`: [`WorkerLoad`], a worker's own gauges.
 //! * [`vllm_metrics`]: vLLM's load gauges parsed from `GET /metrics`.
 //! * `names`: [`check_name`], the rule for model, worker and router names.
@@ -22,6 +24,7 @@
 
 pub mod hashing;
 pub mod headers;
+pub mod index;
 pub mod kv_events;
 pub mod push;
 pub mod vllm_metrics;
@@ -34,6 +37,7 @@ mod worker_url;
 
 pub use duration::{parse_duration, parse_duration_or_zero};
 pub use hashing::BlockHash;
+pub use index::INDEX_STRIDE;
 pub use load::{MAX_REPORTED_REQUESTS, WorkerLoad};
 pub use names::{InvalidName, MAX_NAME_LEN, check_name};
 pub use redact::redact_url;

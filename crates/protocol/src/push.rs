@@ -76,6 +76,31 @@ fn yes() -> bool {
     true
 }
 
+/// `POST /internal/sync/check`: the digests of the worker's indexed set
+/// ([`crate::index::digests_hex`]); if the fleet's equal, the periodic sync
+/// is done without sending the set.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SyncCheckBody<'a> {
+    /// The worker's id.
+    pub worker_id: Cow<'a, str>,
+    /// The model; may be omitted once registered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<Cow<'a, str>>,
+    /// 256 digests of 16 lower-case hex digits, one string.
+    pub digests: Cow<'a, str>,
+}
+
+/// The answer to a sync check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncCheckReply {
+    /// True when the fleet holds exactly the worker's set (its entries are
+    /// renewed); false when a full sync is needed.
+    pub unchanged: bool,
+    /// The digest buckets (two hex digits) that differ, when known.
+    #[serde(default)]
+    pub differing: Vec<String>,
+}
+
 /// The answer to a heartbeat.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeartbeatReply {

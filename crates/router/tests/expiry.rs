@@ -203,17 +203,23 @@ async fn long_chains_are_looked_up_in_chunks_with_the_same_answer() {
     };
     let chunked =
         StateStore::new(ConnectionSettings::new(&v.url()), "ch", "r2", ttls, small).unwrap();
-    let chain: Vec<BlockHash> = (1..=100).map(BlockHash).collect();
-    // a: the whole chain; b: 41 blocks; c: blocks 1-20 and 30-50 (a gap);
-    // d: exactly two chunks' worth (14); e: nothing.
+    // 400 blocks: 25 indexed ones (every 16th), so 4 lookup calls of 7.
+    let chain: Vec<BlockHash> = (1..=400).map(BlockHash).collect();
+    // a: the whole chain; b: 41 blocks (2 strides); c: blocks 1-200 and
+    // 211-300 (a gap: the indexed block 208 is missing); d: exactly two
+    // calls' worth (14 strides); e: nothing.
     let holdings: [(&str, Vec<BlockHash>); 5] = [
         ("a", chain.clone()),
         ("b", chain[..41].to_vec()),
         (
             "c",
-            chain[..20].iter().chain(&chain[29..50]).copied().collect(),
+            chain[..200]
+                .iter()
+                .chain(&chain[210..300])
+                .copied()
+                .collect(),
         ),
-        ("d", chain[..14].to_vec()),
+        ("d", chain[..224].to_vec()),
         ("e", vec![]),
     ];
     for (w, hs) in &holdings {
@@ -229,7 +235,9 @@ async fn long_chains_are_looked_up_in_chunks_with_the_same_answer() {
         v.sort();
         v
     };
-    let want: Vec<(String, usize)> = [("a", 100), ("b", 41), ("c", 20), ("d", 14), ("e", 0)]
+    // Matches count whole strides of 16 blocks, up to the first missing
+    // indexed block (protocol::index).
+    let want: Vec<(String, usize)> = [("a", 400), ("b", 32), ("c", 192), ("d", 224), ("e", 0)]
         .iter()
         .map(|(w, n)| (w.to_string(), *n))
         .collect();

@@ -122,7 +122,7 @@ async fn converged(valkey: &Valkey, worker: &str, sim: &Sim, what: &str) -> BTre
     let started = std::time::Instant::now();
     let deadline = started + PATIENCE;
     loop {
-        let cached = sim.cached().await;
+        let cached = sim.indexed().await;
         let fleet = fleet_blocks(valkey, worker);
         if fleet == cached {
             eprintln!(
@@ -234,7 +234,7 @@ async fn the_fleets_state_equals_every_workers_cache_through_faults() {
         // before the next one.
         let settle = std::time::Instant::now() + Duration::from_secs(2);
         while std::time::Instant::now() < settle {
-            let cached = zmq_b.cached().await;
+            let cached = zmq_b.indexed().await;
             if fleet_blocks(&valkey, "zmq-b") == cached {
                 break 'outer cached;
             }

@@ -203,3 +203,119 @@ async fn gc_finishes_a_sync_whose_router_died_mid_patch() {
     assert_eq!(raw.forward.len(), 200_000);
     assert!(!s.probe(M, &[]).await.unwrap().workers[0].info.syncing);
 }
+
+/// Digests by bucket: (two hex digits, 16 hex digits), nonzero only.
+type Digests = Vec<(String, String)>;
+
+/// The digests the state keeps for incarnation `idx` (dg:<idx>), and the
+/// ones its confirmed membership (r \ sp) has.
+fn digests_kept_and_due(v: &Valkey, idx: &str) -> (Digests, Digests) {
+    use redis::Commands;
+    let mut c = v.conn();
+    let base = format!("sy:{{{M}}}");
+    let mut kept: Digests = c.hgetall(format!("{base}:dg:{idx}")).unwrap();
+    kept.sort();
+    let reverse: BTreeSet<String> = c.smembers(format!("{base}:r:{idx}")).unwrap();
+    let spec: BTreeSet<String> = c.smembers(format!("{base}:sp:{idx}")).unwrap();
+    let confirmed = reverse
+        .difference(&spec)
+        .map(|h| BlockHash(u64::from_str_radix(h, 16).unwrap()));
+    let due = protocol::index::digests(confirmed)
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| **d != 0)
+        .map(|(b, d)| (format!("{b:02x}"), format!("{d:016x}")))
+        .collect();
+    (kept, due)
+}
+
+#[tokio::test]
+async fn digests_follow_every_change_and_an_unchanged_worker_syncs_by_one_check() {
+    use protocol::index::{digests, digests_hex};
+    use rand::{Rng, SeedableRng};
+    let v = Valkey::start();
+    let s = store(&v, "sy", "r1", ttls());
+    register(&s, "w").await;
+    let idx: String = redis::Commands::hget(&mut v.conn(), format!("sy:{{{M}}}:ids"), "w").unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    // A small universe, so that operations overlap: claims of confirmed
+    // blocks, stores of speculative ones, evictions of unknown ones.
+    let universe: Vec<BlockHash> = (0..400).map(|_| BlockHash(rng.random())).collect();
+    let pick = |rng: &mut rand::rngs::StdRng, n: usize| -> Vec<BlockHash> {
+        let mut v: Vec<BlockHash> = (0..n)
+            .map(|_| universe[rng.random_range(0..universe.len())])
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    // What the worker holds (its reports are its truth).
+    let mut held: BTreeSet<BlockHash> = BTreeSet::new();
+    for step in 0..120 {
+        match rng.random_range(0..4) {
+            0 => {
+                s.claim(M, "w", &pick(&mut rng, 40)).await.unwrap();
+            }
+            1 => {
+                let hs = pick(&mut rng, 50);
+                s.stored(M, "w", &hs).await.unwrap();
+                held.extend(hs);
+            }
+            2 => {
+                let hs = pick(&mut rng, 50);
+                s.evict(M, "w", &hs).await.unwrap();
+                for h in &hs {
+                    held.remove(h);
+                }
+            }
+            _ => {
+                let fresh = pick(&mut rng, 20);
+                let hs: Vec<BlockHash> = held
+                    .iter()
+                    .copied()
+                    .filter(|_| rng.random_bool(0.8))
+                    .chain(fresh)
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
+                s.sync(M, "w", &hs).await.unwrap();
+                held = hs.into_iter().collect();
+            }
+        }
+        let (kept, due) = digests_kept_and_due(&v, &idx);
+        assert_eq!(
+            kept, due,
+            "step {step}: kept digests differ from the membership's"
+        );
+    }
+    // The worker's own digests equal the fleet's: one check, no snapshot.
+    let hex = digests_hex(&digests(held.iter().copied()));
+    let before: u64 =
+        redis::Commands::hget(&mut v.conn(), format!("sy:{{{M}}}:w:{idx}"), "synced_until")
+            .unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(s.sync_check(M, "w", &hex).await.unwrap(), None);
+    let after: u64 =
+        redis::Commands::hget(&mut v.conn(), format!("sy:{{{M}}}:w:{idx}"), "synced_until")
+            .unwrap();
+    assert!(
+        after > before,
+        "the check renews the entries ({before} -> {after})"
+    );
+    // One block more on the worker: its bucket differs, and only it.
+    let extra = BlockHash(0xab00_0000_0000_0001);
+    let hex = digests_hex(&digests(held.iter().copied().chain([extra])));
+    assert_eq!(
+        s.sync_check(M, "w", &hex).await.unwrap(),
+        Some(vec!["ab".to_owned()])
+    );
+    // Malformed digests are refused before Valkey.
+    assert!(matches!(
+        s.sync_check(M, "w", "00").await,
+        Err(state::StateError::Invalid { .. })
+    ));
+    // Valkey lost everything: the worker is unknown, so it re-registers
+    // and sends its snapshot (the pusher's path).
+    redis::cmd("FLUSHALL").exec(&mut v.conn()).unwrap();
+    assert!(s.sync_check(M, "w", &hex).await.is_err());
+}

@@ -38,11 +38,14 @@ pub use types::{Allocation, CacheError, CacheStats};
 use super::RequestId;
 use super::events::{CacheEvent, CacheReplay, ReplayError};
 use protocol::hashing::BlockHash;
+use protocol::index::is_indexed_in_run;
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Block {
     ref_cnt: u32,
     hash: Option<BlockHash>,
+    /// Whether the fleet's index holds `hash` (`protocol::index`).
+    indexed: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -102,6 +105,7 @@ impl PrefixCache {
             hashes: self.cached_hashes(),
             parent: None,
             block_size: self.block_size,
+            indexed: self.indexed_hashes(),
         };
         self.audit_error = replay.apply(&current).err();
         self.audit = Some(replay);
@@ -189,7 +193,7 @@ impl PrefixCache {
             }
             self.blocks[b].ref_cnt += 1;
         }
-        let mut evicted = Vec::new();
+        let (mut evicted, mut indexed) = (Vec::new(), Vec::new());
         while held.len() < num_blocks {
             let Some(b) = self.free.pop_front() else {
                 break;
@@ -198,6 +202,9 @@ impl PrefixCache {
             if let Some(h) = block.hash.take() {
                 self.cached.remove(&h);
                 evicted.push(h);
+                if std::mem::take(&mut block.indexed) {
+                    indexed.push(h);
+                }
             }
             block.ref_cnt = 1;
             held.push(b);
@@ -205,7 +212,10 @@ impl PrefixCache {
         debug_assert_eq!(held.len(), num_blocks, "free count was checked");
         self.evictions += evicted.len() as u64;
         if !evicted.is_empty() {
-            self.emit(CacheEvent::Removed { hashes: evicted });
+            self.emit(CacheEvent::Removed {
+                hashes: evicted,
+                indexed,
+            });
         }
         self.requests.insert(
             id,
@@ -235,9 +245,11 @@ impl PrefixCache {
         }
         held.committed = true;
         let mut events = Vec::new();
-        let mut run: Vec<BlockHash> = Vec::new();
+        // (block, hash, position in the chain) of the current run.
+        let mut run: Vec<(usize, BlockHash, usize)> = Vec::new();
         let mut parent = None;
         let mut stored = 0;
+        let last = held.hashes.len().saturating_sub(1);
         for (i, (&b, &h)) in held.blocks.iter().zip(&held.hashes).enumerate() {
             let block = &mut self.blocks[b];
             let fresh = block.hash.is_none() && !self.cached.contains_key(&h);
@@ -247,14 +259,24 @@ impl PrefixCache {
                 if run.is_empty() {
                     parent = i.checked_sub(1).map(|p| held.hashes[p]);
                 }
-                run.push(h);
+                run.push((b, h, i));
                 stored += 1;
             }
-            if (!fresh || i + 1 == held.hashes.len()) && !run.is_empty() {
+            if (!fresh || i == last) && !run.is_empty() {
+                let len = run.len();
+                let mut indexed = Vec::new();
+                for (offset, &(b, h, position)) in run.iter().enumerate() {
+                    let on = is_indexed_in_run(position, offset, len);
+                    self.blocks[b].indexed = on;
+                    if on {
+                        indexed.push(h);
+                    }
+                }
                 events.push(CacheEvent::Stored {
-                    hashes: std::mem::take(&mut run),
+                    hashes: run.drain(..).map(|(_, h, _)| h).collect(),
                     parent,
                     block_size: self.block_size,
+                    indexed,
                 });
             }
         }
@@ -296,6 +318,7 @@ impl PrefixCache {
     pub fn reset(&mut self) {
         for (_, b) in self.cached.drain() {
             self.blocks[b].hash = None;
+            self.blocks[b].indexed = false;
         }
         self.emit(CacheEvent::Cleared);
     }
@@ -313,6 +336,19 @@ impl PrefixCache {
     /// Every cached hash, sorted: a snapshot for a full sync.
     pub fn cached_hashes(&self) -> Vec<BlockHash> {
         let mut v: Vec<BlockHash> = self.cached.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Every cached hash the fleet's index holds, sorted: what a full sync
+    /// sends.
+    pub fn indexed_hashes(&self) -> Vec<BlockHash> {
+        let mut v: Vec<BlockHash> = self
+            .cached
+            .iter()
+            .filter(|&(_, &b)| self.blocks[b].indexed)
+            .map(|(&h, _)| h)
+            .collect();
         v.sort_unstable();
         v
     }

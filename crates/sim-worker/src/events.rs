@@ -22,11 +22,17 @@ pub enum CacheEvent {
         parent: Option<BlockHash>,
         /// Tokens per block, as vLLM reports it.
         block_size: usize,
+        /// The subset of `hashes` the fleet's shared index holds (anchors
+        /// and the run's last block: `protocol::index`, the rule the
+        /// reporter applies to vLLM's events), pushed to it.
+        indexed: Vec<BlockHash>,
     },
     /// Cached blocks were evicted to make room (vLLM's `BlockRemoved`).
     Removed {
         /// The hashes that are no longer cached.
         hashes: Vec<BlockHash>,
+        /// The subset of `hashes` that was indexed.
+        indexed: Vec<BlockHash>,
     },
     /// Every cached hash was dropped (vLLM's `AllBlocksCleared`, sent on
     /// `reset_prefix_cache`).
@@ -73,7 +79,7 @@ impl CacheReplay {
                     }
                 }
             }
-            CacheEvent::Removed { hashes } => {
+            CacheEvent::Removed { hashes, .. } => {
                 for h in hashes {
                     if !self.hashes.remove(h) && first_error.is_none() {
                         first_error = Some(ReplayError::NotStored(*h));
@@ -120,6 +126,7 @@ mod tests {
             hashes: vec![BlockHash(1), BlockHash(2)],
             parent: None,
             block_size: 16,
+            indexed: vec![BlockHash(2)],
         };
         r.apply(&stored).unwrap();
         assert_eq!(r.sorted(), vec![BlockHash(1), BlockHash(2)]);
@@ -129,6 +136,7 @@ mod tests {
         );
         let removed = CacheEvent::Removed {
             hashes: vec![BlockHash(2), BlockHash(3)],
+            indexed: vec![BlockHash(2)],
         };
         assert_eq!(r.apply(&removed), Err(ReplayError::NotStored(BlockHash(3))));
         assert!(r.contains(BlockHash(1)) && !r.contains(BlockHash(2)));

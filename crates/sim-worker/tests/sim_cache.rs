@@ -127,7 +127,9 @@ fn lookup_stops_at_the_first_miss() {
         vec![CacheEvent::Stored {
             hashes: hs(&[9]),
             parent: Some(h(1)),
-            block_size: BS
+            block_size: BS,
+            // Block 9 is neither an anchor nor the prompt's last block.
+            indexed: vec![],
         }]
     );
     c.check_invariants().unwrap();
@@ -148,13 +150,18 @@ fn free_blocks_are_evicted_least_recently_used_first() {
     c.allocate(RequestId(6), &hs(&[10]), 1).unwrap();
     assert_eq!(
         c.drain_events(),
-        vec![CacheEvent::Removed { hashes: hs(&[2]) }]
+        vec![CacheEvent::Removed {
+            hashes: hs(&[2]),
+            // A one-block run's block is indexed only as an anchor.
+            indexed: vec![]
+        }]
     );
     c.allocate(RequestId(7), &hs(&[11, 12]), 2).unwrap();
     assert_eq!(
         c.drain_events(),
         vec![CacheEvent::Removed {
-            hashes: hs(&[3, 4])
+            hashes: hs(&[3, 4]),
+            indexed: vec![]
         }]
     );
     assert_eq!(c.cached_hashes(), hs(&[1]));
@@ -193,7 +200,10 @@ fn pinned_blocks_are_never_evicted() {
     }
     assert_eq!(
         c.drain_events(),
-        vec![CacheEvent::Removed { hashes: hs(&[2]) }]
+        vec![CacheEvent::Removed {
+            hashes: hs(&[2]),
+            indexed: hs(&[2])
+        }]
     );
     assert_eq!(c.cached_hashes(), hs(&[1, 5]));
 }
@@ -232,16 +242,18 @@ fn the_event_stream_matches_every_change() {
     c.allocate(r1, &hs(&[1, 2, 3]), 4).unwrap();
     step(&mut c, vec![]);
     c.commit(r1).unwrap();
-    let stored = |hashes: &[u64], parent: Option<u64>| CacheEvent::Stored {
+    // Short prompts: only the last block of a run of two or more is indexed.
+    let stored = |hashes: &[u64], parent: Option<u64>, indexed: &[u64]| CacheEvent::Stored {
         hashes: hs(hashes),
         parent: parent.map(h),
         block_size: BS,
+        indexed: hs(indexed),
     };
-    step(&mut c, vec![stored(&[1, 2, 3], None)]);
+    step(&mut c, vec![stored(&[1, 2, 3], None, &[3])]);
     assert_eq!(c.commit(r1), Ok(0));
     c.allocate(r2, &hs(&[1, 2, 7]), 3).unwrap();
     c.commit(r2).unwrap();
-    step(&mut c, vec![stored(&[7], Some(2))]);
+    step(&mut c, vec![stored(&[7], Some(2), &[])]);
     c.free(r1).unwrap();
     c.free(r2).unwrap();
     step(&mut c, vec![]);
@@ -252,6 +264,7 @@ fn the_event_stream_matches_every_change() {
         &mut c,
         vec![CacheEvent::Removed {
             hashes: hs(&[3, 7]),
+            indexed: hs(&[3]),
         }],
     );
     assert_eq!(c.cached_hashes(), hs(&[1, 2]));
@@ -274,17 +287,19 @@ fn the_same_prefix_computed_twice_is_cached_once() {
     assert_eq!(c.allocate(r2, &hs(&[1, 2, 3]), 3).unwrap().hit_blocks, 0);
     c.commit(r1).unwrap();
     assert_eq!(c.commit(r2), Ok(2));
-    let stored = |hashes: &[u64], parent: Option<u64>| CacheEvent::Stored {
+    // Short prompts: only the last block of a run of two or more is indexed.
+    let stored = |hashes: &[u64], parent: Option<u64>, indexed: &[u64]| CacheEvent::Stored {
         hashes: hs(hashes),
         parent: parent.map(h),
         block_size: BS,
+        indexed: hs(indexed),
     };
     assert_eq!(
         c.drain_events(),
         vec![
-            stored(&[2], None),
-            stored(&[1], None),
-            stored(&[3], Some(2))
+            stored(&[2], None, &[]),
+            stored(&[1], None, &[]),
+            stored(&[3], Some(2), &[])
         ]
     );
     c.free(r2).unwrap();
@@ -331,5 +346,37 @@ fn events_can_be_turned_off_without_losing_the_audit() {
     c.set_record_events(true);
     c.reset();
     assert_eq!(c.drain_events(), vec![CacheEvent::Cleared]);
+    c.check_invariants().unwrap();
+}
+
+#[test]
+fn a_long_prompt_indexes_its_anchors_and_its_last_block() {
+    let mut c = cache(64);
+    let chain: Vec<u64> = (1..=40).collect();
+    run(&mut c, 1, &chain, 40);
+    let stored = c.drain_events();
+    let [
+        CacheEvent::Stored {
+            hashes, indexed, ..
+        },
+    ] = stored.as_slice()
+    else {
+        panic!("one run expected: {stored:?}");
+    };
+    assert_eq!(hashes.len(), 40);
+    // Positions 15 and 31 (anchors) and 39 (the run's last block).
+    assert_eq!(indexed, &hs(&[16, 32, 40]));
+    assert_eq!(c.indexed_hashes(), hs(&[16, 32, 40]));
+    // Evicting the whole prompt reports the indexed blocks among the removed.
+    c.allocate(RequestId(2), &[], 64).unwrap();
+    let removed = c.drain_events();
+    let [CacheEvent::Removed { hashes, indexed }] = removed.as_slice() else {
+        panic!("one eviction expected: {removed:?}");
+    };
+    assert_eq!(hashes.len(), 40);
+    let mut indexed = indexed.clone();
+    indexed.sort();
+    assert_eq!(indexed, hs(&[16, 32, 40]));
+    assert!(c.indexed_hashes().is_empty());
     c.check_invariants().unwrap();
 }

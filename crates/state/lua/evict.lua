@@ -2,6 +2,8 @@
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base, ARGV[2] = worker_id, ARGV[3..] = block hashes (16 hex digits).
 -- Hashes the worker does not hold are ignored (reports may repeat).
+-- Confirmed ones leaving the membership are XORed out of its digests
+-- (dg:<idx>; during a sync, those leaving the target s:<idx>).
 -- Returns the number of entries removed, or the error "ERR unknown worker".
 -- Complexity: O(n) for n hashes: one membership probe for the batch, then a
 -- forward read and write per held hash. Callers send at most 64 per call.
@@ -13,11 +15,19 @@ if not idx then return redis.error_reply('ERR unknown worker') end
 local ws = worker_state(idx)
 local hashes = { unpack(ARGV, 3) }
 local member = set_call('SMISMEMBER', reverse_key(idx), hashes)
-local removed = 0
+local in_target = ws.syncing and set_call('SMISMEMBER', sync_target_key(idx), hashes)
+local removed, left = 0, {}
 for i, h in ipairs(hashes) do
-  if member[i] == 1 and fwd_remove(h, idx) then removed = removed + 1 end
+  local kind = member[i] == 1 and fwd_remove(h, idx)
+  if kind then removed = removed + 1 end
+  if in_target then
+    if in_target[i] == 1 then digest_toggle(left, h) end
+  elseif kind == 'c' then
+    digest_toggle(left, h)
+  end
 end
 set_call('SREM', reverse_key(idx), hashes)
 set_call('SREM', spec_key(idx), hashes)
 if ws.syncing then set_call('SREM', sync_target_key(idx), hashes) end
+digest_flush(digest_key(idx), left)
 return removed

@@ -50,20 +50,23 @@ end
 table.sort(order)
 
 -- Drops expired entries among one SSCAN slice of `key`; returns the cursor.
+-- Expired confirmed entries leave the worker's digests (dg:<idx>).
 local swept = 0
 local function sweep(idx, key, cursor, ws)
   local res = redis.call('SSCAN', key, cursor, 'COUNT', budget)
-  local drop = {}
+  local drop, left = {}, {}
   for _, h in ipairs(res[2]) do
     local v = fwd_read(h)
     local kind, exp = entry_of(v, idx)
     if not kind or not alive(kind, exp, ws, now) then
       if kind then fwd_write(h, without_entry(v, idx)) end
+      if kind == 'c' then digest_toggle(left, h) end
       drop[#drop + 1] = h
     end
   end
   set_call('SREM', reverse_key(idx), drop)
   set_call('SREM', spec_key(idx), drop)
+  digest_flush(digest_key(idx), left)
   swept = swept + #drop
   return res[1]
 end

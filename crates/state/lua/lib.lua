@@ -17,7 +17,8 @@
 --   idx = worker incarnation, kind = 's' (speculative) or 'c' (confirmed),
 --   expiry_s = unix seconds. Example: "3c1763712345,12s1763712301".
 -- Per incarnation: r:<idx> holds every hash it has an entry for, sp:<idx>
--- the subset whose entry is speculative.
+-- the subset whose entry is speculative, dg:<idx> the digests of its
+-- confirmed membership (below).
 
 local KEYS, ARGV, BASE = {}, {}, ''
 -- Library functions the hot paths call, as upvalues (a global's lookup is
@@ -166,12 +167,62 @@ local function fwd_write(h, v)
   end
 end
 
--- Removes idx's entry for h from the forward map; true if one was there.
+-- Removes idx's entry for h from the forward map; returns its kind ('s' or
+-- 'c'), or nil when there was none.
 local function fwd_remove(h, idx)
   local v = fwd_read(h)
-  if not entry_of(v, idx) then return false end
+  local kind = entry_of(v, idx)
+  if not kind then return nil end
   fwd_write(h, without_entry(v, idx))
-  return true
+  return kind
+end
+
+-- Digests of a worker's confirmed membership, so that an unchanged worker's
+-- periodic sync is one comparison (sync_check.lua), not a walk of its set.
+-- dg:<idx> is a hash: field = a hash's first two hex digits (256 buckets),
+-- value = the XOR of the bucket's confirmed hashes as 16 hex digits (no
+-- field: 0). Confirmed membership is r \ sp, or the sync target s while a
+-- sync is being applied (sync_commit installs the snapshot's digests).
+-- Every script that changes it XORs the hashes in or out, accumulated per
+-- call in a table (digest_toggle) and written once (digest_flush).
+local function digest_key(idx) return BASE .. ':dg:' .. idx end
+
+-- Adds h to the accumulator: XOR is its own inverse, so one call toggles h
+-- in or out. Halves are 32-bit: Lua numbers are doubles, `bit` works mod 2^32.
+local function digest_toggle(acc, h)
+  local b = ssub(h, 1, 2)
+  local hi, lo = tonumber(ssub(h, 1, 8), 16), tonumber(ssub(h, 9, 16), 16)
+  local a = acc[b]
+  if a then
+    a[1], a[2] = bit.bxor(a[1], hi), bit.bxor(a[2], lo)
+  else
+    acc[b] = { bit.bxor(hi, 0), bit.bxor(lo, 0) }
+  end
+end
+
+-- XORs an accumulator into key (a digest hash) with one read and one write.
+local function digest_flush(key, acc)
+  local fields = {}
+  for b in pairs(acc) do fields[#fields + 1] = b end
+  if #fields == 0 then return end
+  local old = redis.call('HMGET', key, unpack(fields))
+  local set, del = {}, {}
+  for i, b in ipairs(fields) do
+    local hi, lo = acc[b][1], acc[b][2]
+    local v = old[i]
+    if v then
+      hi = bit.bxor(hi, tonumber(ssub(v, 1, 8), 16))
+      lo = bit.bxor(lo, tonumber(ssub(v, 9, 16), 16))
+    end
+    if hi == 0 and lo == 0 then
+      del[#del + 1] = b
+    else
+      set[#set + 1] = b
+      set[#set + 1] = bit.tohex(hi, 8) .. bit.tohex(lo, 8)
+    end
+  end
+  if #set > 0 then redis.call('HSET', key, unpack(set)) end
+  if #del > 0 then redis.call('HDEL', key, unpack(del)) end
 end
 
 -- Seconds, rounded up, so that an entry never expires before its TTL.
@@ -320,20 +371,28 @@ end
 -- Speculative insert, for worker state ws, of each hash in `hashes` it does
 -- not hold yet; returns how many were inserted. `values` (optional): forward
 -- values already read in this call (hash -> value, false for none).
+-- A claim never joins the sync target: a live speculative entry holds by
+-- itself, and the patch keeps it (sync_patch.lua).
 local function claim_blocks(ws, hashes, exp, now, values)
-  local added = {}
+  local added, lapsed = {}, nil
   for _, h in ipairs(hashes) do
     local v = values and values[h]
     if v == nil then v = fwd_read(h) elseif v == false then v = nil end
-    if not holds(v, ws, h, now) then
+    local kind, old = entry_of(v, ws.idx)
+    if not entry_holds(kind, old, ws, h, now) then
       local nv = with_entry(v, ws.idx, 's', exp)
       fwd_write(h, nv)
       if values then values[h] = nv end
       added[#added + 1] = h
+      -- A lapsed confirmed entry turning speculative leaves r \ sp.
+      if kind == 'c' and not ws.syncing then
+        lapsed = lapsed or {}
+        digest_toggle(lapsed, h)
+      end
     end
   end
   set_call('SADD', reverse_key(ws.idx), added)
   set_call('SADD', spec_key(ws.idx), added)
-  if ws.syncing then set_call('SADD', sync_target_key(ws.idx), added) end
+  if lapsed then digest_flush(digest_key(ws.idx), lapsed) end
   return #added
 end

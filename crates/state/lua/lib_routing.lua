@@ -51,7 +51,7 @@ local function parse_view(flat, now)
         local w = {
           idx = k, raw = v, lease = lease, synced_until = synced, syncing = sync == 1, waiting = waiting,
           kv = kv, load_ms = load_ms, inflight = 0, matched = 0, hit = false, load = 0, credited = 0,
-          pressure_kv = 0,
+          pressure_kv = 0, indexed = 0,
         }
         list[#list + 1], at[k] = w, w
         if w.syncing then syncing[#syncing + 1] = w end

@@ -16,21 +16,25 @@
 -- ARGV[9] = kv pressure from, ARGV[10] = stale load ms, ARGV[11] = seed,
 -- ARGV[12] = most blocks claimed in this call,
 -- ARGV[13] = load slack (requests always allowed on top of the bound),
--- ARGV[14] = n hints, then n pairs (worker id, blocks it holds beyond the
--- hashes given here, from a read-only lookup of a longer chain), then the
--- chain: its block hashes packed into one string, 8 big-endian bytes each.
--- Returns {blocks probed, chosen worker position (1-based, 0 if none),
--- leading blocks the chosen worker now holds (matched or claimed here), the
--- server time (ms), then per live worker: matched blocks, requests in flight
--- (over live routers), its routing-view record as stored (binary: see
--- VIEW_FIELDS in lib.lua)}.
+-- ARGV[14] = index stride S, ARGV[15] = blocks in the prompt's head (n),
+-- ARGV[16] = n hints, then n pairs (worker id, blocks it holds beyond the
+-- head, from a read-only lookup of a longer chain), then the chain: the
+-- head's indexed blocks (positions S, 2S, ... and n, 1-based; see
+-- protocol::index) packed into one string, 8 big-endian bytes each.
+-- Returns {indexed blocks probed, chosen worker position (1-based, 0 if
+-- none), leading blocks the chosen worker now holds (matched or claimed
+-- here), the server time (ms), then per live worker: matched blocks,
+-- requests in flight (over live routers), its routing-view record as stored
+-- (binary: see VIEW_FIELDS in lib.lua)}. Matched blocks count whole
+-- strides: holding indexed block k means holding min(k * S, n) blocks.
 -- Reads the fleet with one HGETALL of the routing view (leases, routers,
 -- records, in-flight counts) and matches by probing blocks instead of
 -- scanning them (probe_chain in lib_routing.lua): one probe for a warm
 -- prompt, two for a cold one, three for a seen prompt with a new last block.
--- Complexity: O(workers x log blocks + claimed blocks); no O(prompt) step.
-local nhints = tonumber(ARGV[14])
-local first = 15 + 2 * nhints
+-- Complexity: O(workers x log indexed blocks + claimed blocks); no O(prompt)
+-- step.
+local nhints = tonumber(ARGV[16])
+local first = 17 + 2 * nhints
 local chain = ARGV[first]
 if not chain or #chain % 8 ~= 0 or #ARGV ~= first then
   return redis.error_reply('ERR the chain must be one string of 8-byte hashes, last')
@@ -40,18 +44,23 @@ local prompt, block_size = tonumber(ARGV[4]), tonumber(ARGV[5])
 local eps, per_queued = tonumber(ARGV[6]), tonumber(ARGV[7])
 local kv_tokens, kv_from = tonumber(ARGV[8]), tonumber(ARGV[9])
 local stale_ms, seed = tonumber(ARGV[10]), tonumber(ARGV[11])
-local head = #chain / 8
+local stride, head = tonumber(ARGV[14]), tonumber(ARGV[15])
 
 local view = routing_view(now, ARGV[2])
 local list = view.list
 local p = probe_chain(view.at, view.syncing, chain, now)
+-- From here on w.matched counts blocks; w.indexed keeps the indexed ones.
+for _, w in ipairs(list) do
+  w.indexed = w.matched
+  w.matched = math.min(w.matched * stride, head)
+end
 -- Per worker: its load (in flight, or the queue it reported if fresher and
 -- longer) and the blocks it is credited with: its own match (plus hints
 -- beyond the head), or the depth a strict majority holds (at least two
 -- workers), if deeper: the hotspot guard of shared_tokens() in
 -- cache_aware.rs.
 local hints = nhints > 0 and {} or nil
-for i = 15, first - 1, 2 do hints[ARGV[i]] = tonumber(ARGV[i + 1]) end
+for i = 17, first - 1, 2 do hints[ARGV[i]] = tonumber(ARGV[i + 1]) end
 local n, total, depths = #list, 0, {}
 for _, w in ipairs(list) do
   local age = w.load_ms >= 0 and now - w.load_ms or -1
@@ -97,12 +106,12 @@ end
 local covered = 0
 if best > 0 then
   local w = list[best]
-  local to = math.min(head, w.matched + tonumber(ARGV[12]))
+  local to = math.min(#chain / 8, w.indexed + tonumber(ARGV[12]))
   local claim = {}
-  for pos = w.matched + 1, to do claim[#claim + 1] = packed_hash(chain, pos) end
+  for pos = w.indexed + 1, to do claim[#claim + 1] = packed_hash(chain, pos) end
   if #claim > 0 then claim_blocks(w, claim, expiry_s(now, tonumber(ARGV[3])), now, p.values) end
   redis.call('HINCRBY', view_key(), inflight_field(w.idx, ARGV[2]), 1)
-  covered = to
+  covered = math.min(to * stride, head)
 end
 local out = view.out -- reused: its length is fixed while the view is
 out[1], out[2], out[3], out[4] = p.probes, best, covered, now

@@ -4,9 +4,11 @@
 -- ARGV[4..] = block hashes (16 lower-case hex digits).
 -- Inserts missing entries and promotes speculative ones, with the confirmed
 -- TTL; confirmed entries get their expiry refreshed.
+-- Hashes that join the confirmed membership are XORed into its digests
+-- (dg:<idx>; during a sync, those not yet in the target s:<idx>).
 -- Returns {inserted, promoted, refreshed}, or the error "ERR unknown worker".
 -- Complexity: O(n) for n hashes; one forward read and write per hash, set
--- updates batched. Callers send at most 64 hashes per call.
+-- and digest updates batched. Callers send at most 64 hashes per call.
 local bad = check_hashes(4)
 if bad then return bad end
 local now = now_ms()
@@ -15,9 +17,10 @@ if not idx then return redis.error_reply('ERR unknown worker') end
 local ws = worker_state(idx)
 local exp = expiry_s(now, tonumber(ARGV[3]))
 local inserted, promoted, refreshed = 0, 0, 0
-local hashes = {}
-for i = 4, #ARGV do
-  local h = ARGV[i]
+local hashes = { unpack(ARGV, 4) }
+local in_target = ws.syncing and set_call('SMISMEMBER', sync_target_key(idx), hashes)
+local joined = {}
+for i, h in ipairs(hashes) do
   local v = fwd_read(h)
   local kind, old = entry_of(v, idx)
   if not kind then
@@ -27,10 +30,15 @@ for i = 4, #ARGV do
   else
     refreshed = refreshed + 1
   end
+  if in_target then
+    if in_target[i] == 0 then digest_toggle(joined, h) end
+  elseif kind ~= 'c' then
+    digest_toggle(joined, h)
+  end
   fwd_write(h, with_entry(v, idx, 'c', math.max(exp, old or 0)))
-  hashes[#hashes + 1] = h
 end
 set_call('SADD', reverse_key(idx), hashes)
 set_call('SREM', spec_key(idx), hashes)
 if ws.syncing then set_call('SADD', sync_target_key(idx), hashes) end
+digest_flush(digest_key(idx), joined)
 return { inserted, promoted, refreshed }

@@ -4,7 +4,8 @@
 -- The staged set becomes the sync target s:<idx>; from this moment lookups use
 -- it as the worker's membership, and sync_patch.lua brings the forward and
 -- reverse maps in line with it in bounded steps. Every confirmed entry the
--- snapshot keeps is refreshed through the worker's synced_until.
+-- snapshot keeps is refreshed through the worker's synced_until. The
+-- snapshot's digests (stage_dg, from sync_stage.lua) become dg:<idx>.
 -- A sync_id already committed (the record's last_sync) is not committed
 -- again: a retried commit returns {1, blocks held, idx} and changes nothing.
 -- Returns {1, target size, idx} when committed, {0, 0, idx} when the previous
@@ -23,12 +24,21 @@ if redis.call('HGET', worker_key(idx), 'last_sync') == ARGV[3] then
 end
 if worker_state(idx).syncing then return { 0, 0, tonumber(idx) } end
 local stage = BASE .. ':stage:' .. idx .. ':' .. ARGV[3]
+local stage_dg = BASE .. ':stage_dg:' .. idx .. ':' .. ARGV[3]
 local target = sync_target_key(idx)
 if redis.call('EXISTS', stage) == 1 then
   redis.call('RENAME', stage, target)
   redis.call('PERSIST', target)
 else
   redis.call('DEL', target)
+end
+-- The snapshot's digests become the membership's: the patch makes the
+-- confirmed entries equal to the target, and reports meanwhile update both.
+if redis.call('EXISTS', stage_dg) == 1 then
+  redis.call('RENAME', stage_dg, digest_key(idx))
+  redis.call('PERSIST', digest_key(idx))
+else
+  redis.call('DEL', digest_key(idx))
 end
 redis.call('HSET', worker_key(idx), 'last_sync', ARGV[3], 'syncing', 1, 'patch_phase', 'add', 'patch_cursor', '0',
   'patch_ms', now, 'synced_until', now + tonumber(ARGV[4]))

@@ -5,9 +5,10 @@
 -- are inserted as confirmed, speculative ones promoted. Phase "remove" walks
 -- the reverse map r:<idx>: entries not in the target are removed, except
 -- live speculative entries (routed requests the snapshot predates), which
--- join the target. Unchanged blocks cost one batched membership probe and
--- no forward access. At the end r:<idx> equals the target, which is
--- dropped. Safe to call from several routers at once: the cursor lives in
+-- stay. Unchanged blocks cost one batched membership probe and no forward
+-- access. At the end r:<idx> minus the speculative entries equals the
+-- target, which is dropped. The digests (dg:<idx>) already describe the
+-- target (sync_commit.lua), so no step changes them. Safe to call from several routers at once: the cursor lives in
 -- the worker record.
 -- Returns {0, hashes visited} while steps remain, then {1, blocks the
 -- worker holds} once the sync is fully applied (also when none was pending).
@@ -42,20 +43,17 @@ if phase == 'add' then
   return { 0, #batch }
 end
 local in_target = set_call('SMISMEMBER', target, batch)
-local keep, drop = {}, {}
+local drop = {}
 for i, h in ipairs(batch) do
   if in_target[i] == 0 then
     local v = fwd_read(h)
     local kind, exp = entry_of(v, idx)
-    if kind == 's' and exp * 1000 > now then
-      keep[#keep + 1] = h
-    else
+    if not (kind == 's' and exp * 1000 > now) then
       if kind then fwd_write(h, without_entry(v, idx)) end
       drop[#drop + 1] = h
     end
   end
 end
-set_call('SADD', target, keep)
 set_call('SREM', reverse, drop)
 set_call('SREM', spec, drop)
 if res[1] == '0' then

@@ -4,6 +4,8 @@
 -- ARGV[1] = base, ARGV[2] = worker_id, ARGV[3] = sync_id ([A-Za-z0-9_-]{1,64}),
 -- ARGV[4] = staging ttl_ms (an abandoned sync disappears by itself),
 -- ARGV[5] = most hashes a snapshot may have; ARGV[6..] = block hashes (16 hex digits).
+-- The staged hashes' digests accumulate in stage_dg:<idx>:<sync_id> (as
+-- dg:<idx>; see lib.lua), which the commit installs.
 -- Returns the number of hashes staged so far, "ERR unknown worker", or
 -- "ERR sync too large" (the staged snapshot is then dropped whole); 0, staging
 -- nothing, for a sync_id the worker already committed (a retried chunk).
@@ -19,13 +21,27 @@ if not idx then return redis.error_reply('ERR unknown worker') end
 -- not start a new stage that a retried commit would then apply.
 if redis.call('HGET', worker_key(idx), 'last_sync') == ARGV[3] then return 0 end
 local stage = BASE .. ':stage:' .. idx .. ':' .. ARGV[3]
+local stage_dg = BASE .. ':stage_dg:' .. idx .. ':' .. ARGV[3]
+local acc = {}
 for i = 6, #ARGV, 512 do
-  redis.call('SADD', stage, unpack(ARGV, i, math.min(i + 511, #ARGV)))
+  local chunk = { unpack(ARGV, i, math.min(i + 511, #ARGV)) }
+  local present = redis.call('SMISMEMBER', stage, unpack(chunk))
+  local fresh, seen = {}, {}
+  for j, h in ipairs(chunk) do
+    if present[j] == 0 and not seen[h] then
+      seen[h] = true
+      fresh[#fresh + 1] = h
+      digest_toggle(acc, h)
+    end
+  end
+  set_call('SADD', stage, fresh)
 end
 local staged = redis.call('SCARD', stage)
 if staged > tonumber(ARGV[5]) then
-  redis.call('DEL', stage)
+  redis.call('DEL', stage, stage_dg)
   return redis.error_reply('ERR sync too large')
 end
+digest_flush(stage_dg, acc)
 redis.call('PEXPIRE', stage, tonumber(ARGV[4]))
+redis.call('PEXPIRE', stage_dg, tonumber(ARGV[4]))
 return staged

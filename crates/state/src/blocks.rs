@@ -5,6 +5,15 @@ use super::{
     Lane, ScriptName, StateError, StateStore, check_name, chunks_or_empty, hex_args, unknown_worker,
 };
 use protocol::hashing::BlockHash;
+use protocol::index::indexed_positions;
+
+/// The indexed blocks of `chain` at positions `from` and after.
+fn indexed_from(chain: &[BlockHash], from: usize) -> Vec<BlockHash> {
+    indexed_positions(chain.len())
+        .filter(|&p| p >= from)
+        .map(|p| chain[p])
+        .collect()
+}
 
 /// What a `stored` batch changed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -51,6 +60,33 @@ impl StateStore {
     ) -> Result<u64, StateError> {
         let router = self.router_id().to_owned();
         self.claim_as(model, worker_id, hashes, &router).await
+    }
+
+    /// Speculatively claims for `worker_id` the indexed blocks of `chain`
+    /// (`protocol::index`) from block `from` on: what routing writes for
+    /// the part of a prompt the worker does not hold yet.
+    pub async fn claim_prefix(
+        &self,
+        model: &str,
+        worker_id: &str,
+        chain: &[BlockHash],
+        from: usize,
+    ) -> Result<u64, StateError> {
+        self.claim(model, worker_id, &indexed_from(chain, from))
+            .await
+    }
+
+    /// [`assign`](Self::assign) of the indexed blocks of `chain` from block
+    /// `from` on: claims them and counts the request in flight.
+    pub async fn assign_prefix(
+        &self,
+        model: &str,
+        worker_id: &str,
+        chain: &[BlockHash],
+        from: usize,
+    ) -> Result<u64, StateError> {
+        self.assign(model, worker_id, &indexed_from(chain, from))
+            .await
     }
 
     async fn claim_as(

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::{Lane, ScriptName, StateError, StateStore, WorkerLoad, chunks_or_empty, hex_args};
 use protocol::hashing::BlockHash;
+use protocol::index::{blocks_covered, indexed_positions};
 
 /// What the state says about one worker incarnation.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -43,7 +44,7 @@ pub struct WorkerMatch {
 /// The prefix match of one chain against every live worker of a model.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PrefixProbe {
-    /// Blocks examined before no worker matched any longer.
+    /// Indexed blocks examined before no worker matched any longer.
     pub scanned_blocks: usize,
     /// Every live worker, in lease order.
     pub workers: Vec<WorkerMatch>,
@@ -136,7 +137,24 @@ impl StateStore {
     /// are looked up in chunks (each script call stays near 1 ms); a worker's
     /// count carries into the next chunk only if it held the whole previous
     /// one, and the scan stops once no worker did.
+    ///
+    /// Only the chain's indexed blocks are looked up (`protocol::index`), and
+    /// a match counts whole strides: see [`blocks_covered`].
     pub async fn probe(&self, model: &str, chain: &[BlockHash]) -> Result<PrefixProbe, StateError> {
+        let indexed: Vec<BlockHash> = indexed_positions(chain.len()).map(|p| chain[p]).collect();
+        let mut probe = self.probe_indexed(model, &indexed).await?;
+        for w in &mut probe.workers {
+            w.matched_blocks = blocks_covered(w.matched_blocks, chain.len());
+        }
+        Ok(probe)
+    }
+
+    /// [`probe`](Self::probe) of the indexed blocks themselves: counts them.
+    async fn probe_indexed(
+        &self,
+        model: &str,
+        chain: &[BlockHash],
+    ) -> Result<PrefixProbe, StateError> {
         let mut chunks = chunks_or_empty(chain, self.limits().lookup_per_call);
         let first = chunks.next().unwrap_or_default();
         let mut result = self.lookup_chunk(model, first).await?;

@@ -10,12 +10,14 @@ use super::{
     WorkerMatch,
 };
 use protocol::hashing::BlockHash;
+use protocol::index::{INDEX_STRIDE, indexed_positions};
 
-/// Most hashes `route.lua` matches in one call. Matching probes O(log n)
-/// blocks, so the bound only caps the argument's size (128 KiB): prompts up
-/// to 128k tokens route in one call.
+/// Most blocks `route.lua` matches in one call. Matching probes O(log n)
+/// indexed blocks, so the bound only caps the argument's size (4 KiB of
+/// indexed hashes): prompts up to 128k tokens route in one call.
 pub const ROUTE_HEAD: usize = 8192;
-/// Most unheld blocks `route.lua` claims; the caller claims the rest.
+/// Most unheld indexed blocks `route.lua` claims (1,024 blocks of prompt);
+/// the caller claims the rest.
 pub const ROUTE_CLAIM: usize = 64;
 
 /// The cache-aware choice's inputs (see `src/routing/cache_aware.rs`).
@@ -54,9 +56,10 @@ pub struct RouteOutcome {
 }
 
 impl StateStore {
-    /// Matches `head` (at most [`ROUTE_HEAD`] hashes) against the live workers,
-    /// chooses one as the cache-aware policy would, claims up to
-    /// [`ROUTE_CLAIM`] of its unheld blocks and counts the request, in one
+    /// Matches `head` (at most [`ROUTE_HEAD`] hashes; its indexed blocks, see
+    /// `protocol::index`) against the live workers, chooses one as the
+    /// cache-aware policy would, claims up to [`ROUTE_CLAIM`] of its unheld
+    /// indexed blocks and counts the request, in one
     /// atomic call. `hints` give, for workers that a read-only lookup found
     /// holding more than the head, how many blocks beyond it they hold.
     pub async fn route_and_claim(
@@ -81,6 +84,8 @@ impl StateStore {
             params.seed.to_string(),
             ROUTE_CLAIM.to_string(),
             params.load_slack.to_string(),
+            INDEX_STRIDE.to_string(),
+            head.len().to_string(),
             hints.len().to_string(),
         ];
         let hint_args: Vec<String> = hints
@@ -103,11 +108,13 @@ impl StateStore {
     }
 }
 
-/// The chain as one argument: its hashes as 8 big-endian bytes each,
-/// concatenated (half the bytes of hex; the script reads only the blocks it
-/// probes or claims).
+/// The chain's indexed blocks as one argument: their hashes as 8 big-endian
+/// bytes each, concatenated (half the bytes of hex; the script reads only
+/// the blocks it probes or claims).
 fn packed_chain(hashes: &[BlockHash]) -> Vec<u8> {
-    hashes.iter().flat_map(|h| h.0.to_be_bytes()).collect()
+    indexed_positions(hashes.len())
+        .flat_map(|p| hashes[p].0.to_be_bytes())
+        .collect()
 }
 
 const HEADER: usize = 4;

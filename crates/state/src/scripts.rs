@@ -42,6 +42,8 @@ pub enum ScriptName {
     SyncCommit,
     /// Apply a committed snapshot in bounded steps.
     SyncPatch,
+    /// Compare a snapshot's digests with the membership's.
+    SyncCheck,
     /// Remove dead incarnations' entries in bounded batches.
     Purge,
     /// Lease expiry, dead routers, stale entries.
@@ -62,7 +64,7 @@ pub enum ScriptName {
 
 impl ScriptName {
     /// Every script, in a fixed order.
-    pub const ALL: [ScriptName; 16] = [
+    pub const ALL: [ScriptName; 17] = [
         ScriptName::Heartbeat,
         ScriptName::Deregister,
         ScriptName::Claim,
@@ -71,6 +73,7 @@ impl ScriptName {
         ScriptName::SyncStage,
         ScriptName::SyncCommit,
         ScriptName::SyncPatch,
+        ScriptName::SyncCheck,
         ScriptName::Purge,
         ScriptName::Gc,
         ScriptName::RouterLease,
@@ -92,6 +95,7 @@ impl ScriptName {
             ScriptName::SyncStage => "sync_stage.lua",
             ScriptName::SyncCommit => "sync_commit.lua",
             ScriptName::SyncPatch => "sync_patch.lua",
+            ScriptName::SyncCheck => "sync_check.lua",
             ScriptName::Purge => "purge.lua",
             ScriptName::Gc => "gc.lua",
             ScriptName::RouterLease => "router_lease.lua",
@@ -113,6 +117,7 @@ impl ScriptName {
             ScriptName::SyncStage => include_str!("../lua/sync_stage.lua"),
             ScriptName::SyncCommit => include_str!("../lua/sync_commit.lua"),
             ScriptName::SyncPatch => include_str!("../lua/sync_patch.lua"),
+            ScriptName::SyncCheck => include_str!("../lua/sync_check.lua"),
             ScriptName::Purge => include_str!("../lua/purge.lua"),
             ScriptName::Gc => include_str!("../lua/gc.lua"),
             ScriptName::RouterLease => include_str!("../lua/router_lease.lua"),

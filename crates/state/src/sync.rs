@@ -48,6 +48,57 @@ impl StateStore {
         self.sync_commit(model, worker_id, &sync_id).await
     }
 
+    /// Compares the digests of `worker_id`'s snapshot (`digests`: 4096 hex
+    /// digits, [`protocol::index::digests_hex`]) with its confirmed
+    /// membership's. Equal: its entries are renewed as a sync would renew
+    /// them and `Ok(None)` comes back; otherwise the differing buckets
+    /// (possibly none listed, while a previous sync is still applied), and
+    /// the caller sends the whole snapshot. O(1) server time.
+    pub async fn sync_check(
+        &self,
+        model: &str,
+        worker_id: &str,
+        digests: &str,
+    ) -> Result<Option<Vec<String>>, StateError> {
+        check_name("worker_id", worker_id)?;
+        let ok = digests.len() == 4096
+            && digests
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if !ok {
+            return Err(StateError::Invalid {
+                what: "digests",
+                detail: "must be 256 digests of 16 lower-case hex digits, one string".into(),
+            });
+        }
+        let ttl = ms(self.ttls().confirmed);
+        let reply: Vec<redis::Value> = self
+            .run(
+                Lane::Bulk,
+                ScriptName::SyncCheck,
+                model,
+                &[worker_id, &ttl, digests],
+            )
+            .await
+            .map_err(|e| unknown_worker(e, model, worker_id))?;
+        let equal = matches!(reply.first(), Some(redis::Value::Int(1)));
+        metrics::counter!("prefix_router_sync_checks_total", "outcome" => if equal { "unchanged" } else { "differs" })
+            .increment(1);
+        if equal {
+            return Ok(None);
+        }
+        Ok(Some(
+            reply
+                .iter()
+                .skip(1)
+                .filter_map(|v| match v {
+                    redis::Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+                    _ => None,
+                })
+                .collect(),
+        ))
+    }
+
     /// Adds a chunk of a snapshot to sync `sync_id`; nothing is visible until
     /// [`StateStore::sync_commit`]. Returns the number of hashes staged so far.
     pub async fn sync_stage(

@@ -108,14 +108,21 @@ fn with_sha256_cbor_and_the_same_seed_engine_and_router_hashes_coincide() {
                 let rest = KvEvent::BlockStored(stored_event(case, 1, n));
                 assert_eq!(blocks.apply(&rest, &mut delta), Applied::Changed);
             }
-            let engine: Vec<BlockHash> = case["blocks"]
+            let mut engine: Vec<BlockHash> = case["blocks"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .map(|b| BlockHash(b["external_u64"].as_u64().unwrap()))
                 .collect();
+            // Reported: the indexed ones (the last block of the two-or-more
+            // block run); translated: all of them.
+            let indexed: Vec<BlockHash> = if n > 2 { vec![engine[n - 1]] } else { vec![] };
+            assert_eq!(delta.stored, indexed, "{}", case["name"]);
+            let mut all = blocks.all_hashes();
+            all.sort();
+            engine.sort();
             assert_eq!(
-                delta.stored, engine,
+                all, engine,
                 "{} {:?}",
                 case["name"], by_seed["PYTHONHASHSEED"]
             );
@@ -211,7 +218,9 @@ fn removals_media_parents_and_bounds() {
         Applied::Skipped(Unmappable::UnknownParent)
     );
     blocks.apply(&stored(vec![1, 2], None, &tokens[..32], "GPU"), &mut d);
-    assert_eq!(d.stored, router[..2]);
+    // Only the run's last block is indexed (protocol::index).
+    assert_eq!(d.stored, router[1..2]);
+    assert_eq!(blocks.len(), 2);
     // The same block offloaded to CPU is still one router block.
     let mut d = BlockDelta::default();
     blocks.apply(&stored(vec![2], Some(1), &tokens[16..32], "CPU"), &mut d);
@@ -237,4 +246,49 @@ fn removals_media_parents_and_bounds() {
         Applied::Cleared
     );
     assert!(blocks.is_empty());
+}
+
+#[test]
+fn only_anchors_and_the_ends_of_prefill_runs_are_reported() {
+    let hasher = BlockHasher::default();
+    let mut blocks = EngineBlocks::new(hasher.clone(), HashMap::new(), 1 << 10);
+    let tokens: Vec<u32> = (0..48 * 16).collect();
+    let router = hasher.block_hashes(&tokens, &Default::default());
+    let run = |from: usize, to: usize| {
+        KvEvent::BlockStored(BlockStored {
+            block_hashes: (from..to).map(|i| EngineHash::Int(i as u64)).collect(),
+            parent_block_hash: from.checked_sub(1).map(|p| EngineHash::Int(p as u64)),
+            token_ids: tokens[from * 16..to * 16].to_vec(),
+            block_size: 16,
+            ..BlockStored::default()
+        })
+    };
+    // A 40-block prefill: anchors 15 and 31, and its last block, 39.
+    let mut d = BlockDelta::default();
+    blocks.apply(&run(0, 40), &mut d);
+    assert_eq!(d.stored, [router[15], router[31], router[39]]);
+    // Decode steps, one block each: only the anchor (47) is reported.
+    let mut d = BlockDelta::default();
+    for i in 40..48 {
+        blocks.apply(&run(i, i + 1), &mut d);
+    }
+    assert_eq!(d.stored, [router[47]]);
+    assert_eq!(blocks.len(), 48);
+    let mut snapshot = blocks.snapshot();
+    snapshot.sort();
+    let mut want = vec![router[15], router[31], router[39], router[47]];
+    want.sort();
+    assert_eq!(snapshot, want);
+    // Removing unreported blocks reports nothing; a reported one, itself.
+    let mut d = BlockDelta::default();
+    let removed = |i: u64| {
+        KvEvent::BlockRemoved(BlockRemoved {
+            block_hashes: vec![EngineHash::Int(i)],
+            ..BlockRemoved::default()
+        })
+    };
+    blocks.apply(&removed(46), &mut d);
+    assert!(d.is_empty());
+    blocks.apply(&removed(47), &mut d);
+    assert_eq!(d.removed, [router[47]]);
 }

@@ -129,13 +129,16 @@ pub fn main_table(arms: &[ArmResult]) -> String {
     markdown(&header, &rows)
 }
 
-/// CPU use during the workload, % of one core.
+/// CPU use during the workload, % of one core, and per request: the CPU
+/// time of Valkey and of all routers divided by the requests completed.
 pub fn cpu_table(arms: &[ArmResult]) -> String {
     let header = [
         "policy",
         "routers (all)",
         "busiest router",
         "valkey",
+        "valkey ms/req",
+        "routers ms/req",
         "sims (all)",
         "haproxy",
         "loadtest",
@@ -145,11 +148,21 @@ pub fn cpu_table(arms: &[ArmResult]) -> String {
         .iter()
         .filter_map(|a| {
             let c = a.cpu?;
+            let per_request = |percent: f64| {
+                let rate = a.summary.req_per_s;
+                if rate > 0.0 {
+                    format!("{:.2}", 10.0 * percent / rate)
+                } else {
+                    "-".to_owned()
+                }
+            };
             Some(vec![
                 a.label.clone(),
                 format!("{:.0}%", c.routers),
                 format!("{:.0}%", c.router_max),
                 format!("{:.0}%", c.valkey),
+                per_request(c.valkey),
+                per_request(c.routers),
                 format!("{:.0}%", c.sims),
                 format!("{:.0}%", c.balancer),
                 format!("{:.0}%", c.loadtest),

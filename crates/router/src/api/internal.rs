@@ -13,7 +13,7 @@ use super::{ApiError, AppState, JsonBody};
 use protocol::check_name;
 use protocol::push::{
     DeregisterReply, EvictionBody, EvictionReply, HeartbeatBody, HeartbeatReply, StoredBody,
-    StoredReply, SyncBody, SyncReply,
+    StoredReply, SyncBody, SyncCheckBody, SyncCheckReply, SyncReply,
 };
 use state::{StateError, WorkerHeartbeat};
 
@@ -150,6 +150,23 @@ pub async fn sync(
         active: Some(out.active),
     };
     Ok(Json(reply).into_response())
+}
+
+/// The cheap half of anti-entropy: equal digests renew the worker's entries
+/// without its snapshot; different ones ask for the full sync.
+pub async fn sync_check(
+    State(app): State<AppState>,
+    JsonBody(b): JsonBody<SyncCheckBody<'static>>,
+) -> Result<Json<SyncCheckReply>, ApiError> {
+    let model = resolve_model(&app, b.model.map(Cow::into_owned), &b.worker_id).await?;
+    let differing = app
+        .store
+        .sync_check(&model, &b.worker_id, &b.digests)
+        .await?;
+    Ok(Json(SyncCheckReply {
+        unchanged: differing.is_none(),
+        differing: differing.unwrap_or_default(),
+    }))
 }
 
 /// Drains a worker: out of routing now, its entries purged in the background.

@@ -219,13 +219,14 @@ impl Proxy {
     /// Claims the blocks the target does not hold and counts the request;
     /// false when that failed (the request still goes, untracked).
     async fn assign(&self, model: &str, target: &Target, chain: &Chain) -> bool {
-        let unheld = chain
-            .hashes
-            .get(target.matched_blocks..)
-            .unwrap_or_default();
         match self
             .store
-            .assign(model, &target.candidate.worker_id, unheld)
+            .assign_prefix(
+                model,
+                &target.candidate.worker_id,
+                &chain.hashes,
+                target.matched_blocks,
+            )
             .await
         {
             Ok(_) => true,

@@ -103,19 +103,16 @@ impl Proxy {
         let mut first = all.remove(chosen);
         first.assigned = true;
         // The chain's tail is claimed off the request's critical path.
-        let rest = chain
-            .hashes
-            .get(outcome.covered.max(first.matched_blocks)..)
-            .unwrap_or_default();
-        if !rest.is_empty() {
-            let (store, model, worker, rest) = (
+        let from = outcome.covered.max(first.matched_blocks);
+        if from < chain.hashes.len() {
+            let (store, model, worker, chain) = (
                 self.store.clone(),
                 model.to_owned(),
                 first.candidate.worker_id.clone(),
-                rest.to_vec(),
+                chain.hashes.clone(),
             );
             tokio::spawn(async move {
-                if let Err(e) = store.claim(&model, &worker, &rest).await {
+                if let Err(e) = store.claim_prefix(&model, &worker, &chain, from).await {
                     tracing::debug!(error = %e, "claim of the chain's tail failed");
                 }
             });

@@ -196,12 +196,12 @@ impl SimProcess {
         resp.json().await.ok()
     }
 
-    /// The hashes it caches now (hex).
-    pub async fn cached(&self) -> BTreeSet<String> {
+    /// The hashes it caches now that the shared index holds (hex).
+    pub async fn indexed(&self) -> BTreeSet<String> {
         let st = self.state().await.expect("sim state");
-        st["cached_hashes"]
+        st["indexed_hashes"]
             .as_array()
-            .expect("cached_hashes")
+            .expect("indexed_hashes")
             .iter()
             .map(|h| h.as_str().expect("hex").to_owned())
             .collect()
@@ -554,11 +554,12 @@ impl Fleet {
     }
 
     /// Per running sim: (id, blocks only in Valkey, blocks only in the
-    /// sim's cache), comparing the sim's cache with its confirmed entries.
+    /// sim's cache), comparing the indexed blocks of the sim's cache with
+    /// its confirmed entries.
     pub async fn mismatches(&self) -> Vec<(String, usize, usize)> {
         let mut out = Vec::new();
         for s in self.live_sims() {
-            let cached = s.cached().await;
+            let cached = s.indexed().await;
             let fleet = self.held(&s.id).confirmed();
             out.push((
                 s.id.clone(),

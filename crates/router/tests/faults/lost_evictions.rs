@@ -2,9 +2,10 @@
 //! block goes unreported), with the sims' periodic full sync on (every
 //! 1 s) and, for comparison, practically off (every hour).
 //!
-//! Two routers, three sims with small KV pools (64 blocks, about 7 of the
+//! Two routers, three sims with small KV pools (256 blocks, about 7 of the
 //! 32 documents each: constant eviction), 20 req/s over 32 documents of
-//! ~9 blocks (Zipf 1.0), 8 s per arm. Before each request the client asks
+//! ~36 blocks (Zipf 1.0; long enough to hold anchors, every 16th block,
+//! besides their last block), 8 s per arm. Before each request the client asks
 //! `/admin/explain` how many leading blocks the fleet believes each worker
 //! holds; a **false hit** is a request routed to a worker the fleet
 //! believed held `m > 0` blocks of its prompt, which then reported fewer
@@ -29,7 +30,7 @@ pub async fn run() {
     let arms = [("sync-1s", "1s"), ("sync-1h", "1h")];
     let flags = |sync: &str| {
         sim_flags()
-            .set("--num-blocks", "64")
+            .set("--num-blocks", "256")
             .set("--time-scale", "0.05")
             .set("--drop-evictions", "1")
             .set("--sync-interval", sync)
@@ -52,7 +53,7 @@ pub async fn run() {
         let cfg = LoadConfig {
             rate: 20.0,
             docs: 32,
-            doc_lines: 10,
+            doc_lines: 40,
             zipf: 1.0,
             max_tokens: 4,
             explain: true,

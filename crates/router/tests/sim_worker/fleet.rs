@@ -92,7 +92,7 @@ impl Fleet {
     /// Waits until the shared state holds exactly what `sim` caches.
     async fn converged(&self, sim: &Sim, worker: &str) -> BTreeSet<String> {
         eventually("the shared state to match the sim's cache", || async {
-            let cached = sim.cached().await;
+            let cached = sim.indexed().await;
             (self.blocks(worker) == cached).then_some(cached)
         })
         .await
@@ -112,8 +112,9 @@ async fn blocks_reach_the_shared_state_and_evictions_follow() {
     let first = prompt("alpha", 20);
     let (worker, cached, _) = f.route(&first).await;
     assert_eq!((worker.as_str(), cached), ("sim-a", 0));
+    // The shared index holds the prompt's anchors and its last block.
     let held = f.converged(&sim, "sim-a").await;
-    assert!(held.len() >= 10, "{} blocks", held.len());
+    assert!(!held.is_empty(), "{} blocks", held.len());
 
     // The same prompt again: a prefix-cache hit, reported both ways.
     let (_, cached, body) = f.route(&first).await;
@@ -165,14 +166,14 @@ async fn a_dropped_eviction_report_is_healed_by_a_sync() {
     }
     // Stores are reported, evictions are not: the state keeps stale blocks.
     let stale = eventually("stale blocks in the shared state", || async {
-        let (cached, held) = (sim.cached().await, f.blocks("sim-b"));
+        let (cached, held) = (sim.indexed().await, f.blocks("sim-b"));
         (cached.is_subset(&held) && held.len() > cached.len()).then(|| held.len() - cached.len())
     })
     .await;
     assert!(pusher(&sim).await["dropped_evictions"].as_u64() >= Some(stale as u64));
     // Flushes do not heal it...
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(f.blocks("sim-b").len() > sim.cached().await.len());
+    assert!(f.blocks("sim-b").len() > sim.indexed().await.len());
     // ...a full snapshot does.
     let resp = http()
         .post(sim.url("/sim/resync"))

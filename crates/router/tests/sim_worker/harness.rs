@@ -76,6 +76,12 @@ impl Sim {
         hex_set(&self.state().await["cached_hashes"])
     }
 
+    /// The hashes the sim caches now that the shared index holds (hex):
+    /// anchors and the ends of stored runs (`protocol::index`).
+    pub async fn indexed(&self) -> BTreeSet<String> {
+        hex_set(&self.state().await["indexed_hashes"])
+    }
+
     /// `POST /sim/faults`; returns the faults now in force.
     pub async fn faults(&self, body: Value) -> Value {
         let resp = reqwest::Client::new()

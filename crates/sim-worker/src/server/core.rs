@@ -211,7 +211,7 @@ struct EngineSource(Arc<Mutex<EngineState>>);
 
 impl BlockSource for EngineSource {
     fn snapshot(&self) -> Vec<BlockHash> {
-        lock(&self.0).engine.cache().cached_hashes()
+        lock(&self.0).engine.cache().indexed_hashes()
     }
 
     fn load(&self) -> Option<WorkerLoad> {

@@ -85,8 +85,8 @@ impl Reporters {
         if let Some(p) = &self.pusher {
             for event in events {
                 match event {
-                    CacheEvent::Stored { hashes, .. } => p.stored(hashes),
-                    CacheEvent::Removed { hashes } => p.evicted(hashes),
+                    CacheEvent::Stored { indexed, .. } => p.stored(indexed),
+                    CacheEvent::Removed { indexed, .. } => p.evicted(indexed),
                     CacheEvent::Cleared => p.cleared(),
                 }
             }
@@ -125,6 +125,7 @@ impl Reporters {
                 hashes,
                 parent,
                 block_size,
+                ..
             } => {
                 let token_ids = book.tokens(hashes).unwrap_or_else(|| {
                     tracing::warn!("tokens of stored blocks unknown; event sent without them");
@@ -142,7 +143,7 @@ impl Reporters {
                     ..BlockStored::default()
                 }))
             }
-            CacheEvent::Removed { hashes } => {
+            CacheEvent::Removed { hashes, .. } => {
                 let p = self.kv_drop_evictions;
                 let kept: Vec<EngineHash> = hashes
                     .iter()

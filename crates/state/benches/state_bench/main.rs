@@ -4,13 +4,16 @@
 //! Starts its own `valkey-server` (binary from `VALKEY_SERVER`, else
 //! `valkey-server` on PATH) on a free loopback port without persistence,
 //! drives it through `StateStore`, and prints a Markdown report to stdout
-//! (progress goes to stderr). Run with `cargo bench --bench state_bench`.
+//! (progress goes to stderr). Run with `cargo bench --bench state_bench`;
+//! `cargo bench --bench state_bench -- sync-check` runs section D alone.
 //!
 //! This file is the entry and the order of the run; the sections live in
-//! `memory` (A), `timing` (B) and `sync` (C), their tables in `report`.
+//! `memory` (A), `timing` (B), `sync` (C) and `check` (D), their tables in
+//! `report`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
 
+mod check;
 mod fixtures;
 mod memory;
 mod raw;
@@ -32,7 +35,7 @@ use crate::raw::Raw;
 use crate::setup::{Setup, loadavg};
 use crate::sync::full_sync;
 
-async fn run(url: &str) -> Result<String> {
+async fn run(url: &str, only_check: bool) -> Result<String> {
     let load_start = loadavg();
     let mut raw = Raw::connect(url).await?;
     let mut rng = StdRng::seed_from_u64(0x5eed);
@@ -40,6 +43,16 @@ async fn run(url: &str) -> Result<String> {
 
     let setup = Setup::probe(&mut raw).await?;
     report::setup(&mut out, &setup, &load_start);
+
+    // ----- D. Anti-entropy of an unchanged worker.
+    eprintln!("timing: sync check of an unchanged 200k-entry worker");
+    let check_store = new_store(url, BatchLimits::default())?;
+    let check =
+        check::unchanged_sync(&mut raw, &check_store, &mut rng, "check-200k", 200_000).await?;
+    report::sync_check(&mut out, &check);
+    if only_check {
+        return Ok(out);
+    }
 
     // ----- A. Memory.
     let t_all = Instant::now();
@@ -120,7 +133,10 @@ fn main() {
         .enable_all()
         .build()
         .context("tokio runtime")
-        .and_then(|rt| rt.block_on(run(&guard.url())));
+        .and_then(|rt| {
+            let only_check = std::env::args().any(|a| a == "sync-check");
+            rt.block_on(run(&guard.url(), only_check))
+        });
     drop(guard);
     match result {
         Ok(report) => print!(

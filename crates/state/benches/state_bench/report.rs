@@ -213,6 +213,31 @@ pub fn timing(out: &mut String, rows: &[Timing], patch_rows: &[Timing]) {
 
 /// `## C. Full sync of 200,000 hashes`: runs 1 (`whole`), 2 (`split`) and
 /// 3 (`steady`).
+/// Section D's table.
+pub fn sync_check(out: &mut String, run: &crate::check::CheckRun) {
+    let _ = writeln!(out, "\n## D. Anti-entropy of an unchanged worker\n");
+    let _ = writeln!(
+        out,
+        "A worker holding {} confirmed entries. Its periodic sync first sends the 256 digests of its snapshot (`sync_check.lua`); only when they differ does it send the snapshot. For comparison, the full sync of the same (unchanged) snapshot, which is what every period cost before. Server time from `INFO commandstats` (FCALL) over each call alone.\n",
+        run.entries
+    );
+    let _ = writeln!(
+        out,
+        "| measured call | wall ms | FCALL calls | **server usec total** |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|");
+    for part in &run.parts {
+        let _ = writeln!(
+            out,
+            "| {} | {:.2} | {} | **{}** |",
+            part.label,
+            part.wall.as_secs_f64() * 1e3,
+            part.w.stat.calls,
+            part.w.stat.usec
+        );
+    }
+}
+
 pub fn full_sync(out: &mut String, whole: &SyncRun, split: &SyncRun, steady: &SyncRun) {
     let _ = writeln!(out, "\n## C. Full sync of 200,000 hashes\n");
     let _ = writeln!(

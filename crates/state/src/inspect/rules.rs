@@ -197,7 +197,7 @@ pub(crate) fn key_issues(f: &KeyFacts) -> Vec<Issue> {
     let stage = matches!(
         f.class,
         KeyClass::Model {
-            key: ModelKey::Stage(..),
+            key: ModelKey::Stage(..) | ModelKey::StageDigests(..),
             ..
         }
     );

@@ -58,6 +58,10 @@ pub(crate) enum ModelKey {
     Target(u64),
     /// `stage:<idx>:<sync_id>`
     Stage(u64, String),
+    /// `dg:<idx>`
+    Digests(u64),
+    /// `stage_dg:<idx>:<sync_id>`
+    StageDigests(u64, String),
 }
 
 impl ModelKey {
@@ -67,7 +71,9 @@ impl ModelKey {
             ModelKey::Seq => KeyType::Str,
             ModelKey::Leases | ModelKey::Routers => KeyType::ZSet,
             ModelKey::Ids | ModelKey::View | ModelKey::Gc | ModelKey::Record(_) => KeyType::Hash,
-            ModelKey::Bucket(_) => KeyType::Hash,
+            ModelKey::Bucket(_) | ModelKey::Digests(_) | ModelKey::StageDigests(..) => {
+                KeyType::Hash
+            }
             ModelKey::Purge
             | ModelKey::Reverse(_)
             | ModelKey::Spec(_)
@@ -159,7 +165,8 @@ fn model_key(suffix: &str) -> Option<ModelKey> {
                 "r" => ModelKey::Reverse(parse_idx(arg)?),
                 "sp" => ModelKey::Spec(parse_idx(arg)?),
                 "s" => ModelKey::Target(parse_idx(arg)?),
-                "stage" => {
+                "dg" => ModelKey::Digests(parse_idx(arg)?),
+                "stage" | "stage_dg" => {
                     let (idx, sync_id) = arg.split_once(':')?;
                     let ok = !sync_id.is_empty()
                         && sync_id.len() <= 64
@@ -169,7 +176,12 @@ fn model_key(suffix: &str) -> Option<ModelKey> {
                     if !ok {
                         return None;
                     }
-                    ModelKey::Stage(parse_idx(idx)?, sync_id.to_owned())
+                    let (idx, sync_id) = (parse_idx(idx)?, sync_id.to_owned());
+                    if kind == "stage" {
+                        ModelKey::Stage(idx, sync_id)
+                    } else {
+                        ModelKey::StageDigests(idx, sync_id)
+                    }
                 }
                 _ => return None,
             }
@@ -255,6 +267,8 @@ impl ModelKeys {
             ModelKey::Spec(i) => format!("{b}:sp:{i}"),
             ModelKey::Target(i) => format!("{b}:s:{i}"),
             ModelKey::Stage(i, id) => format!("{b}:stage:{i}:{id}"),
+            ModelKey::Digests(i) => format!("{b}:dg:{i}"),
+            ModelKey::StageDigests(i, id) => format!("{b}:stage_dg:{i}:{id}"),
         }
     }
 }

@@ -21,8 +21,10 @@ use std::borrow::Cow;
 
 use protocol::WorkerLoad;
 use protocol::hashing::BlockHash;
+use protocol::index::{digests, digests_hex};
 use protocol::push::{
-    EvictionBody, HeartbeatBody, HeartbeatReply, StoredBody, SyncBody, SyncReply,
+    EvictionBody, HeartbeatBody, HeartbeatReply, StoredBody, SyncBody, SyncCheckBody,
+    SyncCheckReply, SyncReply,
 };
 
 /// The most hashes the fleet accepts in one `stored`/`eviction` request.
@@ -255,6 +257,34 @@ impl FleetClient {
             .and_then(|r| r.active)
             .ok_or(PushError::Reply {
                 op: "sync",
+                url,
+                detail,
+            })
+    }
+
+    /// Compares the digests of the worker's snapshot with the fleet's
+    /// (`POST /internal/sync/check`); true when they are equal, which
+    /// renews the worker's entries as a full sync would.
+    pub async fn sync_check(
+        &self,
+        who: &WorkerIdentity,
+        snapshot: &[BlockHash],
+    ) -> Result<bool, PushError> {
+        let digests = digests_hex(&digests(snapshot.iter().copied()));
+        let body = SyncCheckBody {
+            worker_id: who.worker_id.as_str().into(),
+            model: Some(who.model.as_str().into()),
+            digests: Cow::Owned(digests),
+        };
+        let mut call = self.post("sync_check", &body);
+        call.url = self.url(&["internal", "sync", "check"]);
+        let url = call.url.to_string();
+        let reply = self.send(call).await?;
+        let detail = format!("no \"unchanged\" in {reply}");
+        serde_json::from_value::<SyncCheckReply>(reply)
+            .map(|r| r.unchanged)
+            .map_err(|_| PushError::Reply {
+                op: "sync_check",
                 url,
                 detail,
             })

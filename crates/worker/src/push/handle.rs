@@ -30,6 +30,7 @@ pub(super) struct Stats {
     pub heartbeats: AtomicU64,
     pub flushes: AtomicU64,
     pub syncs: AtomicU64,
+    pub snapshots: AtomicU64,
     pub failures: AtomicU64,
     pub resyncs: AtomicU64,
     pub dropped_fault: AtomicU64,
@@ -217,6 +218,7 @@ impl PusherHandle {
             heartbeats: get(&s.heartbeats),
             flushes: get(&s.flushes),
             syncs: get(&s.syncs),
+            snapshots: get(&s.snapshots),
             failures: get(&s.failures),
             resyncs: get(&s.resyncs),
             dropped_evictions: get(&s.dropped_fault),
@@ -242,8 +244,11 @@ pub struct PusherStatus {
     pub heartbeats: u64,
     /// Flushes of stored/evicted reports the fleet accepted.
     pub flushes: u64,
-    /// Full snapshots the fleet committed.
+    /// Syncs completed: digest checks that found the fleet equal, and full
+    /// snapshots committed.
     pub syncs: u64,
+    /// Full snapshots the fleet committed (the digests differed).
+    pub snapshots: u64,
     /// Failed calls (each followed by a backoff).
     pub failures: u64,
     /// Full resyncs scheduled (besides the periodic syncs).

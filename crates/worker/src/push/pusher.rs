@@ -13,10 +13,12 @@
 //! 3. heartbeat, when one is due, when not registered, or before a resync.
 //!    A reply with `registered: true` or another incarnation than before
 //!    means the fleet forgot the worker: a full resync becomes due;
-//! 4. full sync, when one is due or `sync_interval` has passed: the pending
-//!    window is dropped *first*, then the snapshot is taken, so every
-//!    dropped report is reflected in it (reports made after it are sent by
-//!    the next flush; sending one the snapshot already reflects is harmless);
+//! 4. sync, when one is due or `sync_interval` has passed (a periodic one
+//!    flushes the window first): the pending window is dropped *first*,
+//!    then the snapshot is taken, so every dropped report is reflected in
+//!    it (reports made after it are sent by the next flush; sending one the
+//!    snapshot already reflects is harmless). The snapshot's digests are
+//!    sent first; only when they differ from the fleet's is the snapshot;
 //! 5. otherwise flush the window's net reports.
 //!
 //! Any failed call, heartbeats included, schedules a full resync (a lost
@@ -222,6 +224,15 @@ impl Worker {
         // The heartbeat may have found that the fleet forgot us.
         let due = self.shared.pending().resync_due();
         if due.is_some() || Instant::now() >= self.next_sync {
+            if due.is_none() {
+                // A periodic sync sends the window first, so that an
+                // unchanged fleet's digests match the snapshot's.
+                self.flush().await;
+                if Instant::now() < self.retry_at {
+                    return;
+                }
+            }
+            let due = self.shared.pending().resync_due();
             self.sync(due).await;
         } else {
             self.flush().await;
@@ -272,10 +283,44 @@ impl Worker {
     async fn sync(&mut self, due: Option<ResyncReason>) {
         // Drop the window first, then snapshot: see the module docs.
         self.shared.pending().begin_resync();
-        let snapshot = self.source.snapshot();
+        let mut snapshot = self.source.snapshot();
+        snapshot.sort_unstable();
+        snapshot.dedup();
+        let reason = due.map_or("periodic", ResyncReason::as_str);
+        // The digests first: an unchanged set costs the fleet one comparison
+        // instead of a walk of the whole snapshot.
+        match self
+            .client
+            .sync_check(&self.config.identity, &snapshot)
+            .await
+        {
+            Ok(true) => {
+                tracing::debug!(reason, hashes = snapshot.len(), "fleet already in sync");
+                self.shared.stats.syncs.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("prefix_router_push_sync_checks_total", "outcome" => "unchanged")
+                    .increment(1);
+                self.next_sync = Instant::now() + self.config.sync_interval;
+                self.succeeded();
+                return;
+            }
+            Ok(false) => {
+                metrics::counter!("prefix_router_push_sync_checks_total", "outcome" => "differs")
+                    .increment(1);
+            }
+            Err(e) if e.is_unknown_worker() => {
+                self.failed("sync_check", e);
+                return;
+            }
+            // A router without the check (an older version) or a hiccup:
+            // the full sync below settles it either way.
+            Err(e) => {
+                tracing::debug!(error = %e, "sync check failed; sending the snapshot");
+                metrics::counter!("prefix_router_push_sync_checks_total", "outcome" => "failed")
+                    .increment(1);
+            }
+        }
         match self.client.sync(&self.config.identity, &snapshot).await {
             Ok(reply) => {
-                let reason = due.map_or("periodic", ResyncReason::as_str);
                 tracing::debug!(
                     reason,
                     hashes = snapshot.len(),
@@ -284,6 +329,7 @@ impl Worker {
                     "full snapshot committed"
                 );
                 self.shared.stats.syncs.fetch_add(1, Ordering::Relaxed);
+                self.shared.stats.snapshots.fetch_add(1, Ordering::Relaxed);
                 metrics::counter!("prefix_router_push_total", "op" => "sync").increment(1);
                 metrics::counter!("prefix_router_push_syncs_total", "reason" => reason)
                     .increment(1);

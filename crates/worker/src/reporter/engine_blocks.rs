@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 
 use protocol::hashing::{BlockDigest, BlockHash, BlockHasher, ExtraKeys, LoraKey};
+use protocol::index::is_indexed_in_run;
 use protocol::kv_events::{BlockRemoved, BlockStored, EngineHash, KvEvent};
 
 /// Why a `BlockStored` could not be translated into router hashes; its
@@ -47,8 +48,8 @@ pub enum Unmappable {
     Full(usize),
 }
 
-/// The router-level changes an event caused: hashes that became present
-/// and hashes that are no longer held by any medium.
+/// The router-level changes an event caused to the indexed blocks: hashes
+/// that became present and hashes that are no longer held by any medium.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct BlockDelta {
     /// Router hashes now held that were not.
@@ -81,8 +82,19 @@ pub enum Applied {
 #[derive(Debug, Clone)]
 struct EngineBlock {
     digest: BlockDigest,
+    /// 0-based position in its chain.
+    depth: usize,
     /// Media (GPU, CPU, ...) holding it; vLLM reports each separately.
     media: Vec<Option<String>>,
+}
+
+/// A router hash held by one or more engine blocks.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    /// Engine blocks (under any engine hash) holding it.
+    count: u32,
+    /// Whether it was reported to the index.
+    indexed: bool,
 }
 
 /// The engine's blocks by engine hash, and the router hashes they hold.
@@ -91,7 +103,7 @@ pub struct EngineBlocks {
     hasher: BlockHasher,
     loras: HashMap<String, LoraKey>,
     blocks: HashMap<EngineHash, EngineBlock>,
-    held: HashMap<BlockHash, u32>,
+    held: HashMap<BlockHash, Held>,
     max_blocks: usize,
 }
 
@@ -134,12 +146,21 @@ impl EngineBlocks {
         self.held.clear();
     }
 
-    /// Every router hash held, for a full sync.
+    /// Every indexed router hash held, for a full sync.
     pub fn snapshot(&self) -> Vec<BlockHash> {
+        self.held
+            .iter()
+            .filter(|(_, h)| h.indexed)
+            .map(|(&hash, _)| hash)
+            .collect()
+    }
+
+    /// Every router hash held, indexed or not.
+    pub fn all_hashes(&self) -> Vec<BlockHash> {
         self.held.keys().copied().collect()
     }
 
-    /// Number of router hashes held.
+    /// Number of router hashes held (indexed or not).
     pub fn len(&self) -> usize {
         self.held.len()
     }
@@ -171,32 +192,51 @@ impl EngineBlocks {
             Some(p) => Some(
                 self.blocks
                     .get(p)
-                    .map(|b| b.digest)
+                    .map(|b| (b.digest, b.depth))
                     .ok_or(Unmappable::UnknownParent)?,
             ),
         };
         let keys = self.extra_keys(e, parent.is_none())?;
-        let digests = self
-            .hasher
-            .continue_digests(parent.as_ref(), &e.token_ids, &keys);
-        for (engine, digest) in e.block_hashes.iter().zip(digests) {
+        let digests =
+            self.hasher
+                .continue_digests(parent.as_ref().map(|(d, _)| d), &e.token_ids, &keys);
+        let start = parent.map_or(0, |(_, depth)| depth + 1);
+        let run = e.block_hashes.len();
+        for (offset, (engine, digest)) in e.block_hashes.iter().zip(digests).enumerate() {
+            let depth = start + offset;
             let block = self
                 .blocks
                 .entry(engine.clone())
                 .or_insert_with(|| EngineBlock {
                     digest,
+                    depth,
                     media: Vec::new(),
                 });
+            let hash = block.digest.external();
+            let indexed = is_indexed_in_run(depth, offset, run);
             if block.media.contains(&e.medium) {
+                // Stored again (a replayed or repeated event): it may now end
+                // a run, which makes it indexed.
+                if let Some(held) = self.held.get_mut(&hash)
+                    && indexed
+                    && !held.indexed
+                {
+                    held.indexed = true;
+                    delta.stored.push(hash);
+                }
                 continue;
             }
             let first = block.media.is_empty();
             block.media.push(e.medium.clone());
             if first {
-                let count = self.held.entry(block.digest.external()).or_insert(0);
-                *count += 1;
-                if *count == 1 {
-                    delta.stored.push(block.digest.external());
+                let held = self.held.entry(hash).or_insert(Held {
+                    count: 0,
+                    indexed: false,
+                });
+                held.count += 1;
+                if indexed && !held.indexed {
+                    held.indexed = true;
+                    delta.stored.push(hash);
                 }
             }
         }
@@ -214,11 +254,14 @@ impl EngineBlocks {
             }
             let hash = block.digest.external();
             self.blocks.remove(engine);
-            if let Some(count) = self.held.get_mut(&hash) {
-                *count -= 1;
-                if *count == 0 {
+            if let Some(held) = self.held.get_mut(&hash) {
+                held.count -= 1;
+                if held.count == 0 {
+                    let indexed = held.indexed;
                     self.held.remove(&hash);
-                    delta.removed.push(hash);
+                    if indexed {
+                        delta.removed.push(hash);
+                    }
                 }
             }
         }
