@@ -40,3 +40,15 @@ if ! have haproxy; then
 fi
 haproxy_bin=$(command -v haproxy || echo /usr/sbin/haproxy)
 echo "install-deps: $("$haproxy_bin" -v | head -n 1)"
+
+# Redis 7 (Debian's): the state suite also runs against it, since managed
+# services and existing deployments often run Redis rather than Valkey.
+if ! have redis-server; then
+  echo "install-deps: installing redis-server"
+  apt_update
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+  # Like Valkey's, the package's service is never used by the tests.
+  $SUDO systemctl disable --now redis-server >/dev/null 2>&1 || true
+fi
+redis_bin=$(command -v redis-server || echo /usr/bin/redis-server)
+echo "install-deps: $("$redis_bin" --version)"
