@@ -12,11 +12,13 @@
 //! * [`process`]: a restartable recipe ([`ProcSpec`]) and a kill-on-drop
 //!   child ([`ChildProc`]) with its log, output lines and CPU time.
 //! * `valkey`: [`Valkey`], a private `valkey-server`.
+//! * [`valkey_cluster`]: [`ValkeyCluster`], a real Valkey Cluster (3
+//!   primaries + 3 replicas) through `scripts/valkey-cluster.sh`.
 //! * [`haproxy`]: [`Haproxy`], the L4 balancer, and its one [`config`]
 //!   writer.
 //!
-//! Within: `valkey` and `haproxy` use `ports` and `binaries`; `process`
-//! stands alone.
+//! Within: `valkey` and `haproxy` use `ports` and `binaries`;
+//! `valkey_cluster` uses `binaries`; `process` stands alone.
 //!
 //! [`config`]: haproxy::config
 
@@ -25,8 +27,10 @@ pub mod haproxy;
 mod ports;
 pub mod process;
 mod valkey;
+pub mod valkey_cluster;
 
 pub use haproxy::Haproxy;
 pub use ports::free_port;
 pub use process::{ChildProc, ProcSpec, proc_cpu_seconds, wait_http_ok};
 pub use valkey::{Valkey, ValkeySpec};
+pub use valkey_cluster::ValkeyCluster;

@@ -1022,3 +1022,58 @@ fn package_selection_is_read_as_cargo_reads_it() {
         set(&["w", "x", "y", "z"])
     );
 }
+
+#[test]
+fn the_cluster_profile_is_three_primaries_and_three_replicas_on_fixed_addresses() {
+    let c = compose();
+    let in_profile = |svc: &Value| {
+        svc["profiles"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|x| x == "cluster"))
+    };
+    let nodes: Vec<(&String, &Value)> = services(&c)
+        .iter()
+        .filter(|(name, _)| name.starts_with("valkey-c") && name.as_str() != "valkey-cluster-init")
+        .collect();
+    assert_eq!(nodes.len(), 6, "six cluster nodes");
+    let subnet = c["networks"]["valkey-cluster"]["ipam"]["config"][0]["subnet"]
+        .as_str()
+        .expect("the cluster network's subnet");
+    let prefix = subnet.trim_end_matches("0/24");
+    let mut addresses = BTreeSet::new();
+    for (name, node) in &nodes {
+        assert!(in_profile(node), "{name}: only in the cluster profile");
+        let cmd = words(&node["command"]);
+        let flag = |f: &str| cmd.iter().position(|w| w == f).map(|i| cmd[i + 1].clone());
+        assert_eq!(flag("--cluster-enabled").as_deref(), Some("yes"), "{name}");
+        assert!(flag("--cluster-config-file").is_some(), "{name}");
+        let ip = node["networks"]["valkey-cluster"]["ipv4_address"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: a fixed address"));
+        assert!(ip.starts_with(prefix), "{name}: {ip} outside {subnet}");
+        addresses.insert(ip.to_owned());
+    }
+    assert_eq!(addresses.len(), 6, "distinct addresses");
+    let init = service(&c, "valkey-cluster-init");
+    assert!(in_profile(init));
+    let script = words(&init["command"]).join(" ");
+    for ip in &addresses {
+        assert!(script.contains(&format!("{ip}:6379")), "init joins {ip}");
+    }
+    assert!(script.contains("--cluster-replicas 1") && script.contains("--cluster-yes"));
+    for (name, _) in &nodes {
+        assert!(
+            depends_on(init).contains(name.as_str()),
+            "init waits for {name}"
+        );
+    }
+    // The default profile is untouched: no default service needs the cluster.
+    for (name, svc) in services(&c) {
+        if !in_profile(svc) {
+            assert!(
+                depends_on(svc).iter().all(|d| !d.starts_with("valkey-c")),
+                "{name} depends on a cluster node"
+            );
+        }
+    }
+}
