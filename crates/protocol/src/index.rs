@@ -2,30 +2,40 @@
 //!
 //! Writing every block of a long prompt to Valkey costs about 7 µs of server
 //! time per block and per report (claim, stored, evicted): 20 ms for a
-//! 15k-token prompt. The index therefore holds only a chain's **anchors**,
-//! every [`INDEX_STRIDE`]-th block, and the **tips**: a routed prompt's last
-//! block (claimed by the router) and the last block of each run of two or
-//! more blocks a worker stores (a prefill; a decode step's single new block
-//! is indexed only when it is an anchor). Because a block's hash chains all
-//! blocks before it, a worker holding anchor `k` holds the whole prefix up
-//! to it, so matching anchors finds the same worker as matching every
-//! block. What the router learns is the matched prefix rounded down to an
-//! indexed position: exact for a repeated prompt and at anchors, otherwise
-//! short by fewer than [`INDEX_STRIDE`] blocks. The engine's real hit is
-//! unaffected; only ties inside one stride are invisible.
+//! 15k-token prompt. The index therefore holds only a chain's **anchors**
+//! and **tips**. Anchors are the blocks that end the first 1, 2, 4, 8 and
+//! 16 blocks (a short shared prefix, like a system prompt, still counts),
+//! then every [`INDEX_STRIDE`]-th block: positions 0, 1, 3, 7, 15, 31, 47, …
+//! (0-based). Tips are a routed prompt's last block (claimed by the router)
+//! and the last block of each run of two or more blocks a worker stores (a
+//! prefill; a decode step's single new block is indexed only when it is an
+//! anchor). Because a block's hash chains all blocks before it, a worker
+//! holding an anchor holds the whole prefix up to it, so matching the
+//! indexed blocks finds the same worker as matching every block. What the
+//! router learns is the matched prefix rounded down to an indexed
+//! position: exact for a repeated prompt and at anchors, otherwise short by
+//! fewer than [`INDEX_STRIDE`] blocks (by less than half the prefix within
+//! the first 16). The engine's real hit is unaffected; only ties between
+//! workers inside one stride are invisible.
 //!
 //! Routers and workers must use the same rule, so it is defined once, here,
 //! with the [`digests`] of an indexed set that anti-entropy compares.
+//! `crates/state/lua/lib_routing.lua`'s `covered` is [`blocks_covered`] in
+//! Lua; `route_script` tests keep them equal.
 
 use crate::hashing::BlockHash;
 
-/// Blocks between two anchors: the index holds positions 15, 31, 47, …
-/// (0-based) of every chain, so 256 tokens at vLLM's default block size.
+/// Blocks between two anchors past the dense head: the index holds every
+/// 16th block (256 tokens at vLLM's default block size).
 pub const INDEX_STRIDE: usize = 16;
+
+/// Anchors among the first [`INDEX_STRIDE`] blocks: positions 0, 1, 3, 7, 15.
+const HEAD_ANCHORS: usize = INDEX_STRIDE.trailing_zeros() as usize + 1;
 
 /// Whether the block at 0-based `position` of its chain is an anchor.
 pub fn is_anchor(position: usize) -> bool {
-    (position + 1).is_multiple_of(INDEX_STRIDE)
+    let n = position + 1;
+    n.is_multiple_of(INDEX_STRIDE) || (n < INDEX_STRIDE && n.is_power_of_two())
 }
 
 /// Whether a worker indexes the block at `position`, the `offset`-th
@@ -38,25 +48,26 @@ pub fn is_indexed_in_run(position: usize, offset: usize, run_len: usize) -> bool
 /// The 0-based positions a router matches and claims for a chain of
 /// `blocks` blocks: every anchor, then the last block if it is not one.
 pub fn indexed_positions(blocks: usize) -> impl Iterator<Item = usize> {
-    let anchors = (INDEX_STRIDE - 1..blocks).step_by(INDEX_STRIDE);
+    let head = (0..HEAD_ANCHORS - 1).map(|k| (1usize << k) - 1);
+    let anchors = head
+        .chain((INDEX_STRIDE - 1..).step_by(INDEX_STRIDE))
+        .take_while(move |&p| p < blocks);
     let tip = (blocks > 0 && !is_anchor(blocks - 1)).then(|| blocks - 1);
     anchors.chain(tip)
 }
 
 /// Leading blocks of a `blocks`-long chain known held when its first
-/// `held` indexed positions are.
+/// `held` indexed positions are: the block count the `held`-th anchor
+/// ends, or the whole chain once its tip is held.
 pub fn blocks_covered(held: usize, blocks: usize) -> usize {
-    held.saturating_mul(INDEX_STRIDE).min(blocks)
-}
-
-/// How many of a chain's indexed positions lie before block `from` (the
-/// count of leading indexed positions a holder of `from` blocks holds).
-pub fn indexed_before(from: usize, blocks: usize) -> usize {
-    if from >= blocks {
-        indexed_positions(blocks).count()
+    let anchor_end = if held == 0 {
+        0
+    } else if held <= HEAD_ANCHORS {
+        1 << (held - 1)
     } else {
-        from / INDEX_STRIDE
-    }
+        INDEX_STRIDE.saturating_mul(held - HEAD_ANCHORS + 1)
+    };
+    anchor_end.min(blocks)
 }
 
 /// Digest buckets of a worker's indexed set: by a hash's first byte.
@@ -88,23 +99,35 @@ mod tests {
     fn positions_are_anchors_and_the_tip() {
         assert_eq!(indexed_positions(0).count(), 0);
         assert_eq!(indexed_positions(1).collect::<Vec<_>>(), [0]);
-        assert_eq!(indexed_positions(16).collect::<Vec<_>>(), [15]);
-        assert_eq!(indexed_positions(17).collect::<Vec<_>>(), [15, 16]);
-        assert_eq!(indexed_positions(40).collect::<Vec<_>>(), [15, 31, 39]);
-        assert_eq!(indexed_positions(1000).count(), 63);
+        assert_eq!(indexed_positions(3).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(indexed_positions(6).collect::<Vec<_>>(), [0, 1, 3, 5]);
+        assert_eq!(indexed_positions(16).collect::<Vec<_>>(), [0, 1, 3, 7, 15]);
+        assert_eq!(
+            indexed_positions(17).collect::<Vec<_>>(),
+            [0, 1, 3, 7, 15, 16]
+        );
+        assert_eq!(
+            indexed_positions(40).collect::<Vec<_>>(),
+            [0, 1, 3, 7, 15, 31, 39]
+        );
+        assert_eq!(indexed_positions(1000).count(), 67);
+        for n in 0..200 {
+            for p in indexed_positions(n) {
+                assert!(p < n && (is_anchor(p) || p == n - 1), "{n}: {p}");
+            }
+            let anchors = (0..n).filter(|&p| is_anchor(p)).count();
+            let tip = usize::from(n > 0 && !is_anchor(n - 1));
+            assert_eq!(indexed_positions(n).count(), anchors + tip, "{n}");
+        }
     }
 
     #[test]
-    fn covered_and_before_invert_each_other() {
-        for blocks in 0..70 {
-            let n = indexed_positions(blocks).count();
-            assert_eq!(blocks_covered(n, blocks), blocks);
-            for held in 0..=n {
-                let covered = blocks_covered(held, blocks);
-                assert_eq!(indexed_before(covered, blocks), held, "{blocks} {held}");
-                // Every position before `covered` that is indexed is among the first `held`.
-                let inside = indexed_positions(blocks).filter(|&p| p < covered).count();
-                assert_eq!(inside, held);
+    fn covered_is_where_the_held_positions_end() {
+        for blocks in 0..200 {
+            let positions: Vec<usize> = indexed_positions(blocks).collect();
+            assert_eq!(blocks_covered(0, blocks), 0);
+            for (k, &p) in positions.iter().enumerate() {
+                assert_eq!(blocks_covered(k + 1, blocks), p + 1, "{blocks} {k}");
             }
         }
     }

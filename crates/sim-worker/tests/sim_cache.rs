@@ -128,8 +128,8 @@ fn lookup_stops_at_the_first_miss() {
             hashes: hs(&[9]),
             parent: Some(h(1)),
             block_size: BS,
-            // Block 9 is neither an anchor nor the prompt's last block.
-            indexed: vec![],
+            // Block 9 is at position 1: an anchor (protocol::index).
+            indexed: hs(&[9]),
         }]
     );
     c.check_invariants().unwrap();
@@ -152,8 +152,8 @@ fn free_blocks_are_evicted_least_recently_used_first() {
         c.drain_events(),
         vec![CacheEvent::Removed {
             hashes: hs(&[2]),
-            // A one-block run's block is indexed only as an anchor.
-            indexed: vec![]
+            // A prompt's first block is an anchor.
+            indexed: hs(&[2])
         }]
     );
     c.allocate(RequestId(7), &hs(&[11, 12]), 2).unwrap();
@@ -161,7 +161,7 @@ fn free_blocks_are_evicted_least_recently_used_first() {
         c.drain_events(),
         vec![CacheEvent::Removed {
             hashes: hs(&[3, 4]),
-            indexed: vec![]
+            indexed: hs(&[3, 4])
         }]
     );
     assert_eq!(c.cached_hashes(), hs(&[1]));
@@ -242,14 +242,15 @@ fn the_event_stream_matches_every_change() {
     c.allocate(r1, &hs(&[1, 2, 3]), 4).unwrap();
     step(&mut c, vec![]);
     c.commit(r1).unwrap();
-    // Short prompts: only the last block of a run of two or more is indexed.
+    // Short prompts: positions 0, 1 and 3 are anchors; the last block of a
+    // run of two or more is indexed too.
     let stored = |hashes: &[u64], parent: Option<u64>, indexed: &[u64]| CacheEvent::Stored {
         hashes: hs(hashes),
         parent: parent.map(h),
         block_size: BS,
         indexed: hs(indexed),
     };
-    step(&mut c, vec![stored(&[1, 2, 3], None, &[3])]);
+    step(&mut c, vec![stored(&[1, 2, 3], None, &[1, 2, 3])]);
     assert_eq!(c.commit(r1), Ok(0));
     c.allocate(r2, &hs(&[1, 2, 7]), 3).unwrap();
     c.commit(r2).unwrap();
@@ -287,7 +288,8 @@ fn the_same_prefix_computed_twice_is_cached_once() {
     assert_eq!(c.allocate(r2, &hs(&[1, 2, 3]), 3).unwrap().hit_blocks, 0);
     c.commit(r1).unwrap();
     assert_eq!(c.commit(r2), Ok(2));
-    // Short prompts: only the last block of a run of two or more is indexed.
+    // Short prompts: positions 0, 1 and 3 are anchors; the last block of a
+    // run of two or more is indexed too.
     let stored = |hashes: &[u64], parent: Option<u64>, indexed: &[u64]| CacheEvent::Stored {
         hashes: hs(hashes),
         parent: parent.map(h),
@@ -297,8 +299,8 @@ fn the_same_prefix_computed_twice_is_cached_once() {
     assert_eq!(
         c.drain_events(),
         vec![
-            stored(&[2], None, &[]),
-            stored(&[1], None, &[]),
+            stored(&[2], None, &[2]),
+            stored(&[1], None, &[1]),
             stored(&[3], Some(2), &[])
         ]
     );
@@ -364,9 +366,10 @@ fn a_long_prompt_indexes_its_anchors_and_its_last_block() {
         panic!("one run expected: {stored:?}");
     };
     assert_eq!(hashes.len(), 40);
-    // Positions 15 and 31 (anchors) and 39 (the run's last block).
-    assert_eq!(indexed, &hs(&[16, 32, 40]));
-    assert_eq!(c.indexed_hashes(), hs(&[16, 32, 40]));
+    // Positions 0, 1, 3, 7, 15 and 31 (anchors) and 39 (the run's last).
+    let want = hs(&[1, 2, 4, 8, 16, 32, 40]);
+    assert_eq!(indexed, &want);
+    assert_eq!(c.indexed_hashes(), want);
     // Evicting the whole prompt reports the indexed blocks among the removed.
     c.allocate(RequestId(2), &[], 64).unwrap();
     let removed = c.drain_events();
@@ -376,7 +379,7 @@ fn a_long_prompt_indexes_its_anchors_and_its_last_block() {
     assert_eq!(hashes.len(), 40);
     let mut indexed = indexed.clone();
     indexed.sort();
-    assert_eq!(indexed, hs(&[16, 32, 40]));
+    assert_eq!(indexed, want);
     assert!(c.indexed_hashes().is_empty());
     c.check_invariants().unwrap();
 }

@@ -328,8 +328,8 @@ fn reset_and_events_flow_through_the_engine() {
         hashes: vec![BlockHash(1000), BlockHash(1001)],
         parent: None,
         block_size: BS,
-        // A two-block prompt: its last block is its tip.
-        indexed: vec![BlockHash(1001)],
+        // Positions 0 and 1 are anchors.
+        indexed: vec![BlockHash(1000), BlockHash(1001)],
     };
     assert_eq!(e.drain_cache_events(), vec![stored]);
     e.reset_prefix_cache(at(101));

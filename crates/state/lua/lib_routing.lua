@@ -18,6 +18,23 @@ local function tie_break(seed, i)
   return (x * x + i) % TIE_PRIME
 end
 
+-- Leading blocks known held when the first k indexed blocks of an n-block
+-- chain are (protocol::index::blocks_covered): the anchors end 1, 2, 4, 8,
+-- ..., stride blocks, then every `stride` more; the tip ends the chain.
+local function covered(k, n, stride)
+  local head, x = 1, 1
+  while x < stride do x, head = x * 2, head + 1 end
+  local c
+  if k == 0 then
+    c = 0
+  elseif k <= head then
+    c = 2 ^ (k - 1)
+  else
+    c = stride * (k - head + 1)
+  end
+  return math.min(c, n)
+end
+
 -- The i-th hash (1-based), as 16 hex digits, of a chain packed as one string
 -- of 8-byte big-endian hashes. Binary halves the argument: Valkey's Lua
 -- hashes every byte of every string it creates (about 1.6 ns a byte here),

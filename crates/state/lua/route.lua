@@ -19,14 +19,16 @@
 -- ARGV[14] = index stride S, ARGV[15] = blocks in the prompt's head (n),
 -- ARGV[16] = n hints, then n pairs (worker id, blocks it holds beyond the
 -- head, from a read-only lookup of a longer chain), then the chain: the
--- head's indexed blocks (positions S, 2S, ... and n, 1-based; see
--- protocol::index) packed into one string, 8 big-endian bytes each.
+-- head's indexed blocks (the anchors ending 1, 2, 4, ..., S, 2S, 3S, ...
+-- blocks, and block n; see protocol::index) packed into one string, 8
+-- big-endian bytes each.
 -- Returns {indexed blocks probed, chosen worker position (1-based, 0 if
 -- none), leading blocks the chosen worker now holds (matched or claimed
 -- here), the server time (ms), then per live worker: matched blocks,
 -- requests in flight (over live routers), its routing-view record as stored
--- (binary: see VIEW_FIELDS in lib.lua)}. Matched blocks count whole
--- strides: holding indexed block k means holding min(k * S, n) blocks.
+-- (binary: see VIEW_FIELDS in lib.lua)}. Matched blocks end at an indexed
+-- block: holding the first k of them means holding covered(k, n, S)
+-- blocks (lib_routing.lua).
 -- Reads the fleet with one HGETALL of the routing view (leases, routers,
 -- records, in-flight counts) and matches by probing blocks instead of
 -- scanning them (probe_chain in lib_routing.lua): one probe for a warm
@@ -52,7 +54,7 @@ local p = probe_chain(view.at, view.syncing, chain, now)
 -- From here on w.matched counts blocks; w.indexed keeps the indexed ones.
 for _, w in ipairs(list) do
   w.indexed = w.matched
-  w.matched = math.min(w.matched * stride, head)
+  w.matched = covered(w.matched, head, stride)
 end
 -- Per worker: its load (in flight, or the queue it reported if fresher and
 -- longer) and the blocks it is credited with: its own match (plus hints
@@ -103,7 +105,7 @@ for i, w in ipairs(list) do
     if k3 < b3 then best, b3 = i, k3 end
   end
 end
-local covered = 0
+local reach = 0
 if best > 0 then
   local w = list[best]
   local to = math.min(#chain / 8, w.indexed + tonumber(ARGV[12]))
@@ -111,10 +113,10 @@ if best > 0 then
   for pos = w.indexed + 1, to do claim[#claim + 1] = packed_hash(chain, pos) end
   if #claim > 0 then claim_blocks(w, claim, expiry_s(now, tonumber(ARGV[3])), now, p.values) end
   redis.call('HINCRBY', view_key(), inflight_field(w.idx, ARGV[2]), 1)
-  covered = math.min(to * stride, head)
+  reach = covered(to, head, stride)
 end
 local out = view.out -- reused: its length is fixed while the view is
-out[1], out[2], out[3], out[4] = p.probes, best, covered, now
+out[1], out[2], out[3], out[4] = p.probes, best, reach, now
 for i, w in ipairs(list) do
   local j = 4 + 3 * i
   out[j - 2], out[j - 1], out[j] = w.matched, w.inflight, w.raw

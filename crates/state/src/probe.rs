@@ -139,7 +139,7 @@ impl StateStore {
     /// one, and the scan stops once no worker did.
     ///
     /// Only the chain's indexed blocks are looked up (`protocol::index`), and
-    /// a match counts whole strides: see [`blocks_covered`].
+    /// a match ends at an indexed block: see [`blocks_covered`].
     pub async fn probe(&self, model: &str, chain: &[BlockHash]) -> Result<PrefixProbe, StateError> {
         let indexed: Vec<BlockHash> = indexed_positions(chain.len()).map(|p| chain[p]).collect();
         let mut probe = self.probe_indexed(model, &indexed).await?;

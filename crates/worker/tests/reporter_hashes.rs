@@ -114,9 +114,12 @@ fn with_sha256_cbor_and_the_same_seed_engine_and_router_hashes_coincide() {
                 .iter()
                 .map(|b| BlockHash(b["external_u64"].as_u64().unwrap()))
                 .collect();
-            // Reported: the indexed ones (the last block of the two-or-more
-            // block run); translated: all of them.
-            let indexed: Vec<BlockHash> = if n > 2 { vec![engine[n - 1]] } else { vec![] };
+            // Reported: the indexed ones (anchors; the last block of the
+            // run of blocks 1..n when it has two or more); translated: all.
+            let indexed: Vec<BlockHash> = (0..n)
+                .filter(|&p| p == 0 || protocol::index::is_indexed_in_run(p, p - 1, n - 1))
+                .map(|p| engine[p])
+                .collect();
             assert_eq!(delta.stored, indexed, "{}", case["name"]);
             let mut all = blocks.all_hashes();
             all.sort();
@@ -218,8 +221,8 @@ fn removals_media_parents_and_bounds() {
         Applied::Skipped(Unmappable::UnknownParent)
     );
     blocks.apply(&stored(vec![1, 2], None, &tokens[..32], "GPU"), &mut d);
-    // Only the run's last block is indexed (protocol::index).
-    assert_eq!(d.stored, router[1..2]);
+    // Positions 0 and 1 are anchors (protocol::index).
+    assert_eq!(d.stored, router[..2]);
     assert_eq!(blocks.len(), 2);
     // The same block offloaded to CPU is still one router block.
     let mut d = BlockDelta::default();
@@ -263,10 +266,12 @@ fn only_anchors_and_the_ends_of_prefill_runs_are_reported() {
             ..BlockStored::default()
         })
     };
-    // A 40-block prefill: anchors 15 and 31, and its last block, 39.
+    // A 40-block prefill: anchors 0, 1, 3, 7, 15 and 31, and its last
+    // block, 39.
     let mut d = BlockDelta::default();
     blocks.apply(&run(0, 40), &mut d);
-    assert_eq!(d.stored, [router[15], router[31], router[39]]);
+    let prefill: Vec<BlockHash> = [0, 1, 3, 7, 15, 31, 39].map(|p| router[p]).to_vec();
+    assert_eq!(d.stored, prefill);
     // Decode steps, one block each: only the anchor (47) is reported.
     let mut d = BlockDelta::default();
     for i in 40..48 {
@@ -276,7 +281,8 @@ fn only_anchors_and_the_ends_of_prefill_runs_are_reported() {
     assert_eq!(blocks.len(), 48);
     let mut snapshot = blocks.snapshot();
     snapshot.sort();
-    let mut want = vec![router[15], router[31], router[39], router[47]];
+    let mut want = prefill.clone();
+    want.push(router[47]);
     want.sort();
     assert_eq!(snapshot, want);
     // Removing unreported blocks reports nothing; a reported one, itself.

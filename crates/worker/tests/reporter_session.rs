@@ -45,23 +45,14 @@ fn tokens(k: u64) -> Vec<u32> {
     (0..16).map(|i| (k * 100 + i) as u32).collect()
 }
 
-/// The engine hash of the second block of prompt k.
-const SECOND: u64 = 1 << 20;
-
-/// Prompt k's tokens: two blocks, tokens(k) then tokens(k + SECOND).
-fn prompt(k: u64) -> Vec<u32> {
-    [tokens(k), tokens(k + SECOND)].concat()
-}
-
-/// Batch storing prompt k: a standalone two-block run (engine hashes k and
-/// k + SECOND), of which the shared index holds the last block.
+/// Batch storing one standalone block (engine hash k) of tokens(k).
 fn store(k: u64, ts: f64) -> KvEventBatch {
     KvEventBatch {
         ts,
         events: vec![KvEvent::BlockStored(BlockStored {
-            block_hashes: vec![EngineHash::Int(k), EngineHash::Int(k + SECOND)],
+            block_hashes: vec![EngineHash::Int(k)],
             parent_block_hash: None,
-            token_ids: prompt(k),
+            token_ids: tokens(k),
             block_size: 16,
             medium: Some("GPU".into()),
             ..BlockStored::default()
@@ -74,7 +65,7 @@ fn remove(k: u64, ts: f64) -> KvEventBatch {
     KvEventBatch {
         ts,
         events: vec![KvEvent::BlockRemoved(BlockRemoved {
-            block_hashes: vec![EngineHash::Int(k + SECOND), EngineHash::Int(k)],
+            block_hashes: vec![EngineHash::Int(k)],
             medium: Some("GPU".into()),
             ..BlockRemoved::default()
         })],
@@ -82,9 +73,8 @@ fn remove(k: u64, ts: f64) -> KvEventBatch {
     }
 }
 
-/// The router hash of prompt k's indexed (last) block.
 fn router_hash(k: u64) -> u64 {
-    BlockHasher::default().block_hashes(&prompt(k), &Default::default())[1].0
+    BlockHasher::default().block_hashes(&tokens(k), &Default::default())[0].0
 }
 
 struct Rig {
