@@ -26,6 +26,9 @@ pub struct Cli {
 pub enum Command {
     /// Run the comparison and write the report.
     Run(Box<RunArgs>),
+    /// CPU per routed request of Valkey and the routers, and requests per
+    /// core, for several prompt sizes at rising rates.
+    Capacity(Box<crate::capacity::CapacityArgs>),
 }
 
 /// `loadtest run`.

@@ -11,6 +11,8 @@
 //!
 //! * [`cli`]: the flags of `loadtest run` and its subcommands.
 //! * [`run`]: one run: arms, scenarios, the report's files.
+//! * [`capacity`]: runs at rising rates per prompt size; CPU per request
+//!   and requests per core of Valkey and the routers.
 //! * [`runner`]: drives one arm's fleet through a workload and a scenario.
 //! * [`fleet`]: a fleet of routers, sims and a balancer for one arm.
 //! * [`workload`]: synthetic, random, text and trace workloads.
@@ -23,12 +25,13 @@
 //! * [`calibrate`]: the sim's time model against a target.
 //! * [`machine`]: what the machine is, for the report.
 //!
-//! Within: `run` → `runner` → `fleet`, `drive` → `client`; `report` reads
-//! `metrics`.
+//! Within: `capacity` → `run` → `runner` → `fleet`, `drive` → `client`;
+//! `report` reads `metrics`.
 
 #![warn(missing_docs)]
 
 pub mod calibrate;
+pub mod capacity;
 pub mod cli;
 pub mod client;
 pub mod drive;

@@ -30,6 +30,11 @@ const TOKEN: &str = "loadtest-token";
 
 /// Runs `loadtest run` with `args`; returns the report's path.
 pub async fn run(args: RunArgs) -> anyhow::Result<PathBuf> {
+    run_report(args).await.map(|(path, _)| path)
+}
+
+/// [`run`], returning the report itself too.
+pub async fn run_report(args: RunArgs) -> anyhow::Result<(PathBuf, RunReport)> {
     let (plan, time_scale, input_cap) = build_plan(&args)?;
     if plan.requests() == 0 {
         bail!("the workload has no requests (check --requests, --duration, --limit)");
@@ -131,7 +136,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<PathBuf> {
         }
     }
     println!("\nreport: {}", path.display());
-    Ok(path)
+    Ok((path, report))
 }
 
 /// The workload's plan, the sims' time scale, and the prompt cap applied.
@@ -329,7 +334,7 @@ fn fleet_settings(
 }
 
 /// The process's command line, shell-quoted.
-fn command_line() -> String {
+pub(crate) fn command_line() -> String {
     std::env::args()
         .map(|a| {
             if !a.is_empty()
