@@ -10,6 +10,8 @@
 //!   encoded; the ZeroMQ sockets that carry them are in `worker`.
 //! * [`push`]: the JSON bodies and replies of the worker push API.
 //! * [`headers`]: HTTP header names shared by router, simulator and load test.
+//! * [`family`]: prefix families, how a model's index splits over Valkey
+//!   shards so that a route and its claim stay on one.
 //! * [`index`]: which blocks of a chain the shared index holds (anchors
 //!   every [`INDEX_STRIDE`] blocks and tips), for routers and workers alike.
 //! * `load`: [`WorkerLoad`], a worker's own gauges.
@@ -19,9 +21,10 @@
 //! * `redact`: [`redact_url`], a URL without its password, for logs.
 //! * `worker_url`: [`check_worker_url`], the shape of a worker's base URL.
 //!
-//! Within: `push` and `vllm_metrics` use `hashing` and `load`; `kv_events`
+//! Within: `family`, `push` and `vllm_metrics` use `hashing` and `load`; `kv_events`
 //! uses `hashing`'s digests.
 
+pub mod family;
 pub mod hashing;
 pub mod headers;
 pub mod index;

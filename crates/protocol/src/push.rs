@@ -27,6 +27,10 @@ pub struct HeartbeatBody<'a> {
     /// Its load, when it reports one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<WorkerLoad>,
+    /// The family depth it computes `families` with ([`crate::family`]);
+    /// a sharded fleet refuses a worker whose depth differs from its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub family_blocks: Option<usize>,
 }
 
 /// `POST /internal/stored`: blocks the worker now caches.
@@ -39,6 +43,10 @@ pub struct StoredBody<'a> {
     pub model: Option<Cow<'a, str>>,
     /// The blocks, in any order.
     pub block_hashes: Cow<'a, [BlockHash]>,
+    /// Each block's family ([`crate::family`]), in the same order; null for
+    /// a head block. Absent: the fleet writes every block to every shard.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub families: Option<Cow<'a, [Option<BlockHash>]>>,
 }
 
 /// `POST /internal/eviction`: blocks the worker evicted.
@@ -51,6 +59,10 @@ pub struct EvictionBody<'a> {
     pub model: Option<Cow<'a, str>>,
     /// The blocks, in any order.
     pub evicted_hashes: Cow<'a, [BlockHash]>,
+    /// Each block's family ([`crate::family`]), in the same order; null for
+    /// a head block. Absent: the fleet writes every block to every shard.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub families: Option<Cow<'a, [Option<BlockHash>]>>,
 }
 
 /// `POST /internal/sync`: a whole snapshot, or one chunk of `sync_id`
@@ -64,6 +76,10 @@ pub struct SyncBody<'a> {
     pub model: Option<Cow<'a, str>>,
     /// Every block the worker holds (this chunk of them).
     pub active_hashes: Cow<'a, [BlockHash]>,
+    /// Each block's family ([`crate::family`]), in the same order; null for
+    /// a head block. Absent: the fleet writes every block to every shard.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub families: Option<Cow<'a, [Option<BlockHash>]>>,
     /// Names one chunked snapshot; never reused for another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync_id: Option<Cow<'a, str>>,
@@ -86,8 +102,15 @@ pub struct SyncCheckBody<'a> {
     /// The model; may be omitted once registered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<Cow<'a, str>>,
-    /// 256 digests of 16 lower-case hex digits, one string.
+    /// 256 digests of 16 lower-case hex digits, one string: of the whole
+    /// set, or (when the heartbeat reply named several shards) one string
+    /// per shard in `shard_digests` and this one empty.
+    #[serde(default)]
     pub digests: Cow<'a, str>,
+    /// Per shard, in shard order: the digests of the blocks that shard
+    /// holds ([`crate::family::block_shards`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_digests: Option<Vec<String>>,
 }
 
 /// The answer to a sync check.
@@ -116,6 +139,10 @@ pub struct HeartbeatReply {
     /// True when this heartbeat registered a new incarnation: the fleet holds
     /// no blocks for the worker, a full sync is needed.
     pub registered: bool,
+    /// Shards the model's index is split over (absent: one); a sync check
+    /// then sends digests per shard.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<usize>,
 }
 
 /// The answer to `stored`.
@@ -174,6 +201,7 @@ mod tests {
             worker_id: "w".into(),
             model: Some("m".into()),
             active_hashes: Cow::Borrowed(&hashes),
+            families: None,
             sync_id: None,
             last: true,
         };
@@ -194,6 +222,7 @@ mod tests {
                 num_requests_running: 3,
                 kv_cache_usage_perc: 0.5,
             }),
+            family_blocks: None,
         };
         let json = serde_json::to_value(&hb).unwrap();
         assert_eq!(

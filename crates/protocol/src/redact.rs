@@ -7,7 +7,12 @@
 /// or `pass` query parameter, replaced by `***`. Text that is not a URL is
 /// returned as is, unless it has an `@` before any `/`, in which case all
 /// before the `@` is hidden (it may be credentials without a scheme).
+/// A comma-separated list of URLs (a cluster's seeds) is redacted URL by
+/// URL.
 pub fn redact_url(url: &str) -> String {
+    if url.matches("://").count() > 1 {
+        return url.split(',').map(redact_url).collect::<Vec<_>>().join(",");
+    }
     let (head, query) = match url.split_once('?') {
         Some((h, q)) => (h, Some(q)),
         None => (url, None),

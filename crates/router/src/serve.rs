@@ -71,6 +71,9 @@ pub fn build_store(cfg: &ServeConfig) -> anyhow::Result<StateStore> {
     )
     .context("configuring the valkey store")?;
     store.set_model_limits(cfg.model_limits);
+    store
+        .set_sharding(cfg.sharding)
+        .context("configuring the valkey store")?;
     Ok(store)
 }
 

@@ -12,12 +12,18 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use protocol::WorkerLoad;
+use protocol::family::FamilyBlock;
 use protocol::hashing::BlockHash;
 use support::{M, Router, TOKEN, Valkey, args, free_port};
 use worker::push::{
     BlockSource, FleetClient, FleetClientConfig, PushError, Pusher, PusherConfig, PusherHandle,
     PusherStatus, WorkerIdentity,
 };
+
+/// Blocks of unknown family (the fleet here has one shard).
+fn unplaced(hashes: &[BlockHash]) -> Vec<FamilyBlock> {
+    hashes.iter().map(|&h| FamilyBlock::unplaced(h)).collect()
+}
 
 /// A worker's cache as a plain set; reports go to the pusher under its lock
 /// (the [`BlockSource`] contract).
@@ -32,7 +38,7 @@ impl Source {
         let mut set = self.set.lock().unwrap();
         let hashes: Vec<BlockHash> = hashes.iter().map(|&h| BlockHash(h)).collect();
         set.extend(&hashes);
-        self.handle.get().unwrap().stored(&hashes);
+        self.handle.get().unwrap().stored(&unplaced(&hashes));
     }
 
     fn evict(&self, hashes: &[u64]) {
@@ -41,7 +47,7 @@ impl Source {
         for h in &hashes {
             set.remove(h);
         }
-        self.handle.get().unwrap().evicted(&hashes);
+        self.handle.get().unwrap().evicted(&unplaced(&hashes));
     }
 
     fn hex(&self) -> BTreeSet<String> {
@@ -55,8 +61,8 @@ impl Source {
 }
 
 impl BlockSource for Source {
-    fn snapshot(&self) -> Vec<BlockHash> {
-        self.set.lock().unwrap().iter().copied().collect()
+    fn snapshot(&self) -> Vec<FamilyBlock> {
+        unplaced(&self.set.lock().unwrap().iter().copied().collect::<Vec<_>>())
     }
 
     fn load(&self) -> Option<WorkerLoad> {
@@ -243,14 +249,14 @@ async fn client_errors_say_what_failed_and_whether_to_retry() {
     let who = identity("never-registered");
 
     let err = client(&router, "wrong")
-        .heartbeat(&who, None)
+        .heartbeat(&who, None, None)
         .await
         .unwrap_err();
     assert_eq!(err.status(), Some(401));
     assert!(!err.is_retryable(), "{err}");
 
     let err = client(&router, TOKEN)
-        .stored(&who, &[BlockHash(1)])
+        .stored(&who, &[FamilyBlock::unplaced(BlockHash(1))])
         .await
         .unwrap_err();
     assert!(err.is_unknown_worker() && !err.is_retryable(), "{err}");
@@ -260,13 +266,19 @@ async fn client_errors_say_what_failed_and_whether_to_retry() {
     config.attempts = 2;
     let err = FleetClient::new(config)
         .unwrap()
-        .heartbeat(&who, None)
+        .heartbeat(&who, None, None)
         .await
         .unwrap_err();
     assert!(matches!(err, PushError::Transport { .. }) && err.not_sent() && err.is_retryable());
 
-    let reply = client(&router, TOKEN).heartbeat(&who, None).await.unwrap();
+    let reply = client(&router, TOKEN)
+        .heartbeat(&who, None, None)
+        .await
+        .unwrap();
     assert!(reply.registered && reply.lease_ms > 0);
-    let again = client(&router, TOKEN).heartbeat(&who, None).await.unwrap();
+    let again = client(&router, TOKEN)
+        .heartbeat(&who, None, None)
+        .await
+        .unwrap();
     assert!(!again.registered && again.incarnation == reply.incarnation);
 }

@@ -37,6 +37,7 @@ pub use types::{Allocation, CacheError, CacheStats};
 
 use super::RequestId;
 use super::events::{CacheEvent, CacheReplay, ReplayError};
+use protocol::family::{DEFAULT_FAMILY_BLOCKS, FamilyBlock, chain_family};
 use protocol::hashing::BlockHash;
 use protocol::index::is_indexed_in_run;
 
@@ -46,6 +47,8 @@ struct Block {
     hash: Option<BlockHash>,
     /// Whether the fleet's index holds `hash` (`protocol::index`).
     indexed: bool,
+    /// The prefix family of `hash` (`protocol::family`).
+    family: Option<BlockHash>,
 }
 
 #[derive(Debug, Clone)]
@@ -68,6 +71,7 @@ pub struct PrefixCache {
     evictions: u64,
     audit: Option<CacheReplay>,
     audit_error: Option<ReplayError>,
+    family_blocks: usize,
 }
 
 impl PrefixCache {
@@ -92,7 +96,14 @@ impl PrefixCache {
             evictions: 0,
             audit: None,
             audit_error: None,
+            family_blocks: DEFAULT_FAMILY_BLOCKS,
         })
+    }
+
+    /// Computes blocks' families over `family_blocks` blocks (the fleet's
+    /// `--family-blocks`) instead of the default.
+    pub fn set_family_blocks(&mut self, family_blocks: usize) {
+        self.family_blocks = family_blocks.max(1);
     }
 
     /// Also replays every event into a private [`CacheReplay`], so that
@@ -203,7 +214,10 @@ impl PrefixCache {
                 self.cached.remove(&h);
                 evicted.push(h);
                 if std::mem::take(&mut block.indexed) {
-                    indexed.push(h);
+                    indexed.push(FamilyBlock {
+                        hash: h,
+                        family: block.family,
+                    });
                 }
             }
             block.ref_cnt = 1;
@@ -250,6 +264,8 @@ impl PrefixCache {
         let mut parent = None;
         let mut stored = 0;
         let last = held.hashes.len().saturating_sub(1);
+        let depth = self.family_blocks;
+        let chain_fam = chain_family(&held.hashes, depth);
         for (i, (&b, &h)) in held.blocks.iter().zip(&held.hashes).enumerate() {
             let block = &mut self.blocks[b];
             let fresh = block.hash.is_none() && !self.cached.contains_key(&h);
@@ -267,9 +283,16 @@ impl PrefixCache {
                 let mut indexed = Vec::new();
                 for (offset, &(b, h, position)) in run.iter().enumerate() {
                     let on = is_indexed_in_run(position, offset, len);
+                    // Blocks of the head (before the family block) have none.
+                    let family = if position + 1 >= depth {
+                        chain_fam
+                    } else {
+                        None
+                    };
                     self.blocks[b].indexed = on;
+                    self.blocks[b].family = family;
                     if on {
-                        indexed.push(h);
+                        indexed.push(FamilyBlock { hash: h, family });
                     }
                 }
                 events.push(CacheEvent::Stored {
@@ -340,14 +363,17 @@ impl PrefixCache {
         v
     }
 
-    /// Every cached hash the fleet's index holds, sorted: what a full sync
-    /// sends.
-    pub fn indexed_hashes(&self) -> Vec<BlockHash> {
-        let mut v: Vec<BlockHash> = self
+    /// Every cached hash the fleet's index holds, with its family, sorted:
+    /// what a full sync sends.
+    pub fn indexed_hashes(&self) -> Vec<FamilyBlock> {
+        let mut v: Vec<FamilyBlock> = self
             .cached
             .iter()
             .filter(|&(_, &b)| self.blocks[b].indexed)
-            .map(|(&h, _)| h)
+            .map(|(&hash, &b)| FamilyBlock {
+                hash,
+                family: self.blocks[b].family,
+            })
             .collect();
         v.sort_unstable();
         v

@@ -113,8 +113,10 @@ impl Engine {
                 "max_num_seqs must be at least 1",
             ));
         }
+        let mut cache = PrefixCache::new(config.num_blocks, config.block_size)?;
+        cache.set_family_blocks(config.family_blocks);
         Ok(Engine {
-            cache: PrefixCache::new(config.num_blocks, config.block_size)?,
+            cache,
             config,
             clock: Duration::ZERO,
             waiting: VecDeque::new(),

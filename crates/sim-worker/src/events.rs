@@ -5,6 +5,7 @@
 
 use std::collections::HashSet;
 
+use protocol::family::FamilyBlock;
 use protocol::hashing::BlockHash;
 
 /// One change to the set of cached block hashes. Replaying every event in
@@ -24,15 +25,16 @@ pub enum CacheEvent {
         block_size: usize,
         /// The subset of `hashes` the fleet's shared index holds (anchors
         /// and the run's last block: `protocol::index`, the rule the
-        /// reporter applies to vLLM's events), pushed to it.
-        indexed: Vec<BlockHash>,
+        /// reporter applies to vLLM's events), pushed to it with their
+        /// families.
+        indexed: Vec<FamilyBlock>,
     },
     /// Cached blocks were evicted to make room (vLLM's `BlockRemoved`).
     Removed {
         /// The hashes that are no longer cached.
         hashes: Vec<BlockHash>,
         /// The subset of `hashes` that was indexed.
-        indexed: Vec<BlockHash>,
+        indexed: Vec<FamilyBlock>,
     },
     /// Every cached hash was dropped (vLLM's `AllBlocksCleared`, sent on
     /// `reset_prefix_cache`).
@@ -126,7 +128,7 @@ mod tests {
             hashes: vec![BlockHash(1), BlockHash(2)],
             parent: None,
             block_size: 16,
-            indexed: vec![BlockHash(2)],
+            indexed: vec![FamilyBlock::unplaced(BlockHash(2))],
         };
         r.apply(&stored).unwrap();
         assert_eq!(r.sorted(), vec![BlockHash(1), BlockHash(2)]);
@@ -136,7 +138,7 @@ mod tests {
         );
         let removed = CacheEvent::Removed {
             hashes: vec![BlockHash(2), BlockHash(3)],
-            indexed: vec![BlockHash(2)],
+            indexed: vec![FamilyBlock::unplaced(BlockHash(2))],
         };
         assert_eq!(r.apply(&removed), Err(ReplayError::NotStored(BlockHash(3))));
         assert!(r.contains(BlockHash(1)) && !r.contains(BlockHash(2)));

@@ -42,6 +42,10 @@ struct Args {
     /// Tokens per KV block (vLLM's --block-size).
     #[arg(long, default_value_t = 16)]
     block_size: usize,
+    /// Prefix family depth in blocks; must equal the routers'
+    /// `--family-blocks` when they shard the model.
+    #[arg(long, default_value_t = protocol::family::DEFAULT_FAMILY_BLOCKS)]
+    family_blocks: usize,
     /// vLLM's PYTHONHASHSEED, if the engines set it (seeds block hashes).
     #[arg(long, env = "PYTHONHASHSEED")]
     hash_seed: Option<String>,
@@ -170,6 +174,7 @@ fn config(args: Args) -> anyhow::Result<SimConfig> {
             max_num_seqs: args.max_num_seqs,
             num_blocks: args.num_blocks,
             block_size: args.block_size,
+            family_blocks: args.family_blocks.max(1),
         },
         default_max_tokens: args.default_max_tokens,
         filler: args.filler,

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
 
+use protocol::family::FamilyBlock;
 use protocol::hashing::BlockHash;
 use sim_worker::{CacheError, CacheEvent, CacheReplay, PrefixCache, RequestId};
 
@@ -14,6 +15,28 @@ fn h(n: u64) -> BlockHash {
 
 fn hs(ns: &[u64]) -> Vec<BlockHash> {
     ns.iter().map(|&n| h(n)).collect()
+}
+
+fn unplaced(ns: &[u64]) -> Vec<FamilyBlock> {
+    ns.iter().map(|&n| FamilyBlock::unplaced(h(n))).collect()
+}
+
+/// `events` with their families dropped, for tests about hashes (families
+/// have their own test).
+fn plain(events: Vec<CacheEvent>) -> Vec<CacheEvent> {
+    let strip = |v: &mut Vec<FamilyBlock>| v.iter_mut().for_each(|b| b.family = None);
+    events
+        .into_iter()
+        .map(|mut e| {
+            match &mut e {
+                CacheEvent::Stored { indexed, .. } | CacheEvent::Removed { indexed, .. } => {
+                    strip(indexed)
+                }
+                CacheEvent::Cleared => {}
+            }
+            e
+        })
+        .collect()
 }
 
 fn cache(capacity: usize) -> PrefixCache {
@@ -123,13 +146,13 @@ fn lookup_stops_at_the_first_miss() {
     c.drain_events();
     assert_eq!(c.commit(RequestId(2)).unwrap(), 1);
     assert_eq!(
-        c.drain_events(),
+        plain(c.drain_events()),
         vec![CacheEvent::Stored {
             hashes: hs(&[9]),
             parent: Some(h(1)),
             block_size: BS,
             // Block 9 is at position 1: an anchor (protocol::index).
-            indexed: hs(&[9]),
+            indexed: unplaced(&[9]),
         }]
     );
     c.check_invariants().unwrap();
@@ -149,19 +172,19 @@ fn free_blocks_are_evicted_least_recently_used_first() {
 
     c.allocate(RequestId(6), &hs(&[10]), 1).unwrap();
     assert_eq!(
-        c.drain_events(),
+        plain(c.drain_events()),
         vec![CacheEvent::Removed {
             hashes: hs(&[2]),
             // A prompt's first block is an anchor.
-            indexed: hs(&[2])
+            indexed: unplaced(&[2])
         }]
     );
     c.allocate(RequestId(7), &hs(&[11, 12]), 2).unwrap();
     assert_eq!(
-        c.drain_events(),
+        plain(c.drain_events()),
         vec![CacheEvent::Removed {
             hashes: hs(&[3, 4]),
-            indexed: hs(&[3, 4])
+            indexed: unplaced(&[3, 4])
         }]
     );
     assert_eq!(c.cached_hashes(), hs(&[1]));
@@ -199,10 +222,10 @@ fn pinned_blocks_are_never_evicted() {
         c.check_invariants().unwrap();
     }
     assert_eq!(
-        c.drain_events(),
+        plain(c.drain_events()),
         vec![CacheEvent::Removed {
             hashes: hs(&[2]),
-            indexed: hs(&[2])
+            indexed: unplaced(&[2])
         }]
     );
     assert_eq!(c.cached_hashes(), hs(&[1, 5]));
@@ -231,7 +254,7 @@ fn the_event_stream_matches_every_change() {
     let mut replay = CacheReplay::new();
     let mut step = |c: &mut PrefixCache, expected: Vec<CacheEvent>| {
         let events = c.drain_events();
-        assert_eq!(events, expected);
+        assert_eq!(plain(events.clone()), expected);
         for e in &events {
             replay.apply(e).unwrap();
         }
@@ -248,7 +271,7 @@ fn the_event_stream_matches_every_change() {
         hashes: hs(hashes),
         parent: parent.map(h),
         block_size: BS,
-        indexed: hs(indexed),
+        indexed: unplaced(indexed),
     };
     step(&mut c, vec![stored(&[1, 2, 3], None, &[1, 2, 3])]);
     assert_eq!(c.commit(r1), Ok(0));
@@ -265,7 +288,7 @@ fn the_event_stream_matches_every_change() {
         &mut c,
         vec![CacheEvent::Removed {
             hashes: hs(&[3, 7]),
-            indexed: hs(&[3]),
+            indexed: unplaced(&[3]),
         }],
     );
     assert_eq!(c.cached_hashes(), hs(&[1, 2]));
@@ -294,10 +317,10 @@ fn the_same_prefix_computed_twice_is_cached_once() {
         hashes: hs(hashes),
         parent: parent.map(h),
         block_size: BS,
-        indexed: hs(indexed),
+        indexed: unplaced(indexed),
     };
     assert_eq!(
-        c.drain_events(),
+        plain(c.drain_events()),
         vec![
             stored(&[2], None, &[2]),
             stored(&[1], None, &[1]),
@@ -366,8 +389,15 @@ fn a_long_prompt_indexes_its_anchors_and_its_last_block() {
         panic!("one run expected: {stored:?}");
     };
     assert_eq!(hashes.len(), 40);
-    // Positions 0, 1, 3, 7, 15 and 31 (anchors) and 39 (the run's last).
-    let want = hs(&[1, 2, 4, 8, 16, 32, 40]);
+    // Positions 0, 1, 3, 7, 15 and 31 (anchors) and 39 (the run's last),
+    // each in the chain's family: its first block.
+    let want: Vec<FamilyBlock> = hs(&[1, 2, 4, 8, 16, 32, 40])
+        .into_iter()
+        .map(|hash| FamilyBlock {
+            hash,
+            family: Some(h(1)),
+        })
+        .collect();
     assert_eq!(indexed, &want);
     assert_eq!(c.indexed_hashes(), want);
     // Evicting the whole prompt reports the indexed blocks among the removed.
@@ -382,4 +412,30 @@ fn a_long_prompt_indexes_its_anchors_and_its_last_block() {
     assert_eq!(indexed, want);
     assert!(c.indexed_hashes().is_empty());
     c.check_invariants().unwrap();
+}
+
+#[test]
+fn blocks_before_the_family_depth_have_no_family() {
+    let mut c = cache(64);
+    c.set_family_blocks(4);
+    let chain: Vec<u64> = (1..=20).collect();
+    run(&mut c, 1, &chain, 20);
+    let families: Vec<(u64, Option<u64>)> = c
+        .indexed_hashes()
+        .iter()
+        .map(|b| (b.hash.0, b.family.map(|f| f.0)))
+        .collect();
+    // Anchors 0, 1, 3, 7, 15 and the tip 19: the first two are head blocks,
+    // the rest belong to the family of block 3 (the fourth).
+    assert_eq!(
+        families,
+        [
+            (1, None),
+            (2, None),
+            (4, Some(4)),
+            (8, Some(4)),
+            (16, Some(4)),
+            (20, Some(4))
+        ]
+    );
 }

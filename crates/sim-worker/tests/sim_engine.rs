@@ -25,6 +25,7 @@ fn config(scale: f64, max_num_seqs: usize, num_blocks: usize) -> EngineConfig {
             decode_per_token: 5 * MS,
             time_scale: scale,
         },
+        family_blocks: 1,
         max_num_seqs,
         num_blocks,
         block_size: BS,
@@ -328,8 +329,13 @@ fn reset_and_events_flow_through_the_engine() {
         hashes: vec![BlockHash(1000), BlockHash(1001)],
         parent: None,
         block_size: BS,
-        // Positions 0 and 1 are anchors.
-        indexed: vec![BlockHash(1000), BlockHash(1001)],
+        // Positions 0 and 1 are anchors, in the family of the first block.
+        indexed: [1000, 1001]
+            .map(|n| protocol::family::FamilyBlock {
+                hash: BlockHash(n),
+                family: Some(BlockHash(1000)),
+            })
+            .to_vec(),
     };
     assert_eq!(e.drain_cache_events(), vec![stored]);
     e.reset_prefix_cache(at(101));

@@ -246,7 +246,7 @@ proptest! {
         ops in prop::collection::vec(engine_op(), 1..80),
     ) {
         let time = time_model(cost_free);
-        let config = EngineConfig { time, max_num_seqs, num_blocks, block_size: BS };
+        let config = EngineConfig { time, max_num_seqs, num_blocks, block_size: BS, family_blocks: 1 };
         let mut engine = Engine::new(config).unwrap().with_audit();
         let mut replay = CacheReplay::new();
         let mut queue: VecDeque<RequestId> = VecDeque::new();

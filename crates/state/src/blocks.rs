@@ -47,7 +47,7 @@ impl StateStore {
         worker_id: &str,
         hashes: &[BlockHash],
     ) -> Result<u64, StateError> {
-        self.claim_as(model, worker_id, hashes, "").await
+        self.claim_in_parts(model, worker_id, hashes, "").await
     }
 
     /// The routing step's write: claims the request's blocks for the chosen
@@ -59,12 +59,13 @@ impl StateStore {
         hashes: &[BlockHash],
     ) -> Result<u64, StateError> {
         let router = self.router_id().to_owned();
-        self.claim_as(model, worker_id, hashes, &router).await
+        self.claim_in_parts(model, worker_id, hashes, &router).await
     }
 
     /// Speculatively claims for `worker_id` the indexed blocks of `chain`
     /// (`protocol::index`) from block `from` on: what routing writes for
-    /// the part of a prompt the worker does not hold yet.
+    /// the part of a prompt the worker does not hold yet. On a sharded
+    /// model, in the part that routes `chain`.
     pub async fn claim_prefix(
         &self,
         model: &str,
@@ -72,12 +73,14 @@ impl StateStore {
         chain: &[BlockHash],
         from: usize,
     ) -> Result<u64, StateError> {
-        self.claim(model, worker_id, &indexed_from(chain, from))
+        let part = self.route_part(model, chain)?;
+        self.claim_as(&part, worker_id, &indexed_from(chain, from), "")
             .await
     }
 
     /// [`assign`](Self::assign) of the indexed blocks of `chain` from block
-    /// `from` on: claims them and counts the request in flight.
+    /// `from` on: claims them and counts the request in flight (in the
+    /// routing part with the claim, then in the others).
     pub async fn assign_prefix(
         &self,
         model: &str,
@@ -85,10 +88,36 @@ impl StateStore {
         chain: &[BlockHash],
         from: usize,
     ) -> Result<u64, StateError> {
-        self.assign(model, worker_id, &indexed_from(chain, from))
-            .await
+        let part = self.route_part(model, chain)?;
+        let router = self.router_id().to_owned();
+        let n = self
+            .claim_as(&part, worker_id, &indexed_from(chain, from), &router)
+            .await?;
+        if self.sharding().shards > 1 {
+            self.add_in_flight_except(model, worker_id, 1, Some(&part))
+                .await?;
+        }
+        Ok(n)
     }
 
+    /// Claims (and with `router`, counts) in every part of `model`: without
+    /// a chain, the blocks' families are unknown.
+    async fn claim_in_parts(
+        &self,
+        model: &str,
+        worker_id: &str,
+        hashes: &[BlockHash],
+        router: &str,
+    ) -> Result<u64, StateError> {
+        let parts = self.parts(model)?;
+        let mut inserted = 0;
+        for part in parts.iter() {
+            inserted += self.claim_as(part, worker_id, hashes, router).await?;
+        }
+        Ok(inserted)
+    }
+
+    /// Claims in one part.
     async fn claim_as(
         &self,
         model: &str,
@@ -127,12 +156,25 @@ impl StateStore {
         worker_id: &str,
         hashes: &[BlockHash],
     ) -> Result<StoredOutcome, StateError> {
+        self.stored_in_families(model, worker_id, hashes, None)
+            .await
+    }
+
+    /// [`stored`](Self::stored) with each block's family
+    /// (`protocol::family`), so that each goes only to its part.
+    pub async fn stored_in_families(
+        &self,
+        model: &str,
+        worker_id: &str,
+        hashes: &[BlockHash],
+        families: Option<&[Option<BlockHash>]>,
+    ) -> Result<StoredOutcome, StateError> {
         let ttl = ms(self.ttls().confirmed);
         let replies: Vec<(u64, u64, u64)> = self
             .batch(
                 Lane::Bulk,
                 ScriptName::Stored,
-                model,
+                (model, families),
                 worker_id,
                 &[&ttl],
                 hashes,
@@ -156,31 +198,57 @@ impl StateStore {
         worker_id: &str,
         hashes: &[BlockHash],
     ) -> Result<u64, StateError> {
+        self.evict_in_families(model, worker_id, hashes, None).await
+    }
+
+    /// [`evict`](Self::evict) with each block's family.
+    pub async fn evict_in_families(
+        &self,
+        model: &str,
+        worker_id: &str,
+        hashes: &[BlockHash],
+        families: Option<&[Option<BlockHash>]>,
+    ) -> Result<u64, StateError> {
         let replies: Vec<u64> = self
-            .batch(Lane::Bulk, ScriptName::Evict, model, worker_id, &[], hashes)
+            .batch(
+                Lane::Bulk,
+                ScriptName::Evict,
+                (model, families),
+                worker_id,
+                &[],
+                hashes,
+            )
             .await?;
         let removed = replies.iter().sum();
         metrics::counter!("prefix_router_entries_total", "op" => "evict").increment(removed);
         Ok(removed)
     }
 
-    /// Checks the batch, then runs `script` once per chunk of hashes.
+    /// Checks the batch, splits it by part (by the blocks' families), then
+    /// runs `script` once per chunk of each part's hashes. An empty batch
+    /// still runs once, in the first part, to check the worker.
     async fn batch<T: redis::FromRedisValue>(
         &self,
         lane: Lane,
         script: ScriptName,
-        model: &str,
+        (model, families): (&str, Option<&[Option<BlockHash>]>),
         worker_id: &str,
         extra: &[&str],
         hashes: &[BlockHash],
     ) -> Result<Vec<T>, StateError> {
         self.check_batch(worker_id, hashes)?;
+        let parts = self.parts(model)?;
         let mut replies = Vec::new();
-        for chunk in chunks_or_empty(hashes, self.limits().hashes_per_call) {
-            replies.push(
-                self.blocks_call(lane, script, model, worker_id, extra, chunk)
-                    .await?,
-            );
+        for (s, blocks) in self.split(parts.len(), hashes, families) {
+            if blocks.is_empty() && !(hashes.is_empty() && s == 0) {
+                continue;
+            }
+            for chunk in chunks_or_empty(&blocks, self.limits().hashes_per_call) {
+                replies.push(
+                    self.blocks_call(lane, script, &parts[s], worker_id, extra, chunk)
+                        .await?,
+                );
+            }
         }
         Ok(replies)
     }

@@ -1,12 +1,16 @@
 //! Two lanes to Valkey: one multiplexed connection for routing calls and a
 //! pool for bulk work, both with deadlines and transparent reconnection.
+//! Given several seed URLs, both lanes are Valkey Cluster connections
+//! instead (each multiplexed, following slot moves and failovers).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_redis::{Pool, Runtime};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
 use tokio::sync::{Mutex, RwLock};
 
 use super::StateError;
@@ -15,7 +19,8 @@ use super::StateError;
 #[derive(Debug, Clone)]
 pub struct ConnectionSettings {
     /// `redis://`, `rediss://`, `valkey://` or `valkeys://` URL; user,
-    /// password, database and TLS come from the URL.
+    /// password, database and TLS come from the URL. Several URLs, comma
+    /// separated, are the seeds of a Valkey Cluster.
     pub url: String,
     /// Deadline of one routing-lane call.
     pub hot_timeout: Duration,
@@ -61,20 +66,109 @@ pub fn normalize_url(url: &str) -> Result<String, StateError> {
     Ok(format!("{scheme}://{rest}"))
 }
 
+/// A connection of either lane, whichever kind of deployment.
+pub(super) enum Conn {
+    /// The routing lane to one server.
+    Single(ConnectionManager),
+    /// A bulk-pool connection to one server.
+    Pooled(deadpool_redis::Connection),
+    /// Either lane to a cluster.
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Pooled(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Pooled(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Pooled(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// The seed URLs of a cluster, or None for one server.
+fn cluster_seeds(url: &str) -> Result<Option<Vec<String>>, StateError> {
+    if !url.contains(',') {
+        return Ok(None);
+    }
+    let seeds = url
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(normalize_url)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Some(seeds))
+}
+
+/// Both lanes to a cluster: connected lazily, like the single routing lane.
+struct ClusterLanes {
+    hot_client: redis::cluster::ClusterClient,
+    bulk_client: redis::cluster::ClusterClient,
+    hot: RwLock<Option<ClusterConnection>>,
+    bulk: RwLock<Option<ClusterConnection>>,
+}
+
 pub(super) struct Connections {
     client: redis::Client,
     hot: RwLock<Option<ConnectionManager>>,
     connecting: Arc<Mutex<()>>,
     bulk: Pool,
+    cluster: Option<ClusterLanes>,
     settings: ConnectionSettings,
 }
 
 impl Connections {
     pub(super) fn new(settings: ConnectionSettings) -> Result<Self, StateError> {
-        let url = normalize_url(&settings.url)?;
         let invalid = |e: &dyn std::fmt::Display| StateError::Invalid {
             what: "valkey url",
             detail: e.to_string(),
+        };
+        let seeds = cluster_seeds(&settings.url)?;
+        let cluster = match &seeds {
+            None => None,
+            Some(seeds) => {
+                let client = |timeout: Duration| {
+                    redis::cluster::ClusterClient::builder(seeds.iter().map(String::as_str))
+                        .connection_timeout(settings.bulk_timeout)
+                        .response_timeout(timeout)
+                        .retries(2)
+                        .build()
+                        .map_err(|e| invalid(&e))
+                };
+                Some(ClusterLanes {
+                    hot_client: client(settings.hot_timeout)?,
+                    bulk_client: client(settings.bulk_timeout)?,
+                    hot: RwLock::new(None),
+                    bulk: RwLock::new(None),
+                })
+            }
+        };
+        // One server's lanes are built from the first seed either way (idle
+        // in cluster mode: nothing connects them).
+        let url = match &seeds {
+            Some(seeds) => seeds.first().cloned().ok_or_else(|| invalid(&"no seed"))?,
+            None => normalize_url(&settings.url)?,
         };
         let client = redis::Client::open(url.as_str()).map_err(|e| invalid(&e))?;
         // Explicit timeouts: redis-rs' own defaults (500 ms) would undercut
@@ -97,17 +191,62 @@ impl Connections {
             hot: RwLock::new(None),
             connecting: Arc::new(Mutex::new(())),
             bulk,
+            cluster,
             settings,
         })
+    }
+
+    /// A cluster lane's connection, connecting it (within `wait`) if needed.
+    async fn cluster_connection(
+        slot: &RwLock<Option<ClusterConnection>>,
+        client: &redis::cluster::ClusterClient,
+        wait: Duration,
+    ) -> Result<ClusterConnection, StateError> {
+        if let Some(c) = slot.read().await.as_ref() {
+            return Ok(c.clone());
+        }
+        let mut guard = slot.write().await;
+        if let Some(c) = guard.as_ref() {
+            return Ok(c.clone());
+        }
+        let conn = tokio::time::timeout(wait, client.get_async_connection())
+            .await
+            .map_err(|_| StateError::Timeout(wait))?
+            .map_err(|e| StateError::Unavailable(e.to_string()))?;
+        tracing::info!("connected to the valkey cluster");
+        *guard = Some(conn.clone());
+        Ok(conn)
     }
 
     /// The routing connection. Establishing it is not bounded by the routing
     /// deadline (a TLS handshake to a remote Valkey may take longer): a
     /// background attempt connects, and a caller waits for it only as long
     /// as its deadline, then gets `Unavailable` (and routes by fallback).
-    async fn hot_connection(self: &Arc<Self>) -> Result<ConnectionManager, StateError> {
+    async fn hot_connection(self: &Arc<Self>) -> Result<Conn, StateError> {
+        if let Some(lanes) = &self.cluster {
+            if let Some(c) = lanes.hot.read().await.as_ref() {
+                return Ok(Conn::Cluster(c.clone()));
+            }
+            if let Ok(guard) = self.connecting.clone().try_lock_owned() {
+                let this = self.clone();
+                tokio::spawn(async move {
+                    let _guard = guard;
+                    if let Err(e) = this.connect_hot().await {
+                        tracing::warn!(error = %e, "routing lane cannot reach the valkey cluster yet");
+                    }
+                });
+            }
+            let _ = tokio::time::timeout(self.settings.hot_timeout, self.connecting.lock()).await;
+            return lanes
+                .hot
+                .read()
+                .await
+                .clone()
+                .map(Conn::Cluster)
+                .ok_or_else(|| StateError::Unavailable("routing lane connecting".into()));
+        }
         if let Some(c) = self.hot.read().await.as_ref() {
-            return Ok(c.clone());
+            return Ok(Conn::Single(c.clone()));
         }
         if let Ok(guard) = self.connecting.clone().try_lock_owned() {
             let this = self.clone();
@@ -124,11 +263,17 @@ impl Connections {
             .read()
             .await
             .clone()
+            .map(Conn::Single)
             .ok_or_else(|| StateError::Unavailable("routing lane connecting".into()))
     }
 
     /// Connects the routing lane, waiting up to the bulk deadline.
     pub(super) async fn connect_hot(&self) -> Result<(), StateError> {
+        if let Some(lanes) = &self.cluster {
+            let wait = self.settings.bulk_timeout;
+            Self::cluster_connection(&lanes.hot, &lanes.hot_client, wait).await?;
+            return Ok(());
+        }
         if self.hot.read().await.is_some() {
             return Ok(());
         }
@@ -153,7 +298,7 @@ impl Connections {
     /// Runs `f` on the routing connection within the routing deadline.
     pub(super) async fn with_hot<T, F, Fut>(self: &Arc<Self>, f: F) -> Result<T, StateError>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = Result<T, StateError>>,
     {
         let conn = self.hot_connection().await?;
@@ -166,16 +311,22 @@ impl Connections {
     /// Runs `f` on a pooled connection within the bulk deadline.
     pub(super) async fn with_bulk<T, F, Fut>(&self, f: F) -> Result<T, StateError>
     where
-        F: FnOnce(deadpool_redis::Connection) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = Result<T, StateError>>,
     {
         let t = self.settings.bulk_timeout;
         tokio::time::timeout(t, async {
-            let conn = self
-                .bulk
-                .get()
-                .await
-                .map_err(|e| StateError::Unavailable(format!("bulk pool: {e}")))?;
+            let conn = match &self.cluster {
+                Some(lanes) => Conn::Cluster(
+                    Self::cluster_connection(&lanes.bulk, &lanes.bulk_client, t).await?,
+                ),
+                None => Conn::Pooled(
+                    self.bulk
+                        .get()
+                        .await
+                        .map_err(|e| StateError::Unavailable(format!("bulk pool: {e}")))?,
+                ),
+            };
             f(conn).await
         })
         .await
@@ -208,5 +359,15 @@ mod tests {
         assert_eq!(normalize_url("redis://h:1").unwrap(), "redis://h:1");
         assert!(normalize_url("http://h:1").is_err());
         assert!(normalize_url("h:1").is_err());
+    }
+
+    #[test]
+    fn several_urls_are_cluster_seeds() {
+        assert_eq!(cluster_seeds("redis://a:1").unwrap(), None);
+        assert_eq!(
+            cluster_seeds("valkey://a:1, redis://b:2,").unwrap(),
+            Some(vec!["redis://a:1".to_owned(), "redis://b:2".to_owned()])
+        );
+        assert!(cluster_seeds("redis://a:1,http://b:2").is_err());
     }
 }

@@ -23,7 +23,36 @@ pub struct GcReport {
 impl StateStore {
     /// One bounded gc step for `model`, then purge batches until the queue is
     /// empty or `max_purge_steps` batches ran. Safe on every router at once.
+    /// A sharded model runs it in every part; it is forgotten once every
+    /// part found itself empty for the grace (they empty together: leases
+    /// are renewed in all of them at once).
     pub async fn gc(&self, model: &str, max_purge_steps: usize) -> Result<GcReport, StateError> {
+        let parts = self.parts(model)?;
+        let mut total = GcReport::default();
+        let mut forgotten = 0;
+        for part in parts.iter() {
+            let r = self.gc_part(part, max_purge_steps).await?;
+            total.expired_workers += r.expired_workers;
+            total.dead_routers += r.dead_routers;
+            total.swept_entries += r.swept_entries;
+            total.purged_entries += r.purged_entries;
+            total.resumed_syncs += r.resumed_syncs;
+            forgotten += usize::from(r.forgotten);
+        }
+        if forgotten == parts.len() {
+            self.forget_model(model).await?;
+            total.forgotten = true;
+        }
+        metrics::counter!("prefix_router_entries_total", "op" => "gc_sweep")
+            .increment(total.swept_entries);
+        metrics::counter!("prefix_router_entries_total", "op" => "purge")
+            .increment(total.purged_entries);
+        Ok(total)
+    }
+
+    /// [`gc`](Self::gc) of one part; `forgotten` when it deleted the part's
+    /// keys.
+    async fn gc_part(&self, model: &str, max_purge_steps: usize) -> Result<GcReport, StateError> {
         let budget = self.limits().sweep_budget.to_string();
         let stall = ms(self.ttls().patch_stall);
         let forget = ms(self.model_limits().grace);
@@ -42,7 +71,6 @@ impl StateStore {
             ..GcReport::default()
         };
         if reply.get(3) == Some(&1) {
-            self.forget_model(model).await?;
             report.forgotten = true;
             return Ok(report);
         }
@@ -52,23 +80,31 @@ impl StateStore {
             report.resumed_syncs += 1;
         }
         for _ in 0..max_purge_steps {
-            let (removed, queued) = self.purge_step(model).await?;
+            let (removed, queued) = self.purge_part(model).await?;
             report.purged_entries += removed;
             if queued == 0 {
                 break;
             }
         }
-        metrics::counter!("prefix_router_entries_total", "op" => "gc_sweep")
-            .increment(report.swept_entries);
-        metrics::counter!("prefix_router_entries_total", "op" => "purge")
-            .increment(report.purged_entries);
         Ok(report)
     }
 
-    /// One purge batch; returns (entries removed, incarnations still queued).
+    /// One purge batch (in every part); returns (entries removed,
+    /// incarnations still queued).
     pub async fn purge_step(&self, model: &str) -> Result<(u64, u64), StateError> {
+        let parts = self.parts(model)?;
+        let (mut removed, mut queued) = (0, 0);
+        for part in parts.iter() {
+            let (r, q) = self.purge_part(part).await?;
+            removed += r;
+            queued += q;
+        }
+        Ok((removed, queued))
+    }
+
+    async fn purge_part(&self, part: &str) -> Result<(u64, u64), StateError> {
         let budget = self.limits().sweep_budget.to_string();
-        self.run(Lane::Bulk, ScriptName::Purge, model, &[&budget])
+        self.run(Lane::Bulk, ScriptName::Purge, part, &[&budget])
             .await
     }
 

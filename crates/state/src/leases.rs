@@ -65,18 +65,29 @@ impl StateStore {
             &running,
             &kv,
         ];
-        let (incarnation, lease_ms, new): (u64, u64, u8) = self
-            .run(Lane::Bulk, ScriptName::Heartbeat, model, &args)
-            .await
-            .map_err(|e| match e {
-                StateError::Script { ref detail, .. } if detail.contains("worker url conflict") => {
-                    StateError::UrlConflict {
-                        worker_id: hb.worker_id.clone(),
-                        model: model.to_owned(),
-                    }
-                }
-                other => other,
-            })?;
+        // Every part (shard) of the model keeps its own lease; the first
+        // part's incarnation stands for the worker's, and a new incarnation
+        // in any part means that part holds none of its blocks.
+        let parts = self.parts(model)?;
+        let leases: Vec<(u64, u64, u8)> =
+            futures_util::future::try_join_all(parts.iter().map(|part| async move {
+                self.run::<(u64, u64, u8)>(Lane::Bulk, ScriptName::Heartbeat, part, &args)
+                    .await
+                    .map_err(|e| match e {
+                        StateError::Script { ref detail, .. }
+                            if detail.contains("worker url conflict") =>
+                        {
+                            StateError::UrlConflict {
+                                worker_id: hb.worker_id.clone(),
+                                model: model.to_owned(),
+                            }
+                        }
+                        other => other,
+                    })
+            }))
+            .await?;
+        let (incarnation, lease_ms, _) = leases.first().copied().unwrap_or_default();
+        let new = u8::from(leases.iter().any(|l| l.2 == 1));
         if new == 1 {
             self.remember_worker_model(&hb.worker_id, model).await?;
             self.note_models([&model.to_owned()]);
@@ -89,17 +100,15 @@ impl StateStore {
     }
 
     async fn remember_worker_model(&self, worker_id: &str, model: &str) -> Result<(), StateError> {
-        let mut pipe = redis::pipe();
-        pipe.sadd(self.keys().models(), model)
-            .hset(self.keys().worker_models(), worker_id, model);
-        self.inner
-            .conns
-            .with_bulk(|mut c| async move {
-                pipe.query_async::<()>(&mut c)
-                    .await
-                    .map_err(|e| StateError::from_redis("register model", e))
-            })
-            .await
+        // Two keys in two cluster slots: two commands, not one pipeline.
+        let mut add = redis::cmd("SADD");
+        add.arg(self.keys().models()).arg(model);
+        let mut set = redis::cmd("HSET");
+        set.arg(self.keys().worker_models())
+            .arg(worker_id)
+            .arg(model);
+        self.command::<()>(add).await?;
+        self.command::<()>(set).await
     }
 
     /// The model a worker last registered for, if any.
@@ -124,10 +133,15 @@ impl StateStore {
     /// background by [`StateStore::purge`]. False when it was unknown.
     pub async fn deregister(&self, model: &str, worker_id: &str) -> Result<bool, StateError> {
         check_name("worker_id", worker_id)?;
-        let idx: u64 = self
-            .run(Lane::Bulk, ScriptName::Deregister, model, &[worker_id])
-            .await?;
-        Ok(idx != 0)
+        let parts = self.parts(model)?;
+        let mut known = false;
+        for part in parts.iter() {
+            let idx: u64 = self
+                .run(Lane::Bulk, ScriptName::Deregister, part, &[worker_id])
+                .await?;
+            known |= idx != 0;
+        }
+        Ok(known)
     }
 
     /// Records load a worker reported outside heartbeats (the ORCA header,
@@ -148,21 +162,39 @@ impl StateStore {
         let kv = kv_cache_usage_perc
             .map(|k| k.clamp(0.0, 1.0).to_string())
             .unwrap_or_default();
-        let recorded: u8 = self
-            .run(
-                Lane::Bulk,
-                ScriptName::Load,
-                model,
-                &[worker_id, &waiting, &kv, &running],
-            )
-            .await?;
-        Ok(recorded == 1)
+        let args = [worker_id, waiting.as_str(), &kv, &running];
+        let parts = self.parts(model)?;
+        let recorded: Vec<u8> = futures_util::future::try_join_all(
+            parts
+                .iter()
+                .map(|part| self.run::<u8>(Lane::Bulk, ScriptName::Load, part, &args)),
+        )
+        .await?;
+        Ok(recorded.contains(&1))
     }
 
     /// Renews this router's lease for `model` (a zero lease ends it). This
     /// process's first renewal for a model also drops in-flight counts left
     /// under the same router id by an earlier process.
     pub async fn router_lease(
+        &self,
+        model: &str,
+        lease: std::time::Duration,
+    ) -> Result<u64, StateError> {
+        let parts = self.parts(model)?;
+        let mut live = 0;
+        for (i, part) in parts.iter().enumerate() {
+            let n = self.router_lease_part(part, lease).await?;
+            if i == 0 {
+                live = n;
+            }
+        }
+        Ok(live)
+    }
+
+    /// [`router_lease`](Self::router_lease) of one part, with the ledger
+    /// of the requests counted in it.
+    async fn router_lease_part(
         &self,
         model: &str,
         lease: std::time::Duration,
@@ -196,15 +228,46 @@ impl StateStore {
         Ok(live)
     }
 
-    /// Adds `delta` to this router's in-flight count for a worker; returns
-    /// this router's new count.
+    /// Adds `delta` to this router's in-flight count for a worker (in every
+    /// part of the model); returns this router's new count.
     pub async fn add_in_flight(
         &self,
         model: &str,
         worker_id: &str,
         delta: i64,
     ) -> Result<u64, StateError> {
+        self.add_in_flight_except(model, worker_id, delta, None)
+            .await
+    }
+
+    /// [`add_in_flight`](Self::add_in_flight) in every part but `skip` (the
+    /// part whose routing call already counted the request).
+    pub(crate) async fn add_in_flight_except(
+        &self,
+        model: &str,
+        worker_id: &str,
+        delta: i64,
+        skip: Option<&str>,
+    ) -> Result<u64, StateError> {
         check_name("worker_id", worker_id)?;
+        let parts = self.parts(model)?;
+        let counts = futures_util::future::try_join_all(
+            parts
+                .iter()
+                .filter(|p| Some(p.as_str()) != skip)
+                .map(|part| self.add_in_flight_part(part, worker_id, delta)),
+        )
+        .await?;
+        Ok(counts.into_iter().max().unwrap_or(0))
+    }
+
+    /// In-flight count change in one part, and in its ledger.
+    async fn add_in_flight_part(
+        &self,
+        model: &str,
+        worker_id: &str,
+        delta: i64,
+    ) -> Result<u64, StateError> {
         let router = self.router_id().to_owned();
         // A release counts at once (the request is over, whatever Valkey
         // does with it); an increment once Valkey has it.

@@ -10,7 +10,10 @@
 //! Layout (depends on `protocol`; nothing here knows HTTP):
 //!
 //! * `keys`: [`KeySpace`], every key name of a namespace.
-//! * `connections`: the routing lane and the bulk pool ([`ConnectionSettings`]).
+//! * `shards`: [`Sharding`], a model split into parts by prefix family
+//!   (`protocol::family`), one hash tag each, for a Valkey Cluster.
+//! * `connections`: the routing lane and the bulk pool, or cluster
+//!   connections given several seeds ([`ConnectionSettings`]).
 //! * `scripts`: the Lua library, loaded and called by name ([`ScriptName`]).
 //! * `ttl`: [`StateTtls`] and [`BatchLimits`].
 //! * `leases`: worker heartbeats and drains, router leases, in-flight gauges.
@@ -30,7 +33,7 @@
 //! * [`inspect`]: `prefix-router inspect`, read-only, and `--check`.
 //!
 //! Within: every concern is an `impl StateStore` block over `scripts` and
-//! `connections`; `inspect` reads keys directly, through `keys` and
+//! `connections`, reaching a model's parts through `shards`; `inspect` reads keys directly, through `keys` and
 //! `view_record`, and never writes.
 
 mod blocks;
@@ -45,6 +48,7 @@ mod models;
 mod probe;
 mod route_claim;
 mod scripts;
+mod shards;
 mod sync;
 mod ttl;
 mod view_record;
@@ -59,6 +63,7 @@ pub use models::ModelLimits;
 pub use probe::{PrefixProbe, WorkerInfo, WorkerMatch, WorkerStatus};
 pub use route_claim::{ROUTE_CLAIM, ROUTE_HEAD, RouteOutcome, RouteParams};
 pub use scripts::{ScriptName, ScriptSet};
+pub use shards::{Sharding, key_slot, part_names};
 pub use sync::SyncOutcome;
 pub use ttl::{BatchLimits, StateTtls};
 pub use view_record::ViewRecord;
@@ -92,6 +97,9 @@ struct Inner {
     /// Models seen in `<ns>:models` (so that a heartbeat of a known model
     /// costs no admission check).
     known_models: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// How models are split, and their part names.
+    sharding: std::sync::RwLock<Sharding>,
+    parts: shards::PartNames,
 }
 
 /// Which connection a call goes on.
@@ -126,6 +134,8 @@ impl StateStore {
                 ledger: Default::default(),
                 model_limits: Default::default(),
                 known_models: Default::default(),
+                sharding: Default::default(),
+                parts: Default::default(),
             }),
         })
     }
@@ -165,16 +175,17 @@ impl StateStore {
         self.inner.conns.ping().await
     }
 
-    /// Runs a script for `model` on `lane`; ARGV[1] is the model's key base.
+    /// Runs a script for `part` (a model, or one part of a sharded model:
+    /// see `shards`) on `lane`; ARGV[1] is the part's key base.
     async fn run<T: redis::FromRedisValue>(
         &self,
         lane: Lane,
         name: ScriptName,
-        model: &str,
+        part: &str,
         args: &[&str],
     ) -> Result<T, StateError> {
         let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        self.run_bytes(lane, name, model, &args).await
+        self.run_bytes(lane, name, part, &args).await
     }
 
     /// [`run`](Self::run) with arguments that need not be text.
@@ -182,13 +193,13 @@ impl StateStore {
         &self,
         lane: Lane,
         name: ScriptName,
-        model: &str,
+        part: &str,
         args: &[&[u8]],
     ) -> Result<T, StateError> {
-        check_name("model", model)?;
+        check_name("model", part)?;
         let keys = &self.inner.keys;
-        let ids = keys.worker_ids(model);
-        let base = keys.model_base(model);
+        let ids = keys.worker_ids(part);
+        let base = keys.model_base(part);
         let mut argv: Vec<&[u8]> = Vec::with_capacity(args.len() + 1);
         argv.push(base.as_bytes());
         argv.extend_from_slice(args);

@@ -92,7 +92,8 @@ impl StateStore {
     /// for it meanwhile.
     pub(crate) async fn forget_model(&self, model: &str) -> Result<(), StateError> {
         check_name("model", model)?;
-        let (models, ids) = (self.keys().models(), self.keys().worker_ids(model));
+        let parts = self.parts(model)?;
+        let (models, ids) = (self.keys().models(), self.keys().worker_ids(&parts[0]));
         let worker_models = self.keys().worker_models();
         let name = model.to_owned();
         let forgotten = self

@@ -140,9 +140,11 @@ impl StateStore {
     ///
     /// Only the chain's indexed blocks are looked up (`protocol::index`), and
     /// a match ends at an indexed block: see [`blocks_covered`].
+    /// On a sharded model, in the part that routes `chain`.
     pub async fn probe(&self, model: &str, chain: &[BlockHash]) -> Result<PrefixProbe, StateError> {
+        let part = self.route_part(model, chain)?;
         let indexed: Vec<BlockHash> = indexed_positions(chain.len()).map(|p| chain[p]).collect();
-        let mut probe = self.probe_indexed(model, &indexed).await?;
+        let mut probe = self.probe_indexed(&part, &indexed).await?;
         for w in &mut probe.workers {
             w.matched_blocks = blocks_covered(w.matched_blocks, chain.len());
         }
@@ -197,10 +199,31 @@ impl StateStore {
         parse_matches(S, first, rest)
     }
 
-    /// Every incarnation of `model`: live, expired and draining.
+    /// Every incarnation of `model`: live, expired and draining. On a
+    /// sharded model, as the first part lists them, with their entries
+    /// (`blocks`) summed over the parts.
     pub async fn workers(&self, model: &str) -> Result<Vec<WorkerStatus>, StateError> {
+        let parts = self.parts(model)?;
+        let mut workers = self.workers_part(model, &parts[0]).await?;
+        for part in parts.iter().skip(1) {
+            for other in self.workers_part(model, part).await? {
+                let same = workers
+                    .iter_mut()
+                    .find(|w| w.info.worker_id == other.info.worker_id && w.status == other.status);
+                if let Some(w) = same {
+                    w.info.blocks = match (w.info.blocks, other.info.blocks) {
+                        (Some(a), Some(b)) => Some(a + b),
+                        (a, b) => a.or(b),
+                    };
+                }
+            }
+        }
+        Ok(workers)
+    }
+
+    async fn workers_part(&self, model: &str, part: &str) -> Result<Vec<WorkerStatus>, StateError> {
         const S: ScriptName = ScriptName::Workers;
-        let reply: Vec<String> = self.run(Lane::Bulk, S, model, &[]).await?;
+        let reply: Vec<String> = self.run(Lane::Bulk, S, part, &[]).await?;
         if !reply.len().is_multiple_of(INFO_FIELDS + 2) {
             return Err(bad_reply(S, format!("{} fields", reply.len())));
         }

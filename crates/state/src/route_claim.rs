@@ -99,10 +99,25 @@ impl StateStore {
             .map(String::as_bytes)
             .chain(std::iter::once(packed.as_slice()))
             .collect();
-        let reply: Vec<redis::Value> = self.run_bytes(Lane::Hot, S, model, &args).await?;
+        let part = self.route_part(model, head)?;
+        let reply: Vec<redis::Value> = self.run_bytes(Lane::Hot, S, &part, &args).await?;
         let outcome = parse_reply(&reply)?;
         if let Some(w) = outcome.chosen.and_then(|i| outcome.lookup.workers.get(i)) {
-            self.inner.ledger.add(model, &w.info.worker_id, 1);
+            self.inner.ledger.add(&part, &w.info.worker_id, 1);
+            if self.sharding().shards > 1 {
+                // The other parts count it too, off the routing path: their
+                // routes weigh this worker's load a moment later.
+                let (this, model, worker) =
+                    (self.clone(), model.to_owned(), w.info.worker_id.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = this
+                        .add_in_flight_except(&model, &worker, 1, Some(&part))
+                        .await
+                    {
+                        tracing::debug!(error = %e, "in-flight count in other shards");
+                    }
+                });
+            }
         }
         Ok(outcome)
     }

@@ -43,8 +43,21 @@ impl StateStore {
         worker_id: &str,
         hashes: &[BlockHash],
     ) -> Result<SyncOutcome, StateError> {
+        self.sync_in_families(model, worker_id, hashes, None).await
+    }
+
+    /// [`sync`](Self::sync) with each block's family (`protocol::family`):
+    /// each part of the model gets its blocks only.
+    pub async fn sync_in_families(
+        &self,
+        model: &str,
+        worker_id: &str,
+        hashes: &[BlockHash],
+        families: Option<&[Option<BlockHash>]>,
+    ) -> Result<SyncOutcome, StateError> {
         let sync_id = format!("{:016x}", rand::rng().random::<u64>());
-        self.sync_stage(model, worker_id, &sync_id, hashes).await?;
+        self.sync_stage_in_families(model, worker_id, &sync_id, hashes, families)
+            .await?;
         self.sync_commit(model, worker_id, &sync_id).await
     }
 
@@ -55,6 +68,52 @@ impl StateStore {
     /// (possibly none listed, while a previous sync is still applied), and
     /// the caller sends the whole snapshot. O(1) server time.
     pub async fn sync_check(
+        &self,
+        model: &str,
+        worker_id: &str,
+        digests: &str,
+    ) -> Result<Option<Vec<String>>, StateError> {
+        let parts = self.parts(model)?;
+        if parts.len() > 1 {
+            // Digests of the whole set cannot be compared part by part.
+            return Ok(Some(Vec::new()));
+        }
+        self.sync_check_part(&parts[0], worker_id, digests).await
+    }
+
+    /// [`sync_check`](Self::sync_check) of a sharded model: one digest
+    /// string per part, of the blocks that part holds
+    /// (`protocol::family::block_shards`). Equal in every part: `Ok(None)`;
+    /// otherwise the buckets that differ, as `<part index>:<bucket>`.
+    pub async fn sync_check_shards(
+        &self,
+        model: &str,
+        worker_id: &str,
+        digests: &[String],
+    ) -> Result<Option<Vec<String>>, StateError> {
+        let parts = self.parts(model)?;
+        if digests.len() != parts.len() {
+            return Err(StateError::Invalid {
+                what: "shard_digests",
+                detail: format!(
+                    "{} digest strings for {} shards",
+                    digests.len(),
+                    parts.len()
+                ),
+            });
+        }
+        let mut differing = Vec::new();
+        let mut equal = true;
+        for (s, (part, d)) in parts.iter().zip(digests).enumerate() {
+            if let Some(buckets) = self.sync_check_part(part, worker_id, d).await? {
+                equal = false;
+                differing.extend(buckets.into_iter().map(|b| format!("{s}:{b}")));
+            }
+        }
+        Ok((!equal).then_some(differing))
+    }
+
+    async fn sync_check_part(
         &self,
         model: &str,
         worker_id: &str,
@@ -108,6 +167,47 @@ impl StateStore {
         sync_id: &str,
         hashes: &[BlockHash],
     ) -> Result<u64, StateError> {
+        self.sync_stage_in_families(model, worker_id, sync_id, hashes, None)
+            .await
+    }
+
+    /// [`sync_stage`](Self::sync_stage) with each block's family: each part
+    /// stages its blocks (a part with none stages nothing: its commit then
+    /// empties it). Returns the hashes staged so far over all parts.
+    pub async fn sync_stage_in_families(
+        &self,
+        model: &str,
+        worker_id: &str,
+        sync_id: &str,
+        hashes: &[BlockHash],
+        families: Option<&[Option<BlockHash>]>,
+    ) -> Result<u64, StateError> {
+        let parts = self.parts(model)?;
+        if parts.len() == 1 {
+            return self
+                .sync_stage_part(&parts[0], worker_id, sync_id, hashes)
+                .await;
+        }
+        check_name("worker_id", worker_id)?;
+        check_sync_id(sync_id)?;
+        let mut staged = 0;
+        for (s, blocks) in self.split(parts.len(), hashes, families) {
+            if !blocks.is_empty() {
+                staged += self
+                    .sync_stage_part(&parts[s], worker_id, sync_id, &blocks)
+                    .await?;
+            }
+        }
+        Ok(staged)
+    }
+
+    async fn sync_stage_part(
+        &self,
+        model: &str,
+        worker_id: &str,
+        sync_id: &str,
+        hashes: &[BlockHash],
+    ) -> Result<u64, StateError> {
         check_name("worker_id", worker_id)?;
         check_sync_id(sync_id)?;
         let max = self.limits().max_sync_hashes;
@@ -134,8 +234,26 @@ impl StateStore {
     }
 
     /// Makes staged sync `sync_id` the worker's block set, then brings the
-    /// maps in line with it. Lookups see the new set from the commit on.
+    /// maps in line with it. Lookups see the new set from the commit on
+    /// (part by part on a sharded model). `active` sums the parts.
     pub async fn sync_commit(
+        &self,
+        model: &str,
+        worker_id: &str,
+        sync_id: &str,
+    ) -> Result<SyncOutcome, StateError> {
+        let parts = self.parts(model)?;
+        let mut active = 0;
+        for part in parts.iter() {
+            active += self
+                .sync_commit_part(part, worker_id, sync_id)
+                .await?
+                .active;
+        }
+        Ok(SyncOutcome { active })
+    }
+
+    async fn sync_commit_part(
         &self,
         model: &str,
         worker_id: &str,

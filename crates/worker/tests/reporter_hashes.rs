@@ -120,7 +120,7 @@ fn with_sha256_cbor_and_the_same_seed_engine_and_router_hashes_coincide() {
                 .filter(|&p| p == 0 || protocol::index::is_indexed_in_run(p, p - 1, n - 1))
                 .map(|p| engine[p])
                 .collect();
-            assert_eq!(delta.stored, indexed, "{}", case["name"]);
+            assert_eq!(hashes(&delta.stored), indexed, "{}", case["name"]);
             let mut all = blocks.all_hashes();
             all.sort();
             engine.sort();
@@ -179,7 +179,7 @@ fn default_sha256_events_map_to_the_sha256_cbor_hashes_of_their_tokens() {
                     !matches!(applied, Applied::Skipped(_)),
                     "{applied:?} for {e:?}"
                 );
-                seen.extend(delta.stored.iter().map(|h| h.0));
+                seen.extend(delta.stored.iter().map(|b| b.hash.0));
             }
         }
         assert!(!seen.is_empty());
@@ -222,7 +222,7 @@ fn removals_media_parents_and_bounds() {
     );
     blocks.apply(&stored(vec![1, 2], None, &tokens[..32], "GPU"), &mut d);
     // Positions 0 and 1 are anchors (protocol::index).
-    assert_eq!(d.stored, router[..2]);
+    assert_eq!(hashes(&d.stored), router[..2]);
     assert_eq!(blocks.len(), 2);
     // The same block offloaded to CPU is still one router block.
     let mut d = BlockDelta::default();
@@ -231,7 +231,7 @@ fn removals_media_parents_and_bounds() {
     blocks.apply(&removed(vec![2], "GPU"), &mut d);
     assert!(d.is_empty(), "still held on CPU");
     blocks.apply(&removed(vec![2], "CPU"), &mut d);
-    assert_eq!(d.removed, router[1..2]);
+    assert_eq!(hashes(&d.removed), router[1..2]);
     // Bounded: a fourth engine block does not fit in 3.
     let mut d = BlockDelta::default();
     blocks.apply(&stored(vec![2, 3], Some(1), &tokens[16..48], "GPU"), &mut d);
@@ -257,29 +257,23 @@ fn only_anchors_and_the_ends_of_prefill_runs_are_reported() {
     let mut blocks = EngineBlocks::new(hasher.clone(), HashMap::new(), 1 << 10);
     let tokens: Vec<u32> = (0..48 * 16).collect();
     let router = hasher.block_hashes(&tokens, &Default::default());
-    let run = |from: usize, to: usize| {
-        KvEvent::BlockStored(BlockStored {
-            block_hashes: (from..to).map(|i| EngineHash::Int(i as u64)).collect(),
-            parent_block_hash: from.checked_sub(1).map(|p| EngineHash::Int(p as u64)),
-            token_ids: tokens[from * 16..to * 16].to_vec(),
-            block_size: 16,
-            ..BlockStored::default()
-        })
-    };
+    let run = |from: usize, to: usize| stored_run(&tokens, from, to);
     // A 40-block prefill: anchors 0, 1, 3, 7, 15 and 31, and its last
     // block, 39.
     let mut d = BlockDelta::default();
     blocks.apply(&run(0, 40), &mut d);
     let prefill: Vec<BlockHash> = [0, 1, 3, 7, 15, 31, 39].map(|p| router[p]).to_vec();
-    assert_eq!(d.stored, prefill);
+    assert_eq!(hashes(&d.stored), prefill);
+    // Every block is in the chain's family: its first block.
+    assert!(d.stored.iter().all(|b| b.family == Some(router[0])));
     // Decode steps, one block each: only the anchor (47) is reported.
     let mut d = BlockDelta::default();
     for i in 40..48 {
         blocks.apply(&run(i, i + 1), &mut d);
     }
-    assert_eq!(d.stored, [router[47]]);
+    assert_eq!(hashes(&d.stored), [router[47]]);
     assert_eq!(blocks.len(), 48);
-    let mut snapshot = blocks.snapshot();
+    let mut snapshot = hashes(&blocks.snapshot());
     snapshot.sort();
     let mut want = prefill.clone();
     want.push(router[47]);
@@ -296,5 +290,52 @@ fn only_anchors_and_the_ends_of_prefill_runs_are_reported() {
     blocks.apply(&removed(46), &mut d);
     assert!(d.is_empty());
     blocks.apply(&removed(47), &mut d);
-    assert_eq!(d.removed, [router[47]]);
+    assert_eq!(hashes(&d.removed), [router[47]]);
+}
+
+/// The hashes of reported blocks, without their families.
+fn hashes(blocks: &[protocol::family::FamilyBlock]) -> Vec<BlockHash> {
+    blocks.iter().map(|b| b.hash).collect()
+}
+
+#[test]
+fn head_blocks_have_no_family_and_the_rest_share_one() {
+    let hasher = BlockHasher::default();
+    let mut blocks =
+        EngineBlocks::new(hasher.clone(), HashMap::new(), 1 << 10).with_family_blocks(3);
+    let tokens: Vec<u32> = (0..20 * 16).collect();
+    let router = hasher.block_hashes(&tokens, &Default::default());
+    let run = |from: usize, to: usize| stored_run(&tokens, from, to);
+    // Two events: the family carries over from the parent.
+    let mut d = BlockDelta::default();
+    blocks.apply(&run(0, 2), &mut d);
+    blocks.apply(&run(2, 20), &mut d);
+    let got: Vec<(BlockHash, Option<BlockHash>)> =
+        d.stored.iter().map(|b| (b.hash, b.family)).collect();
+    // Anchors 0, 1 (head, no family), 3, 7, 15 and the tip 19 (family:
+    // block 2, the third).
+    let f = Some(router[2]);
+    assert_eq!(
+        got,
+        [
+            (router[0], None),
+            (router[1], None),
+            (router[3], f),
+            (router[7], f),
+            (router[15], f),
+            (router[19], f)
+        ]
+    );
+}
+
+/// A `BlockStored` of engine blocks `from..to` of one chain (engine hash =
+/// position), with their tokens.
+fn stored_run(tokens: &[u32], from: usize, to: usize) -> KvEvent {
+    KvEvent::BlockStored(BlockStored {
+        block_hashes: (from..to).map(|i| EngineHash::Int(i as u64)).collect(),
+        parent_block_hash: from.checked_sub(1).map(|p| EngineHash::Int(p as u64)),
+        token_ids: tokens[from * 16..to * 16].to_vec(),
+        block_size: 16,
+        ..BlockStored::default()
+    })
 }

@@ -10,7 +10,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use protocol::hashing::{BlockHash, BlockHasher};
+use protocol::family::FamilyBlock;
+use protocol::hashing::BlockHasher;
 use protocol::kv_events::{BlockRemoved, BlockStored, EngineHash, KvEvent, KvEventBatch};
 use worker::kv_events::{
     KvEventPublisher, KvEventPublisherConfig, KvEventSubscriber, KvEventSubscriberConfig,
@@ -27,13 +28,16 @@ struct RecordingSink {
 }
 
 impl FleetSink for RecordingSink {
-    fn stored(&self, hashes: &[BlockHash]) {
-        self.held.lock().unwrap().extend(hashes.iter().map(|h| h.0));
+    fn stored(&self, hashes: &[FamilyBlock]) {
+        self.held
+            .lock()
+            .unwrap()
+            .extend(hashes.iter().map(|b| b.hash.0));
     }
-    fn evicted(&self, hashes: &[BlockHash]) {
+    fn evicted(&self, hashes: &[FamilyBlock]) {
         let mut held = self.held.lock().unwrap();
-        for h in hashes {
-            held.remove(&h.0);
+        for b in hashes {
+            held.remove(&b.hash.0);
         }
     }
     fn resync(&self) {
@@ -152,7 +156,7 @@ impl Rig {
             .unwrap()
             .snapshot()
             .into_iter()
-            .map(|h| h.0)
+            .map(|b| b.hash.0)
             .collect()
     }
 }

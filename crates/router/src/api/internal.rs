@@ -51,6 +51,20 @@ fn check_url(url: &str) -> Result<(), ApiError> {
     protocol::check_worker_url(url).map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
+/// A body's `families`, which must list one entry per block.
+fn families(
+    families: Option<&[Option<protocol::BlockHash>]>,
+    blocks: usize,
+) -> Result<Option<&[Option<protocol::BlockHash>]>, ApiError> {
+    match families {
+        Some(f) if f.len() != blocks => Err(ApiError::bad_request(format!(
+            "\"families\" has {} entries for {blocks} blocks",
+            f.len()
+        ))),
+        other => Ok(other),
+    }
+}
+
 /// Registers a worker or renews its lease; returns the lease length.
 pub async fn heartbeat(
     State(app): State<AppState>,
@@ -64,6 +78,21 @@ pub async fn heartbeat(
         )));
     }
     let model = resolve_model(&app, b.model.map(Cow::into_owned), &b.worker_id).await?;
+    let sharding = app.store.sharding();
+    if let Some(depth) = b.family_blocks
+        && sharding.shards > 1
+        && depth != sharding.family_blocks
+    {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "family_blocks_mismatch",
+            format!(
+                "the worker computes families over {depth} blocks, this fleet over {}: \
+                 set the same --family-blocks on both",
+                sharding.family_blocks
+            ),
+        ));
+    }
     let hb = WorkerHeartbeat {
         worker_id: b.worker_id.into_owned(),
         url: b.url.into_owned(),
@@ -80,6 +109,7 @@ pub async fn heartbeat(
         lease_ms: lease.lease_ms,
         incarnation: lease.incarnation,
         registered: lease.new,
+        shards: (sharding.shards > 1).then_some(sharding.shards),
     }))
 }
 
@@ -91,7 +121,12 @@ pub async fn stored(
     let model = resolve_model(&app, b.model.map(Cow::into_owned), &b.worker_id).await?;
     let out = app
         .store
-        .stored(&model, &b.worker_id, &b.block_hashes)
+        .stored_in_families(
+            &model,
+            &b.worker_id,
+            &b.block_hashes,
+            families(b.families.as_deref(), b.block_hashes.len())?,
+        )
         .await?;
     Ok(Json(StoredReply {
         inserted: out.inserted,
@@ -108,7 +143,12 @@ pub async fn eviction(
     let model = resolve_model(&app, b.model.map(Cow::into_owned), &b.worker_id).await?;
     let removed = app
         .store
-        .evict(&model, &b.worker_id, &b.evicted_hashes)
+        .evict_in_families(
+            &model,
+            &b.worker_id,
+            &b.evicted_hashes,
+            families(b.families.as_deref(), b.evicted_hashes.len())?,
+        )
         .await?;
     Ok(Json(EvictionReply { removed }))
 }
@@ -120,11 +160,14 @@ pub async fn sync(
 ) -> Result<Response, ApiError> {
     let model = resolve_model(&app, b.model.map(Cow::into_owned), &b.worker_id).await?;
     let store = &app.store;
+    let fams = families(b.families.as_deref(), b.active_hashes.len())?;
     let Some(sync_id) = b.sync_id else {
         if !b.last {
             return Err(ApiError::bad_request("\"last\": false needs a sync_id"));
         }
-        let out = store.sync(&model, &b.worker_id, &b.active_hashes).await?;
+        let out = store
+            .sync_in_families(&model, &b.worker_id, &b.active_hashes, fams)
+            .await?;
         let reply = SyncReply {
             sync_id: None,
             staged: None,
@@ -133,7 +176,7 @@ pub async fn sync(
         return Ok(Json(reply).into_response());
     };
     let staged = store
-        .sync_stage(&model, &b.worker_id, &sync_id, &b.active_hashes)
+        .sync_stage_in_families(&model, &b.worker_id, &sync_id, &b.active_hashes, fams)
         .await?;
     if !b.last {
         let reply = SyncReply {
@@ -159,10 +202,18 @@ pub async fn sync_check(
     JsonBody(b): JsonBody<SyncCheckBody<'static>>,
 ) -> Result<Json<SyncCheckReply>, ApiError> {
     let model = resolve_model(&app, b.model.map(Cow::into_owned), &b.worker_id).await?;
-    let differing = app
-        .store
-        .sync_check(&model, &b.worker_id, &b.digests)
-        .await?;
+    let differing = match &b.shard_digests {
+        Some(per_shard) => {
+            app.store
+                .sync_check_shards(&model, &b.worker_id, per_shard)
+                .await?
+        }
+        None => {
+            app.store
+                .sync_check(&model, &b.worker_id, &b.digests)
+                .await?
+        }
+    };
     Ok(Json(SyncCheckReply {
         unchanged: differing.is_none(),
         differing: differing.unwrap_or_default(),

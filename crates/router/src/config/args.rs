@@ -20,8 +20,19 @@ pub struct ServeArgs {
     pub listen: Option<SocketAddr>,
     /// Valkey URL: redis://, rediss://, valkey:// or valkeys://; user,
     /// password and TLS go in the URL [default: redis://127.0.0.1:6379].
+    /// Several URLs, comma separated, are the seeds of a Valkey Cluster.
     #[arg(long, env = "PREFIX_ROUTER_VALKEY", hide_env_values = true)]
     pub valkey: Option<String>,
+    /// Shards (parts) each model's state is split into, by prefix family
+    /// [default: 1 on one server, 6 on a cluster]. Every router of a fleet
+    /// must use the same value.
+    #[arg(long, env = "PREFIX_ROUTER_SHARDS")]
+    pub shards: Option<usize>,
+    /// Prefix family depth in blocks: a prompt's shard is chosen by its
+    /// block at this position, blocks before it are written to every shard
+    /// [default: 1]. Routers and workers must agree.
+    #[arg(long, env = "PREFIX_ROUTER_FAMILY_BLOCKS")]
+    pub family_blocks: Option<usize>,
     /// Namespace of every key, so that several fleets share one Valkey [default: pr].
     #[arg(long, env = "PREFIX_ROUTER_KEY_PREFIX")]
     pub key_prefix: Option<String>,

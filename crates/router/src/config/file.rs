@@ -18,6 +18,8 @@ pub(super) struct FileConfig {
     pub(super) listen: Option<SocketAddr>,
     pub(super) internal_listen: Option<SocketAddr>,
     pub(super) valkey: Option<String>,
+    pub(super) shards: Option<usize>,
+    pub(super) family_blocks: Option<usize>,
     pub(super) key_prefix: Option<String>,
     #[serde(default)]
     pub(super) workers: Vec<String>,

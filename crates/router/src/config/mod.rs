@@ -14,13 +14,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 
 use crate::forward_paths::ForwardPaths;
 
 use file::{FileConfig, file_duration, load_file};
 
-use state::{BatchLimits, ConnectionSettings, ModelLimits, StateTtls};
+use state::{BatchLimits, ConnectionSettings, ModelLimits, Sharding, StateTtls};
 
 /// Resolved configuration of `serve`. Its `Debug` redacts the Valkey
 /// password and the internal token, so that printing it cannot leak them.
@@ -33,6 +33,8 @@ pub struct ServeConfig {
     pub internal_listen: Option<SocketAddr>,
     /// Valkey connection.
     pub valkey: ConnectionSettings,
+    /// How each model's state is split over shards.
+    pub sharding: Sharding,
     /// Key namespace.
     pub key_prefix: String,
     /// Static workers.
@@ -130,6 +132,18 @@ impl ServeConfig {
         {
             valkey.hot_timeout = t;
         }
+        let cluster = valkey.url.contains(',');
+        let sharding = Sharding {
+            shards: args
+                .shards
+                .or(file.shards)
+                .unwrap_or(if cluster { 6 } else { 1 }),
+            family_blocks: args
+                .family_blocks
+                .or(file.family_blocks)
+                .unwrap_or(protocol::family::DEFAULT_FAMILY_BLOCKS),
+        };
+        sharding.check().context("--shards / --family-blocks")?;
         let workers = if args.workers.is_empty() {
             file.workers
                 .iter()
@@ -243,6 +257,7 @@ impl ServeConfig {
             listen,
             internal_listen,
             valkey,
+            sharding,
             key_prefix: args
                 .key_prefix
                 .or(file.key_prefix)
@@ -318,6 +333,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("internal_listen", &self.internal_listen)
             .field("valkey", &protocol::redact_url(&self.valkey.url))
             .field("valkey_hot_timeout", &self.valkey.hot_timeout)
+            .field("sharding", &self.sharding)
             .field("key_prefix", &self.key_prefix)
             .field("workers", &self.workers)
             .field("model", &self.model)

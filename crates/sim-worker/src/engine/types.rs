@@ -166,6 +166,8 @@ pub struct EngineConfig {
     pub num_blocks: usize,
     /// Tokens per block (vLLM's `--block-size`).
     pub block_size: usize,
+    /// Prefix family depth of the blocks it reports (`protocol::family`).
+    pub family_blocks: usize,
 }
 
 impl Default for EngineConfig {
@@ -177,6 +179,7 @@ impl Default for EngineConfig {
             max_num_seqs: 256,
             num_blocks: 8192,
             block_size: DEFAULT_BLOCK_SIZE,
+            family_blocks: protocol::family::DEFAULT_FAMILY_BLOCKS,
         }
     }
 }

@@ -143,7 +143,7 @@ pub async fn state(State(app): State<Arc<App>>) -> Json<Value> {
         "model": app.model,
         "now_ms": app.core.now().as_millis() as u64,
         "cached_hashes": cache.cached_hashes().iter().map(|h| h.to_hex()).collect::<Vec<_>>(),
-        "indexed_hashes": cache.indexed_hashes().iter().map(|h| h.to_hex()).collect::<Vec<_>>(),
+        "indexed_hashes": cache.indexed_hashes().iter().map(|b| b.hash.to_hex()).collect::<Vec<_>>(),
         "cache": {
             "capacity": stats.capacity,
             "used_blocks": stats.used_blocks,

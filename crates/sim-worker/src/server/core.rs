@@ -20,7 +20,7 @@ use super::book::TokenBook;
 use super::reporting::Reporters;
 use crate::{Admission, Engine, FinishReason, RequestId};
 use protocol::WorkerLoad;
-use protocol::hashing::BlockHash;
+use protocol::family::FamilyBlock;
 use worker::push::{BlockSource, PusherHandle};
 
 /// Totals the engine does not keep.
@@ -210,7 +210,7 @@ fn lock(state: &Mutex<EngineState>) -> MutexGuard<'_, EngineState> {
 struct EngineSource(Arc<Mutex<EngineState>>);
 
 impl BlockSource for EngineSource {
-    fn snapshot(&self) -> Vec<BlockHash> {
+    fn snapshot(&self) -> Vec<FamilyBlock> {
         lock(&self.0).engine.cache().indexed_hashes()
     }
 

@@ -302,6 +302,7 @@ fn start_pusher(
         drop_evictions: config.faults.drop_evictions,
         seed: push.seed,
         paused: config.faults.stop_reporting,
+        family_blocks: Some(config.engine.family_blocks),
         ..PusherConfig::new(identity)
     };
     Ok(Pusher::start(

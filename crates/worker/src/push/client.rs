@@ -20,6 +20,7 @@ use super::retry::Backoff;
 use std::borrow::Cow;
 
 use protocol::WorkerLoad;
+use protocol::family::{FamilyBlock, block_shards, split_families};
 use protocol::hashing::BlockHash;
 use protocol::index::{digests, digests_hex};
 use protocol::push::{
@@ -144,16 +145,20 @@ impl FleetClient {
     }
 
     /// Registers the worker or renews its lease, with its load.
+    /// `family_blocks`: the family depth this worker computes families with
+    /// (a sharded fleet refuses another).
     pub async fn heartbeat(
         &self,
         who: &WorkerIdentity,
         load: Option<WorkerLoad>,
+        family_blocks: Option<usize>,
     ) -> Result<HeartbeatReply, PushError> {
         let body = HeartbeatBody {
             worker_id: who.worker_id.as_str().into(),
             url: who.url.as_str().into(),
             model: Some(who.model.as_str().into()),
             load,
+            family_blocks,
         };
         let reply = self.send(self.post("heartbeat", &body)).await?;
         serde_json::from_value(reply).map_err(|e| PushError::Reply {
@@ -168,13 +173,15 @@ impl FleetClient {
     pub async fn stored(
         &self,
         who: &WorkerIdentity,
-        hashes: &[BlockHash],
+        blocks: &[FamilyBlock],
     ) -> Result<(), PushError> {
-        for chunk in hashes.chunks(self.batch()) {
+        for chunk in blocks.chunks(self.batch()) {
+            let (hashes, families) = wire_blocks(chunk);
             let body = StoredBody {
                 worker_id: who.worker_id.as_str().into(),
                 model: Some(who.model.as_str().into()),
-                block_hashes: Cow::Borrowed(chunk),
+                block_hashes: Cow::Owned(hashes),
+                families,
             };
             self.send(self.post("stored", &body)).await?;
         }
@@ -186,13 +193,15 @@ impl FleetClient {
     pub async fn evicted(
         &self,
         who: &WorkerIdentity,
-        hashes: &[BlockHash],
+        blocks: &[FamilyBlock],
     ) -> Result<(), PushError> {
-        for chunk in hashes.chunks(self.batch()) {
+        for chunk in blocks.chunks(self.batch()) {
+            let (hashes, families) = wire_blocks(chunk);
             let body = EvictionBody {
                 worker_id: who.worker_id.as_str().into(),
                 model: Some(who.model.as_str().into()),
-                evicted_hashes: Cow::Borrowed(chunk),
+                evicted_hashes: Cow::Owned(hashes),
+                families,
             };
             self.send(self.post("eviction", &body)).await?;
         }
@@ -205,7 +214,7 @@ impl FleetClient {
     pub async fn sync(
         &self,
         who: &WorkerIdentity,
-        hashes: &[BlockHash],
+        hashes: &[FamilyBlock],
     ) -> Result<SyncReport, PushError> {
         let size = self.config.sync_chunk.max(1);
         if hashes.len() <= size {
@@ -215,7 +224,7 @@ impl FleetClient {
             return Ok(SyncReport { active, chunks: 1 });
         }
         let sync_id = format!("{:016x}", rand::random::<u64>());
-        let chunks: Vec<&[BlockHash]> = hashes.chunks(size).collect();
+        let chunks: Vec<&[FamilyBlock]> = hashes.chunks(size).collect();
         let mut active = 0;
         for (i, chunk) in chunks.iter().enumerate() {
             let last = i + 1 == chunks.len();
@@ -232,14 +241,16 @@ impl FleetClient {
     pub async fn sync_chunk(
         &self,
         who: &WorkerIdentity,
-        hashes: &[BlockHash],
+        blocks: &[FamilyBlock],
         sync_id: Option<&str>,
         last: bool,
     ) -> Result<u64, PushError> {
+        let (hashes, families) = wire_blocks(blocks);
         let body = SyncBody {
             worker_id: who.worker_id.as_str().into(),
             model: Some(who.model.as_str().into()),
-            active_hashes: Cow::Borrowed(hashes),
+            active_hashes: Cow::Owned(hashes),
+            families,
             sync_id: sync_id.map(Cow::Borrowed),
             last,
         };
@@ -265,16 +276,35 @@ impl FleetClient {
     /// Compares the digests of the worker's snapshot with the fleet's
     /// (`POST /internal/sync/check`); true when they are equal, which
     /// renews the worker's entries as a full sync would.
+    /// `shards`: the shards the fleet splits the model into (from the
+    /// heartbeat reply): more than one sends digests per shard.
     pub async fn sync_check(
         &self,
         who: &WorkerIdentity,
-        snapshot: &[BlockHash],
+        snapshot: &[FamilyBlock],
+        shards: usize,
     ) -> Result<bool, PushError> {
-        let digests = digests_hex(&digests(snapshot.iter().copied()));
+        let (whole, per_shard) = if shards > 1 {
+            let mut sets: Vec<Vec<BlockHash>> = vec![Vec::new(); shards];
+            for b in snapshot {
+                for s in block_shards(b.family, shards) {
+                    sets[s].push(b.hash);
+                }
+            }
+            let per_shard = sets
+                .into_iter()
+                .map(|set| digests_hex(&digests(set)))
+                .collect();
+            (String::new(), Some(per_shard))
+        } else {
+            let whole = digests_hex(&digests(snapshot.iter().map(|b| b.hash)));
+            (whole, None)
+        };
         let body = SyncCheckBody {
             worker_id: who.worker_id.as_str().into(),
             model: Some(who.model.as_str().into()),
-            digests: Cow::Owned(digests),
+            digests: Cow::Owned(whole),
+            shard_digests: per_shard,
         };
         let mut call = self.post("sync_check", &body);
         call.url = self.url(&["internal", "sync", "check"]);
@@ -418,6 +448,17 @@ pub struct SyncReport {
     pub active: u64,
     /// Requests the snapshot took.
     pub chunks: usize,
+}
+
+/// A body's `families` field.
+type WireFamilies = Option<Cow<'static, [Option<BlockHash>]>>;
+
+/// The push API's form of `blocks`: their hashes, and their families
+/// unless none is known (then the fleet places every block everywhere).
+fn wire_blocks(blocks: &[FamilyBlock]) -> (Vec<BlockHash>, WireFamilies) {
+    let (hashes, families) = split_families(blocks);
+    let known = families.iter().any(Option::is_some);
+    (hashes, known.then_some(Cow::Owned(families)))
 }
 
 #[cfg(test)]

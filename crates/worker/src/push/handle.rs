@@ -15,7 +15,7 @@ use serde::Serialize;
 use tokio::sync::Notify;
 
 use super::pending::{Pending, ResyncReason};
-use protocol::hashing::BlockHash;
+use protocol::family::FamilyBlock;
 
 /// Fault injection for tests: the eviction reports to drop.
 #[derive(Debug)]
@@ -81,7 +81,7 @@ impl Shared {
         }
     }
 
-    fn record(&self, hashes: &[BlockHash], present: bool) {
+    fn record(&self, hashes: &[FamilyBlock], present: bool) {
         let dropped = self.pending().record(hashes, present);
         if dropped > 0 {
             self.stats
@@ -112,8 +112,9 @@ pub struct PusherHandle {
 }
 
 impl PusherHandle {
-    /// Blocks that became cached (vLLM's `BlockStored`).
-    pub fn stored(&self, hashes: &[BlockHash]) {
+    /// Blocks that became cached (vLLM's `BlockStored`), with their
+    /// families (`protocol::family`).
+    pub fn stored(&self, hashes: &[FamilyBlock]) {
         if !hashes.is_empty() && !self.shared.paused.load(Ordering::Acquire) {
             self.shared.record(hashes, true);
         }
@@ -121,11 +122,11 @@ impl PusherHandle {
 
     /// Blocks that were evicted (vLLM's `BlockRemoved`). The eviction-drop
     /// fault, if set, loses each hash with its probability here.
-    pub fn evicted(&self, hashes: &[BlockHash]) {
+    pub fn evicted(&self, hashes: &[FamilyBlock]) {
         if hashes.is_empty() || self.shared.paused.load(Ordering::Acquire) {
             return;
         }
-        let kept: Vec<BlockHash> = {
+        let kept: Vec<FamilyBlock> = {
             let mut faults = self.shared.faults.lock().unwrap_or_else(|p| p.into_inner());
             if faults.drop_evictions <= 0.0 {
                 hashes.to_vec()

@@ -16,6 +16,7 @@
 //! # async fn demo(source: std::sync::Arc<dyn worker::push::BlockSource>)
 //! # -> Result<(), worker::push::PushError> {
 //! use protocol::BlockHash;
+//! use protocol::family::FamilyBlock;
 //! use worker::push::*;
 //!
 //! let client = FleetClient::new(FleetClientConfig::new(
@@ -29,8 +30,13 @@
 //! };
 //! let pusher = Pusher::start(client, PusherConfig::new(identity), source);
 //! let handle = pusher.handle();
-//! handle.stored(&[BlockHash(0x7219_bff9_b083_37ef)]); // from BlockStored
-//! handle.evicted(&[BlockHash(0x7219_bff9_b083_37ef)]); // from BlockRemoved
+//! // A block and its prefix family: the hash of its chain's first block.
+//! let block = FamilyBlock {
+//!     hash: BlockHash(0x7219_bff9_b083_37ef),
+//!     family: Some(BlockHash(0x0c3e_12aa_9f00_7d21)),
+//! };
+//! handle.stored(&[block]); // from BlockStored
+//! handle.evicted(&[block]); // from BlockRemoved
 //! pusher.shutdown(true).await?; // and drain the worker
 //! # Ok(()) }
 //! ```

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use protocol::family::FamilyBlock;
 use protocol::hashing::BlockHash;
 
 /// Why a full resync was scheduled (a metric label).
@@ -48,10 +49,10 @@ impl ResyncReason {
 /// The net reports of one flush window.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Batch {
-    /// Hashes whose last report was a store.
-    pub stored: Vec<BlockHash>,
-    /// Hashes whose last report was an eviction.
-    pub evicted: Vec<BlockHash>,
+    /// Blocks whose last report was a store.
+    pub stored: Vec<FamilyBlock>,
+    /// Blocks whose last report was an eviction.
+    pub evicted: Vec<FamilyBlock>,
 }
 
 impl Batch {
@@ -64,8 +65,9 @@ impl Batch {
 /// Reports waiting for the next flush, bounded; see the module docs.
 #[derive(Debug)]
 pub struct Pending {
-    /// hash → present (true: stored last; false: evicted last).
-    net: HashMap<BlockHash, bool>,
+    /// hash → (present: true when stored last, false when evicted last;
+    /// its family).
+    net: HashMap<BlockHash, (bool, Option<BlockHash>)>,
     max: usize,
     resync: Option<ResyncReason>,
 }
@@ -83,12 +85,12 @@ impl Pending {
     /// Records reports; `present` is true for stores. While a resync is due
     /// reports are not kept: the snapshot taken for it will reflect them.
     /// Returns the hashes dropped by an overflow (0 otherwise).
-    pub fn record(&mut self, hashes: &[BlockHash], present: bool) -> usize {
+    pub fn record(&mut self, blocks: &[FamilyBlock], present: bool) -> usize {
         if self.resync.is_some() {
             return 0;
         }
-        for &h in hashes {
-            self.net.insert(h, present);
+        for b in blocks {
+            self.net.insert(b.hash, (present, b.family));
         }
         if self.net.len() <= self.max {
             return 0;
@@ -125,11 +127,12 @@ impl Pending {
     /// Takes the window's net reports for a flush.
     pub fn take(&mut self) -> Batch {
         let mut batch = Batch::default();
-        for (h, present) in std::mem::take(&mut self.net) {
+        for (hash, (present, family)) in std::mem::take(&mut self.net) {
+            let block = FamilyBlock { hash, family };
             if present {
-                batch.stored.push(h);
+                batch.stored.push(block);
             } else {
-                batch.evicted.push(h);
+                batch.evicted.push(block);
             }
         }
         batch.stored.sort_unstable();
@@ -152,8 +155,8 @@ impl Pending {
 mod tests {
     use super::*;
 
-    fn h(v: u64) -> BlockHash {
-        BlockHash(v)
+    fn h(v: u64) -> FamilyBlock {
+        FamilyBlock::unplaced(BlockHash(v))
     }
 
     fn ready(max: usize) -> Pending {

@@ -40,7 +40,7 @@ use super::handle::{PusherHandle, Shared};
 use super::pending::ResyncReason;
 use super::retry::Backoff;
 use protocol::WorkerLoad;
-use protocol::hashing::BlockHash;
+use protocol::family::FamilyBlock;
 
 /// Where the pusher reads the worker's full state.
 ///
@@ -49,8 +49,9 @@ use protocol::hashing::BlockHash;
 /// report events while holding the lock that `snapshot` takes.
 /// Both methods run on the pusher task and should return quickly.
 pub trait BlockSource: Send + Sync + 'static {
-    /// Every block hash the worker caches now, for a destructive sync.
-    fn snapshot(&self) -> Vec<BlockHash>;
+    /// Every block the worker caches now (with its family), for a
+    /// destructive sync.
+    fn snapshot(&self) -> Vec<FamilyBlock>;
     /// The load to send with a heartbeat; `None` to send none.
     fn load(&self) -> Option<WorkerLoad>;
 }
@@ -78,6 +79,9 @@ pub struct PusherConfig {
     pub seed: u64,
     /// Start paused (nothing is sent until resumed).
     pub paused: bool,
+    /// The family depth the worker's families are computed with, sent with
+    /// each heartbeat (`protocol::family`).
+    pub family_blocks: Option<usize>,
 }
 
 impl PusherConfig {
@@ -97,6 +101,7 @@ impl PusherConfig {
             drop_evictions: 0.0,
             seed: 0,
             paused: false,
+            family_blocks: None,
         }
     }
 }
@@ -128,6 +133,7 @@ impl Pusher {
             shared: Arc::clone(&shared),
             registered: false,
             incarnation: None,
+            shards: 1,
             next_heartbeat: now,
             next_sync: now + config.sync_interval,
             retry_at: now,
@@ -184,6 +190,8 @@ struct Worker {
     shared: Arc<Shared>,
     registered: bool,
     incarnation: Option<u64>,
+    /// Shards the fleet splits the model into (its last heartbeat reply).
+    shards: usize,
     next_heartbeat: Instant,
     next_sync: Instant,
     /// No call before this (backoff after a failure).
@@ -241,8 +249,14 @@ impl Worker {
 
     async fn heartbeat(&mut self) -> bool {
         let load = self.source.load();
-        match self.client.heartbeat(&self.config.identity, load).await {
+        let family_blocks = self.config.family_blocks;
+        match self
+            .client
+            .heartbeat(&self.config.identity, load, family_blocks)
+            .await
+        {
             Ok(reply) => {
+                self.shards = reply.shards.unwrap_or(1);
                 let forgotten =
                     reply.registered || self.incarnation.is_some_and(|i| i != reply.incarnation);
                 if forgotten {
@@ -291,7 +305,7 @@ impl Worker {
         // instead of a walk of the whole snapshot.
         match self
             .client
-            .sync_check(&self.config.identity, &snapshot)
+            .sync_check(&self.config.identity, &snapshot, self.shards)
             .await
         {
             Ok(true) => {

@@ -50,6 +50,10 @@ pub struct ReporterArgs {
     /// The engine's PYTHONHASHSEED, if it sets one.
     #[arg(long, env = "PREFIX_ROUTER_HASH_SEED")]
     pub hash_seed: Option<String>,
+    /// Prefix family depth in blocks; must equal the routers'
+    /// `--family-blocks` when they shard the model.
+    #[arg(long, env = "PREFIX_ROUTER_FAMILY_BLOCKS", default_value_t = protocol::family::DEFAULT_FAMILY_BLOCKS)]
+    pub family_blocks: usize,
     /// LoRA adapters as NAME=PATH (vLLM hashes the path; events carry only the name).
     #[arg(long = "lora", env = "PREFIX_ROUTER_LORAS", value_delimiter = ',')]
     pub loras: Vec<String>,
@@ -86,6 +90,9 @@ impl ReporterArgs {
         if self.block_size == 0 {
             return Err("--block-size must be at least 1".into());
         }
+        if self.family_blocks == 0 {
+            return Err("--family-blocks must be at least 1".into());
+        }
         Ok(ReporterConfig {
             kv_events: self.kv_events,
             replay: self.replay,
@@ -100,6 +107,7 @@ impl ReporterArgs {
                 url,
             },
             block_size: self.block_size,
+            family_blocks: self.family_blocks,
             hash_seed: HashSeed::from_env_value(self.hash_seed),
             loras,
             max_blocks: self.max_blocks,

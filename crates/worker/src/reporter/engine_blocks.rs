@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use protocol::family::{DEFAULT_FAMILY_BLOCKS, FamilyBlock, family_at};
 use protocol::hashing::{BlockDigest, BlockHash, BlockHasher, ExtraKeys, LoraKey};
 use protocol::index::is_indexed_in_run;
 use protocol::kv_events::{BlockRemoved, BlockStored, EngineHash, KvEvent};
@@ -52,10 +53,10 @@ pub enum Unmappable {
 /// that became present and hashes that are no longer held by any medium.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct BlockDelta {
-    /// Router hashes now held that were not.
-    pub stored: Vec<BlockHash>,
+    /// Router hashes now held that were not, with their families.
+    pub stored: Vec<FamilyBlock>,
     /// Router hashes no longer held.
-    pub removed: Vec<BlockHash>,
+    pub removed: Vec<FamilyBlock>,
 }
 
 impl BlockDelta {
@@ -84,6 +85,8 @@ struct EngineBlock {
     digest: BlockDigest,
     /// 0-based position in its chain.
     depth: usize,
+    /// Its prefix family (`protocol::family`).
+    family: Option<BlockHash>,
     /// Media (GPU, CPU, ...) holding it; vLLM reports each separately.
     media: Vec<Option<String>>,
 }
@@ -95,6 +98,8 @@ struct Held {
     count: u32,
     /// Whether it was reported to the index.
     indexed: bool,
+    /// Its prefix family.
+    family: Option<BlockHash>,
 }
 
 /// The engine's blocks by engine hash, and the router hashes they hold.
@@ -105,6 +110,7 @@ pub struct EngineBlocks {
     blocks: HashMap<EngineHash, EngineBlock>,
     held: HashMap<BlockHash, Held>,
     max_blocks: usize,
+    family_blocks: usize,
 }
 
 impl EngineBlocks {
@@ -118,7 +124,15 @@ impl EngineBlocks {
             blocks: HashMap::new(),
             held: HashMap::new(),
             max_blocks,
+            family_blocks: DEFAULT_FAMILY_BLOCKS,
         }
+    }
+
+    /// Computes families over `family_blocks` blocks (the fleet's
+    /// `--family-blocks`) instead of the default.
+    pub fn with_family_blocks(mut self, family_blocks: usize) -> Self {
+        self.family_blocks = family_blocks.max(1);
+        self
     }
 
     /// Applies one event, adding its router-level changes to `delta`.
@@ -146,12 +160,15 @@ impl EngineBlocks {
         self.held.clear();
     }
 
-    /// Every indexed router hash held, for a full sync.
-    pub fn snapshot(&self) -> Vec<BlockHash> {
+    /// Every indexed router hash held, with its family, for a full sync.
+    pub fn snapshot(&self) -> Vec<FamilyBlock> {
         self.held
             .iter()
             .filter(|(_, h)| h.indexed)
-            .map(|(&hash, _)| hash)
+            .map(|(&hash, h)| FamilyBlock {
+                hash,
+                family: h.family,
+            })
             .collect()
     }
 
@@ -192,27 +209,31 @@ impl EngineBlocks {
             Some(p) => Some(
                 self.blocks
                     .get(p)
-                    .map(|b| (b.digest, b.depth))
+                    .map(|b| (b.digest, b.depth, b.family))
                     .ok_or(Unmappable::UnknownParent)?,
             ),
         };
         let keys = self.extra_keys(e, parent.is_none())?;
         let digests =
             self.hasher
-                .continue_digests(parent.as_ref().map(|(d, _)| d), &e.token_ids, &keys);
-        let start = parent.map_or(0, |(_, depth)| depth + 1);
+                .continue_digests(parent.as_ref().map(|(d, _, _)| d), &e.token_ids, &keys);
+        let start = parent.map_or(0, |(_, depth, _)| depth + 1);
+        let mut family = parent.and_then(|(_, _, f)| f);
         let run = e.block_hashes.len();
         for (offset, (engine, digest)) in e.block_hashes.iter().zip(digests).enumerate() {
             let depth = start + offset;
+            family = family_at(depth, digest.external(), family, self.family_blocks);
             let block = self
                 .blocks
                 .entry(engine.clone())
                 .or_insert_with(|| EngineBlock {
                     digest,
                     depth,
+                    family,
                     media: Vec::new(),
                 });
             let hash = block.digest.external();
+            let family = block.family;
             let indexed = is_indexed_in_run(depth, offset, run);
             if block.media.contains(&e.medium) {
                 // Stored again (a replayed or repeated event): it may now end
@@ -222,7 +243,7 @@ impl EngineBlocks {
                     && !held.indexed
                 {
                     held.indexed = true;
-                    delta.stored.push(hash);
+                    delta.stored.push(FamilyBlock { hash, family });
                 }
                 continue;
             }
@@ -232,11 +253,12 @@ impl EngineBlocks {
                 let held = self.held.entry(hash).or_insert(Held {
                     count: 0,
                     indexed: false,
+                    family,
                 });
                 held.count += 1;
                 if indexed && !held.indexed {
                     held.indexed = true;
-                    delta.stored.push(hash);
+                    delta.stored.push(FamilyBlock { hash, family });
                 }
             }
         }
@@ -257,10 +279,10 @@ impl EngineBlocks {
             if let Some(held) = self.held.get_mut(&hash) {
                 held.count -= 1;
                 if held.count == 0 {
-                    let indexed = held.indexed;
+                    let (indexed, family) = (held.indexed, held.family);
                     self.held.remove(&hash);
                     if indexed {
-                        delta.removed.push(hash);
+                        delta.removed.push(FamilyBlock { hash, family });
                     }
                 }
             }

@@ -15,7 +15,8 @@ use crate::push::{
     WorkerIdentity,
 };
 use protocol::WorkerLoad;
-use protocol::hashing::{BlockHash, BlockHasher, HashSeed, LoraKey};
+use protocol::family::FamilyBlock;
+use protocol::hashing::{BlockHasher, HashSeed, LoraKey};
 use protocol::vllm_metrics::parse_vllm_load;
 
 use super::engine_blocks::EngineBlocks;
@@ -42,6 +43,8 @@ pub struct ReporterConfig {
     pub identity: WorkerIdentity,
     /// Tokens per block (the engine's and the fleet's).
     pub block_size: usize,
+    /// Prefix family depth (`protocol::family`).
+    pub family_blocks: usize,
     /// The engine's `PYTHONHASHSEED`, if set.
     pub hash_seed: HashSeed,
     /// LoRA adapters' paths by name.
@@ -80,7 +83,7 @@ struct EngineSource {
 }
 
 impl BlockSource for EngineSource {
-    fn snapshot(&self) -> Vec<BlockHash> {
+    fn snapshot(&self) -> Vec<FamilyBlock> {
         self.blocks
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -96,11 +99,11 @@ impl BlockSource for EngineSource {
 }
 
 impl FleetSink for PusherHandle {
-    fn stored(&self, hashes: &[BlockHash]) {
+    fn stored(&self, hashes: &[FamilyBlock]) {
         PusherHandle::stored(self, hashes);
     }
 
-    fn evicted(&self, hashes: &[BlockHash]) {
+    fn evicted(&self, hashes: &[FamilyBlock]) {
         PusherHandle::evicted(self, hashes);
     }
 
@@ -126,11 +129,10 @@ pub async fn run(
         )),
         None => None,
     };
-    let blocks = Arc::new(Mutex::new(EngineBlocks::new(
-        hasher,
-        cfg.loras.clone(),
-        cfg.max_blocks,
-    )));
+    let blocks = Arc::new(Mutex::new(
+        EngineBlocks::new(hasher, cfg.loras.clone(), cfg.max_blocks)
+            .with_family_blocks(cfg.family_blocks),
+    ));
     let load = Arc::new(Mutex::new(None));
     let source = Arc::new(EngineSource {
         blocks: blocks.clone(),
@@ -140,6 +142,7 @@ pub async fn run(
     let mut push_cfg = PusherConfig::new(cfg.identity.clone());
     push_cfg.flush_interval = cfg.flush_interval;
     push_cfg.sync_interval = cfg.sync_interval;
+    push_cfg.family_blocks = Some(cfg.family_blocks);
     let pusher = Pusher::start(client, push_cfg, source);
 
     // The engine binds or connects by vLLM's rule; the reporter does the

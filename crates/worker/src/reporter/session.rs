@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::kv_events::{KvEventSubscriber, ReplayedBatch};
-use protocol::hashing::BlockHash;
+use protocol::family::FamilyBlock;
 use protocol::kv_events::KvEventBatch;
 
 use super::engine_blocks::{Applied, BlockDelta, EngineBlocks};
@@ -14,9 +14,9 @@ use super::sequence::{SeqStep, SeqTracker};
 /// Where the reporter sends what it learns: the worker push protocol.
 pub trait FleetSink: Send + Sync {
     /// Router hashes the engine now holds.
-    fn stored(&self, hashes: &[BlockHash]);
+    fn stored(&self, hashes: &[FamilyBlock]);
     /// Router hashes the engine no longer holds.
-    fn evicted(&self, hashes: &[BlockHash]);
+    fn evicted(&self, hashes: &[FamilyBlock]);
     /// The engine's set must be sent in full (destructive sync) soon.
     fn resync(&self);
 }
