@@ -127,6 +127,11 @@ pub struct RunArgs {
     /// Down time between a kill and the restart.
     #[arg(long, default_value = "0s", value_parser = parse_duration_or_zero, help_heading = "Scenario")]
     pub down_for: Duration,
+    /// Run Valkey as a 3 + 3 cluster (scripts/valkey-cluster.sh); the
+    /// routers shard each model over it, and the CPU table shows the
+    /// busiest primary against the mean.
+    #[arg(long, help_heading = "Scenario")]
+    pub valkey_cluster: bool,
     /// Valkey restarts `empty` or from its append-only file (`aof`).
     #[arg(long, default_value = "empty", value_parser = ["empty", "aof"], help_heading = "Scenario")]
     pub valkey_restart: String,

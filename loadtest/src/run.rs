@@ -256,6 +256,7 @@ fn fleet_runner(
         },
         valkey_program: valkey,
         valkey_aof: keep_data,
+        valkey_cluster: args.valkey_cluster,
         balancer,
         model: args.model.clone(),
         tokenizer_dir,
@@ -315,6 +316,10 @@ fn fleet_settings(
             format!("{:.1} s", args.down_for.as_secs_f64()),
         ),
         ("valkey restart".into(), args.valkey_restart.clone()),
+        (
+            "valkey".into(),
+            if args.valkey_cluster { "cluster 3+3" } else { "one server" }.into(),
+        ),
         (
             "prefix-router".into(),
             b.routers.program.display().to_string(),

@@ -39,8 +39,10 @@ pub struct CpuPercent {
     pub routers: f64,
     /// The busiest router.
     pub router_max: f64,
-    /// Valkey.
+    /// Valkey (every node of a cluster).
     pub valkey: f64,
+    /// On a cluster: the busiest primary's CPU over the mean primary's.
+    pub valkey_spread: Option<f64>,
     /// All sims together.
     pub sims: f64,
     /// HAProxy (0 with the builtin balancer).
@@ -214,6 +216,7 @@ impl Runner {
                 routers: pct(cpu.routers_total()),
                 router_max: pct(cpu.router_max()),
                 valkey: pct(cpu.valkey),
+                valkey_spread: cpu.valkey_spread(),
                 sims: pct(cpu.sims),
                 balancer: pct(cpu.balancer),
                 loadtest: pct(own1 - own0),

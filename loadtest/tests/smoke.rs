@@ -87,6 +87,7 @@ async fn tiny_fleet_serves_a_short_workload() {
             },
             valkey_program: valkey,
             valkey_aof: false,
+            valkey_cluster: false,
             balancer: BalancerKind::Builtin,
             model: "qwen3".into(),
             tokenizer_dir: default_tokenizer_dir(),

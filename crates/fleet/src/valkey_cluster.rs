@@ -84,14 +84,19 @@ impl ValkeyCluster {
             .collect()
     }
 
-    /// SIGKILLs node `port`, like a crash.
-    pub fn kill(&self, port: u16) -> anyhow::Result<()> {
+    /// The process id of node `port`, from its pid file.
+    pub fn pid(&self, port: u16) -> anyhow::Result<i32> {
         let pidfile = self.dir.path().join(format!("node-{port}/valkey.pid"));
-        let pid: i32 = std::fs::read_to_string(&pidfile)
+        std::fs::read_to_string(&pidfile)
             .with_context(|| format!("reading {}", pidfile.display()))?
             .trim()
             .parse()
-            .context("a pid")?;
+            .context("a pid")
+    }
+
+    /// SIGKILLs node `port`, like a crash.
+    pub fn kill(&self, port: u16) -> anyhow::Result<()> {
+        let pid = self.pid(port)?;
         // SAFETY: kill(2) with a pid read from the node's own pid file.
         if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
             bail!("kill {pid}: {}", std::io::Error::last_os_error());

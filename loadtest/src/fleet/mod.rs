@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use fleet::{ChildProc, Valkey, ValkeySpec, free_port, proc_cpu_seconds, wait_http_ok};
+use fleet::{
+    ChildProc, Valkey, ValkeyCluster, ValkeySpec, free_port, proc_cpu_seconds, wait_http_ok,
+};
 
 /// Everything needed to start one fleet.
 #[derive(Debug, Clone)]
@@ -37,6 +39,9 @@ pub struct FleetSpec {
     pub valkey_program: PathBuf,
     /// Keep an append-only file (so Valkey can restart with its data).
     pub valkey_aof: bool,
+    /// A 3 + 3 Valkey Cluster instead of one server (the routers shard
+    /// each model over it).
+    pub valkey_cluster: bool,
     /// The balancer.
     pub balancer: BalancerKind,
     /// The served model name.
@@ -52,8 +57,10 @@ pub struct FleetSpec {
 pub struct CpuUse {
     /// Each router replica.
     pub routers: Vec<f64>,
-    /// Valkey.
+    /// Valkey (every node of a cluster).
     pub valkey: f64,
+    /// Each primary of a cluster (empty for one server).
+    pub valkey_primaries: Vec<f64>,
     /// All sim-workers together.
     pub sims: f64,
     /// The HAProxy process (0 with the builtin balancer).
@@ -71,6 +78,12 @@ impl CpuUse {
                 .map(|(i, r)| r - earlier.routers.get(i).copied().unwrap_or(0.0))
                 .collect(),
             valkey: self.valkey - earlier.valkey,
+            valkey_primaries: self
+                .valkey_primaries
+                .iter()
+                .enumerate()
+                .map(|(i, v)| v - earlier.valkey_primaries.get(i).copied().unwrap_or(0.0))
+                .collect(),
             sims: self.sims - earlier.sims,
             balancer: self.balancer - earlier.balancer,
         }
@@ -85,13 +98,41 @@ impl CpuUse {
     pub fn router_max(&self) -> f64 {
         self.routers.iter().copied().fold(0.0, f64::max)
     }
+
+    /// The busiest cluster primary's CPU over the mean primary's (None
+    /// without a cluster or without any use).
+    pub fn valkey_spread(&self) -> Option<f64> {
+        let n = self.valkey_primaries.len();
+        let total: f64 = self.valkey_primaries.iter().sum();
+        (n > 0 && total > 0.0).then(|| {
+            let max = self.valkey_primaries.iter().copied().fold(0.0, f64::max);
+            max * n as f64 / total
+        })
+    }
+}
+
+/// The fleet's Valkey: one server, or a cluster with its primaries' ports
+/// as they were at the start.
+#[derive(Debug)]
+enum Store {
+    Single(Valkey),
+    Cluster(ValkeyCluster, Vec<u16>),
+}
+
+impl Store {
+    fn url(&self) -> String {
+        match self {
+            Store::Single(v) => v.url(),
+            Store::Cluster(c, _) => c.seeds().to_owned(),
+        }
+    }
 }
 
 /// A running fleet.
 #[derive(Debug)]
 pub struct Fleet {
     spec: FleetSpec,
-    valkey: Valkey,
+    valkey: Store,
     sims: Vec<Sim>,
     routers: Vec<ChildProc>,
     router_ports: Vec<u16>,
@@ -112,15 +153,23 @@ impl Fleet {
             .no_proxy()
             .build()
             .context("building the HTTP client")?;
-        let valkey_dir = spec.dir.join("valkey");
-        let valkey = Valkey::start_with(ValkeySpec {
-            program: Some(spec.valkey_program.clone()),
-            log: Some(valkey_dir.join("valkey.log")),
-            dir: Some(valkey_dir),
-            aof: spec.valkey_aof,
-            ..ValkeySpec::default()
-        })
-        .context("starting valkey-server")?;
+        let valkey = if spec.valkey_cluster {
+            let cluster = ValkeyCluster::start(3, 1).context("starting a valkey cluster")?;
+            let primaries = cluster.primaries();
+            Store::Cluster(cluster, primaries)
+        } else {
+            let valkey_dir = spec.dir.join("valkey");
+            Store::Single(
+                Valkey::start_with(ValkeySpec {
+                    program: Some(spec.valkey_program.clone()),
+                    log: Some(valkey_dir.join("valkey.log")),
+                    dir: Some(valkey_dir),
+                    aof: spec.valkey_aof,
+                    ..ValkeySpec::default()
+                })
+                .context("starting valkey-server")?,
+            )
+        };
         let router_ports = (0..spec.arm.routers)
             .map(|_| free_port())
             .collect::<anyhow::Result<Vec<_>>>()?;
@@ -312,9 +361,19 @@ impl Fleet {
         self.wait_routers().await
     }
 
-    /// SIGKILLs Valkey.
+    /// SIGKILLs Valkey (on a cluster: its first primary, whose replica
+    /// takes over).
     pub async fn kill_valkey(&mut self) {
-        self.valkey.kill();
+        match &mut self.valkey {
+            Store::Single(v) => v.kill(),
+            Store::Cluster(c, primaries) => {
+                if let Some(&p) = primaries.first()
+                    && let Err(e) = c.kill(p)
+                {
+                    eprintln!("loadtest: killing a cluster primary: {e:#}");
+                }
+            }
+        }
     }
 
     /// Starts Valkey again on its port: from its append-only file when
@@ -323,7 +382,10 @@ impl Fleet {
         if keep_data && !self.spec.valkey_aof {
             bail!("restarting Valkey with its data needs the append-only file (--valkey-aof)");
         }
-        self.valkey.restart(keep_data)
+        match &mut self.valkey {
+            Store::Single(v) => v.restart(keep_data),
+            Store::Cluster(..) => bail!("a cluster is not restarted: its replicas take over"),
+        }
     }
 
     /// SIGKILLs sim-worker `index`; returns its id.
@@ -340,7 +402,14 @@ impl Fleet {
     pub fn cpu(&self) -> CpuUse {
         CpuUse {
             routers: self.routers.iter().map(ChildProc::cpu_seconds).collect(),
-            valkey: self.valkey.pid().and_then(proc_cpu_seconds).unwrap_or(0.0),
+            valkey: self.valkey_cpu(),
+            valkey_primaries: match &self.valkey {
+                Store::Single(_) => Vec::new(),
+                Store::Cluster(c, primaries) => primaries
+                    .iter()
+                    .map(|&p| node_cpu(c, p))
+                    .collect(),
+            },
             sims: self.sims.iter().map(|s| s.proc.cpu_seconds()).sum(),
             balancer: self.balancer.cpu_seconds(),
         }
@@ -355,6 +424,24 @@ impl Fleet {
             s.proc.kill().await;
         }
         self.balancer.kill();
-        self.valkey.kill();
+        if let Store::Single(v) = &mut self.valkey {
+            v.kill();
+        }
     }
+
+    fn valkey_cpu(&self) -> f64 {
+        match &self.valkey {
+            Store::Single(v) => v.pid().and_then(proc_cpu_seconds).unwrap_or(0.0),
+            Store::Cluster(c, _) => c.ports().iter().map(|&p| node_cpu(c, p)).sum(),
+        }
+    }
+}
+
+/// CPU seconds of cluster node `port` (0 once it is gone).
+fn node_cpu(c: &ValkeyCluster, port: u16) -> f64 {
+    c.pid(port)
+        .ok()
+        .and_then(|pid| u32::try_from(pid).ok())
+        .and_then(proc_cpu_seconds)
+        .unwrap_or(0.0)
 }
