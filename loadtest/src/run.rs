@@ -318,7 +318,12 @@ fn fleet_settings(
         ("valkey restart".into(), args.valkey_restart.clone()),
         (
             "valkey".into(),
-            if args.valkey_cluster { "cluster 3+3" } else { "one server" }.into(),
+            if args.valkey_cluster {
+                "cluster 3+3"
+            } else {
+                "one server"
+            }
+            .into(),
         ),
         (
             "prefix-router".into(),

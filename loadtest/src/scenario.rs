@@ -1,6 +1,7 @@
 //! Fault scenarios, applied once in the middle of a run: every router
 //! SIGKILLed and restarted, Valkey SIGKILLed and restarted (empty or from
-//! its append-only file), or one worker SIGKILLed.
+//! its append-only file), a cluster primary SIGKILLed (its replica takes
+//! over), or one worker SIGKILLed.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -19,6 +20,8 @@ pub enum Scenario {
     RouterRestart,
     /// Valkey killed and restarted.
     ValkeyRestart,
+    /// A Valkey Cluster primary killed; its replica is promoted.
+    ValkeyFailover,
     /// One worker killed (it stays down).
     WorkerKill,
 }
@@ -31,9 +34,10 @@ impl FromStr for Scenario {
             "steady" => Ok(Scenario::Steady),
             "router-restart" => Ok(Scenario::RouterRestart),
             "valkey-restart" => Ok(Scenario::ValkeyRestart),
+            "valkey-failover" => Ok(Scenario::ValkeyFailover),
             "worker-kill" => Ok(Scenario::WorkerKill),
             _ => Err(format!(
-                "unknown scenario {s:?}: expected steady, router-restart, valkey-restart or worker-kill"
+                "unknown scenario {s:?}: expected steady, router-restart, valkey-restart, valkey-failover or worker-kill"
             )),
         }
     }
@@ -46,6 +50,7 @@ impl Scenario {
             Scenario::Steady => "steady",
             Scenario::RouterRestart => "router-restart",
             Scenario::ValkeyRestart => "valkey-restart",
+            Scenario::ValkeyFailover => "valkey-failover",
             Scenario::WorkerKill => "worker-kill",
         }
     }
@@ -96,6 +101,7 @@ pub async fn apply(
                 }
             ))
         }
+        Scenario::ValkeyFailover => fleet.fail_over_primary().await,
         Scenario::WorkerKill => {
             let id = fleet.kill_sim(0).await?;
             Ok(format!("worker {id} SIGKILLed (stays down)"))
@@ -113,6 +119,7 @@ mod tests {
             Scenario::Steady,
             Scenario::RouterRestart,
             Scenario::ValkeyRestart,
+            Scenario::ValkeyFailover,
             Scenario::WorkerKill,
         ] {
             assert_eq!(s.name().parse::<Scenario>(), Ok(s));

@@ -388,6 +388,25 @@ impl Fleet {
         }
     }
 
+    /// SIGKILLs the first primary of the cluster and waits until its
+    /// replica serves its slots; says what happened.
+    pub async fn fail_over_primary(&mut self) -> anyhow::Result<String> {
+        let Store::Cluster(cluster, primaries) = &self.valkey else {
+            bail!("valkey-failover needs --valkey-cluster");
+        };
+        let port = *primaries.first().context("no primary")?;
+        cluster.kill(port)?;
+        let want = primaries.len();
+        let took = {
+            let cluster: &ValkeyCluster = cluster;
+            tokio::task::block_in_place(|| cluster.wait_healthy(want, Duration::from_secs(30)))?
+        };
+        Ok(format!(
+            "cluster primary :{port} SIGKILLed; its replica served its slots after {:.1} s",
+            took.as_secs_f64()
+        ))
+    }
+
     /// SIGKILLs sim-worker `index`; returns its id.
     pub async fn kill_sim(&mut self, index: usize) -> anyhow::Result<String> {
         let sim = self
@@ -405,10 +424,7 @@ impl Fleet {
             valkey: self.valkey_cpu(),
             valkey_primaries: match &self.valkey {
                 Store::Single(_) => Vec::new(),
-                Store::Cluster(c, primaries) => primaries
-                    .iter()
-                    .map(|&p| node_cpu(c, p))
-                    .collect(),
+                Store::Cluster(c, primaries) => primaries.iter().map(|&p| node_cpu(c, p)).collect(),
             },
             sims: self.sims.iter().map(|s| s.proc.cpu_seconds()).sum(),
             balancer: self.balancer.cpu_seconds(),
