@@ -204,6 +204,10 @@ async fn a_sharded_model_on_one_server_routes_and_syncs_by_family() {
         let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
     };
     scenario(&s, 3, flush).await;
+    let mut inspect = state::inspect::InspectArgs::new(&valkey.url());
+    inspect.recheck_delay = Duration::ZERO;
+    let report = state::inspect::check(&inspect).await.unwrap();
+    assert!(report.clean, "{:#?}", report.shown);
     // Every part holds forward buckets: the families spread.
     let client = redis::Client::open(valkey.url().as_str()).unwrap();
     let mut c = client.get_connection().unwrap();
@@ -228,6 +232,16 @@ async fn a_sharded_model_spreads_over_a_valkey_cluster() {
         }
     };
     scenario(&s, 6, flush).await;
+    // inspect reads each primary on its own and merges.
+    let mut inspect = state::inspect::InspectArgs::new(cluster.seeds());
+    inspect.recheck_delay = Duration::ZERO;
+    let report = state::inspect::check(&inspect).await.unwrap();
+    assert!(report.clean, "{:#?}", report.shown);
+    assert_eq!(report.stats.models, 6, "{:?}", report.stats);
+    let summary = state::inspect::summarize(&inspect).await.unwrap();
+    let names: Vec<&str> = summary.models.iter().map(|m| m.model.as_str()).collect();
+    assert_eq!(names.len(), 6, "{names:?}");
+    assert!(names.iter().all(|n| state::part_model(n) == M), "{names:?}");
     // Each primary owns two of the six parts and holds part of the model.
     for &p in &primaries {
         let size: u64 = cli(p, &["DBSIZE"]).unwrap().trim().parse().unwrap();

@@ -63,7 +63,7 @@ pub use models::ModelLimits;
 pub use probe::{PrefixProbe, WorkerInfo, WorkerMatch, WorkerStatus};
 pub use route_claim::{ROUTE_CLAIM, ROUTE_HEAD, RouteOutcome, RouteParams};
 pub use scripts::{ScriptName, ScriptSet};
-pub use shards::{Sharding, key_slot, part_names};
+pub use shards::{Sharding, key_slot, part_model, part_names};
 pub use sync::SyncOutcome;
 pub use ttl::{BatchLimits, StateTtls};
 pub use view_record::ViewRecord;

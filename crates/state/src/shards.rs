@@ -103,6 +103,19 @@ pub fn part_names(model: &str, shards: usize) -> Vec<String> {
     parts.into_iter().flatten().collect()
 }
 
+/// The model a part's name belongs to: `m` for `m#7`, else the name
+/// itself.
+pub fn part_model(name: &str) -> &str {
+    match name.rsplit_once('#') {
+        Some((base, k))
+            if !base.is_empty() && !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            base
+        }
+        _ => name,
+    }
+}
+
 /// Part names per model, computed once.
 #[derive(Debug, Default)]
 pub(crate) struct PartNames {
@@ -206,6 +219,15 @@ mod tests {
         assert_eq!(key_slot(b"somekey"), 11058);
         assert_eq!(key_slot(b"foo"), 12182);
         assert_eq!(key_slot(b"123456789"), 0x31c3);
+    }
+
+    #[test]
+    fn a_part_names_its_model() {
+        assert_eq!(part_model("Qwen/Qwen3-8B#12"), "Qwen/Qwen3-8B");
+        assert_eq!(part_model("m"), "m");
+        assert_eq!(part_model("m#"), "m#");
+        assert_eq!(part_model("#3"), "#3");
+        assert_eq!(part_model("m#x1"), "m#x1");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! atomic re-check of every suspected violation after a delay (see
 //! `probe.rs`): the fleet may keep running while it reads.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -95,6 +95,10 @@ pub(crate) struct CheckSettings<'a> {
     pub(crate) horizon: Duration,
     pub(crate) recheck_delay: Duration,
     pub(crate) show: usize,
+    /// On one node of a cluster: the models set, read through the cluster
+    /// (its key may live on another node); only the models whose keys are
+    /// on this node are checked.
+    pub(crate) listed: Option<&'a BTreeSet<String>>,
 }
 
 /// Runs the whole check.
@@ -107,9 +111,9 @@ pub(crate) async fn check(
     let mut stats = CheckStats::default();
     let inv = inventory::scan(reader, s.namespace, s.model, Some(&mut findings)).await?;
     stats.keys = inv.keys;
-    let listed = match s.model {
-        Some(_) => Default::default(),
-        None => reader
+    let listed = match (s.model, s.listed) {
+        (Some(_), _) | (None, Some(_)) => Default::default(),
+        (None, None) => reader
             .scan_all("SSCAN", &s.keys.models())
             .await?
             .iter()
@@ -119,10 +123,13 @@ pub(crate) async fn check(
     };
     let empty = ModelInventory::default();
     for model in inventory::model_names(&inv, &listed, s.model) {
+        if s.listed.is_some() && !inv.models.contains_key(&model) {
+            continue;
+        }
         stats.models += 1;
         let mk = ModelKeys::new(s.keys, &model);
         let mi = inv.models.get(&model).unwrap_or(&empty);
-        let meta = meta::read(reader, s.keys, &mk, &model, mi).await?;
+        let meta = meta::read(reader, s.keys, &mk, &model, mi, s.listed).await?;
         if mi.keys > 0 {
             findings.add(
                 Some(&model),

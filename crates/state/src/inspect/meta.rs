@@ -89,6 +89,7 @@ pub(crate) async fn read(
     mk: &ModelKeys,
     model: &str,
     inv: &ModelInventory,
+    listed: Option<&std::collections::BTreeSet<String>>,
 ) -> Result<ModelMeta, InspectError> {
     let mut m = ModelMeta {
         now_ms: reader.now_ms().await?,
@@ -98,13 +99,23 @@ pub(crate) async fn read(
         let name = mk.name(k);
         (!inv.wrong_type.contains(&name)).then_some(name)
     };
-    let listed = reader
-        .cmd(
-            "SISMEMBER models",
-            redis::cmd("SISMEMBER").arg(keys.models()).arg(model),
-        )
-        .await?;
-    m.listed = int(&listed) == Some(1);
+    // A part of a sharded model (`<model>#<k>`) counts as listed with its
+    // model. On a cluster the models set is read once, elsewhere (`listed`).
+    m.listed = match listed {
+        Some(set) => set.contains(model) || set.contains(crate::part_model(model)),
+        None => {
+            let reply = reader
+                .cmd(
+                    "SMISMEMBER models",
+                    redis::cmd("SMISMEMBER")
+                        .arg(keys.models())
+                        .arg(model)
+                        .arg(crate::part_model(model)),
+                )
+                .await?;
+            matches!(&reply, redis::Value::Array(v) if v.iter().any(|x| int(x) == Some(1)))
+        }
+    };
     if let Some(k) = usable(&ModelKey::Seq) {
         m.seq = text(&reader.cmd("GET seq", redis::cmd("GET").arg(&k)).await?);
     }

@@ -94,10 +94,12 @@ impl Probe {
                 2
             }
             (Probe::Model, _) => {
+                let model = model.unwrap_or("");
+                pipe.cmd("SISMEMBER").arg(keys.models()).arg(model);
                 pipe.cmd("SISMEMBER")
                     .arg(keys.models())
-                    .arg(model.unwrap_or(""));
-                1
+                    .arg(crate::part_model(model));
+                2
             }
             (
                 Probe::Member {
@@ -197,7 +199,10 @@ impl Probe {
                 type_name: text(&v[0])?,
                 pttl: int(&v[1])?,
             }),
-            Probe::Model => rules::model_issues(model.unwrap_or(""), int(&v[0]) == Some(1)),
+            Probe::Model => rules::model_issues(
+                model.unwrap_or(""),
+                int(&v[0]) == Some(1) || int(&v[1]) == Some(1),
+            ),
             Probe::Entry { hash, idx } => {
                 let entry =
                     bytes(&v[0]).and_then(|val| parse_value(&val).entries.get(idx).copied());
