@@ -41,6 +41,8 @@ pub struct CpuPercent {
     pub router_max: f64,
     /// Valkey (every node of a cluster).
     pub valkey: f64,
+    /// On a cluster: the primaries alone (the rest is the replicas').
+    pub valkey_primaries: Option<f64>,
     /// On a cluster: the busiest primary's CPU over the mean primary's.
     pub valkey_spread: Option<f64>,
     /// All sims together.
@@ -216,6 +218,8 @@ impl Runner {
                 routers: pct(cpu.routers_total()),
                 router_max: pct(cpu.router_max()),
                 valkey: pct(cpu.valkey),
+                valkey_primaries: (!cpu.valkey_primaries.is_empty())
+                    .then(|| pct(cpu.valkey_primaries.iter().sum())),
                 valkey_spread: cpu.valkey_spread(),
                 sims: pct(cpu.sims),
                 balancer: pct(cpu.balancer),

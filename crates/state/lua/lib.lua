@@ -125,32 +125,55 @@ local function view_drop_router(r)
   if #fields > 0 then redis.call('HDEL', view_key(), unpack(fields)) end
 end
 
+-- The pattern that finds idx's entry in ',' .. v, built once per idx (a
+-- library local: it outlives the call; bounded).
+local PATTERNS, NPATTERNS = {}, 0
+local function entry_pattern(idx)
+  local p = PATTERNS[idx]
+  if not p then
+    if NPATTERNS >= 4096 then PATTERNS, NPATTERNS = {}, 0 end
+    p = ',' .. idx .. '([sc])(%d+)'
+    PATTERNS[idx], NPATTERNS = p, NPATTERNS + 1
+  end
+  return p
+end
+
 -- idx's entry in a forward value: kind, expiry, and its span in ',' .. v.
 local function entry_of(v, idx)
   if not v then return nil end
-  local s, e, kind, exp = string.find(',' .. v, ',' .. idx .. '([sc])(%d+)')
+  local s, e, kind, exp = sfind(',' .. v, entry_pattern(idx))
   if not s then return nil end
   return kind, tonumber(exp), s, e
 end
 
+-- v with the entry at span s..e of ',' .. v (from entry_of) replaced by
+-- token; token appended when there is none (s nil); token alone for no v.
+local function splice(v, s, e, token)
+  if not v then return token end
+  if not s then return v .. ',' .. token end
+  local pv = ',' .. v
+  return ssub(pv, 2, s - 1) .. (s > 1 and ',' or '') .. token .. ssub(pv, e + 1)
+end
+
+-- v without the entry at span s..e of ',' .. v; nil when nothing is left.
+local function unsplice(v, s, e)
+  local pv = ',' .. v
+  local rest = ssub(pv, 1, s - 1) .. ssub(pv, e + 1)
+  if rest == '' then return nil end
+  return ssub(rest, 2)
+end
+
 -- v with idx's entry set to kind/exp (replaced, or appended).
 local function with_entry(v, idx, kind, exp)
-  local token = idx .. kind .. string.format('%d', exp)
-  if not v then return token end
-  local k, _, s, e = entry_of(v, idx)
-  if not k then return v .. ',' .. token end
-  local pv = ',' .. v
-  return string.sub(pv, 2, s - 1) .. (s > 1 and ',' or '') .. token .. string.sub(pv, e + 1)
+  local _, _, s, e = entry_of(v, idx)
+  return splice(v, s, e, idx .. kind .. string.format('%d', exp))
 end
 
 -- v without idx's entry; nil when nothing is left.
 local function without_entry(v, idx)
   local k, _, s, e = entry_of(v, idx)
   if not k then return v end
-  local pv = ',' .. v
-  local rest = string.sub(pv, 1, s - 1) .. string.sub(pv, e + 1)
-  if rest == '' then return nil end
-  return string.sub(rest, 2)
+  return unsplice(v, s, e)
 end
 
 local function fwd_read(h)
@@ -168,12 +191,18 @@ local function fwd_write(h, v)
 end
 
 -- Removes idx's entry for h from the forward map; returns its kind ('s' or
--- 'c'), or nil when there was none.
+-- 'c'), or nil when there was none. One bucket key, one read, one write.
 local function fwd_remove(h, idx)
-  local v = fwd_read(h)
-  local kind = entry_of(v, idx)
+  local key = bucket_key(h)
+  local v = redis.call('HGET', key, h) or nil
+  local kind, _, s, e = entry_of(v, idx)
   if not kind then return nil end
-  fwd_write(h, without_entry(v, idx))
+  local rest = unsplice(v, s, e)
+  if rest then
+    redis.call('HSET', key, h, rest)
+  else
+    redis.call('HDEL', key, h)
+  end
   return kind
 end
 
@@ -375,12 +404,13 @@ end
 -- itself, and the patch keeps it (sync_patch.lua).
 local function claim_blocks(ws, hashes, exp, now, values)
   local added, lapsed = {}, nil
+  local token = ws.idx .. 's' .. string.format('%d', exp)
   for _, h in ipairs(hashes) do
     local v = values and values[h]
     if v == nil then v = fwd_read(h) elseif v == false then v = nil end
-    local kind, old = entry_of(v, ws.idx)
+    local kind, old, s, e = entry_of(v, ws.idx)
     if not entry_holds(kind, old, ws, h, now) then
-      local nv = with_entry(v, ws.idx, 's', exp)
+      local nv = splice(v, s, e, token)
       fwd_write(h, nv)
       if values then values[h] = nv end
       added[#added + 1] = h

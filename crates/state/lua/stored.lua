@@ -7,8 +7,9 @@
 -- Hashes that join the confirmed membership are XORed into its digests
 -- (dg:<idx>; during a sync, those not yet in the target s:<idx>).
 -- Returns {inserted, promoted, refreshed}, or the error "ERR unknown worker".
--- Complexity: O(n) for n hashes; one forward read and write per hash, set
--- and digest updates batched. Callers send at most 64 hashes per call.
+-- Complexity: O(n) for n hashes; one forward read and write per hash (one
+-- bucket key, one entry search), set and digest updates batched. Callers
+-- send at most 64 hashes per call.
 local bad = check_hashes(4)
 if bad then return bad end
 local now = now_ms()
@@ -20,9 +21,12 @@ local inserted, promoted, refreshed = 0, 0, 0
 local hashes = { unpack(ARGV, 4) }
 local in_target = ws.syncing and set_call('SMISMEMBER', sync_target_key(idx), hashes)
 local joined = {}
+-- The new entry, formatted once: an older expiry is the rule.
+local token = idx .. 'c' .. string.format('%d', exp)
 for i, h in ipairs(hashes) do
-  local v = fwd_read(h)
-  local kind, old = entry_of(v, idx)
+  local key = bucket_key(h)
+  local v = redis.call('HGET', key, h) or nil
+  local kind, old, s, e = entry_of(v, idx)
   if not kind then
     inserted = inserted + 1
   elseif kind == 's' then
@@ -35,7 +39,9 @@ for i, h in ipairs(hashes) do
   elseif kind ~= 'c' then
     digest_toggle(joined, h)
   end
-  fwd_write(h, with_entry(v, idx, 'c', math.max(exp, old or 0)))
+  local entry = token
+  if old and old > exp then entry = idx .. 'c' .. string.format('%d', old) end
+  redis.call('HSET', key, h, splice(v, s, e, entry))
 end
 set_call('SADD', reverse_key(idx), hashes)
 set_call('SREM', spec_key(idx), hashes)

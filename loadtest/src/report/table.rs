@@ -138,6 +138,7 @@ pub fn cpu_table(arms: &[ArmResult]) -> String {
         "busiest router",
         "valkey",
         "valkey ms/req",
+        "of which primaries ms/req",
         "valkey primaries max/mean",
         "routers ms/req",
         "sims (all)",
@@ -163,6 +164,8 @@ pub fn cpu_table(arms: &[ArmResult]) -> String {
                 format!("{:.0}%", c.router_max),
                 format!("{:.0}%", c.valkey),
                 per_request(c.valkey),
+                c.valkey_primaries
+                    .map_or_else(|| "-".to_owned(), per_request),
                 c.valkey_spread
                     .map_or_else(|| "-".to_owned(), |s| format!("{s:.2}")),
                 per_request(c.routers),

@@ -1,8 +1,9 @@
 //! Section D: the periodic anti-entropy of an unchanged worker. The digest
 //! check (`sync_check.lua`) against the full sync of the same snapshot,
 //! which is what every period cost before the check existed, on a worker
-//! holding 200,000 confirmed entries; and the check of a snapshot that
-//! differs by one block.
+//! holding 200,000 confirmed entries; the check of a snapshot that
+//! differs by one block; and the other per-worker and per-request calls
+//! (heartbeats, in-flight counts, load reports), for docs/capacity.md.
 
 use std::time::Instant;
 
@@ -75,5 +76,76 @@ pub async fn unchanged_sync(
         wall,
         w: raw.window("fcall").await?,
     });
+
+    // What every worker costs every period besides its sync, and every
+    // request besides its route: 100 of each.
+    parts.push(
+        timed(raw, "heartbeat (lease renewal) × 100", || async {
+            for _ in 0..100 {
+                register(store, id).await?;
+            }
+            Ok(())
+        })
+        .await?,
+    );
+    parts.push(
+        timed(raw, "in-flight +1 then −1 × 100", || async {
+            for _ in 0..100 {
+                store.add_in_flight(MODEL, id, 1).await?;
+                store.add_in_flight(MODEL, id, -1).await?;
+            }
+            Ok(())
+        })
+        .await?,
+    );
+    parts.push(
+        timed(raw, "load report × 100", || async {
+            for i in 0..100u64 {
+                store
+                    .report_load(MODEL, id, Some(i % 7), Some(3), Some(0.5))
+                    .await?;
+            }
+            Ok(())
+        })
+        .await?,
+    );
+    // The write path per block: 50 batches of 64 new blocks stored, then
+    // the same evicted (a worker holding 200k entries).
+    let batches: Vec<Vec<protocol::BlockHash>> = (0..50).map(|_| fresh(rng, 64)).collect();
+    parts.push(
+        timed(raw, "stored, 64 new blocks × 50", || async {
+            for b in &batches {
+                store.stored(MODEL, id, b).await?;
+            }
+            Ok(())
+        })
+        .await?,
+    );
+    parts.push(
+        timed(raw, "evict, 64 blocks × 50", || async {
+            for b in &batches {
+                store.evict(MODEL, id, b).await?;
+            }
+            Ok(())
+        })
+        .await?,
+    );
     Ok(CheckRun { entries, parts })
+}
+
+/// Runs `work` in its own stats window.
+async fn timed<F, Fut>(raw: &mut Raw, label: &'static str, work: F) -> Result<SyncPart>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    raw.begin().await?;
+    let t = Instant::now();
+    work().await?;
+    let wall = t.elapsed();
+    Ok(SyncPart {
+        label,
+        wall,
+        w: raw.window("fcall").await?,
+    })
 }

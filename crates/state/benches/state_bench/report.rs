@@ -223,17 +223,19 @@ pub fn sync_check(out: &mut String, run: &crate::check::CheckRun) {
     );
     let _ = writeln!(
         out,
-        "| measured call | wall ms | FCALL calls | **server usec total** |"
+        "| measured call | wall ms | FCALL calls | **server usec total** | usec per call |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|");
     for part in &run.parts {
+        let calls = part.w.stat.calls;
         let _ = writeln!(
             out,
-            "| {} | {:.2} | {} | **{}** |",
+            "| {} | {:.2} | {} | **{}** | {:.1} |",
             part.label,
             part.wall.as_secs_f64() * 1e3,
-            part.w.stat.calls,
-            part.w.stat.usec
+            calls,
+            part.w.stat.usec,
+            part.w.stat.usec as f64 / calls.max(1) as f64
         );
     }
 }
