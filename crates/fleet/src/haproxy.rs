@@ -71,7 +71,12 @@ pub struct Haproxy {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
+    socket: PathBuf,
 }
+
+/// The longest stats socket path HAProxy accepts (a `sun_path` less its
+/// own margin).
+const MAX_SOCKET_PATH: usize = 97;
 
 impl Haproxy {
     /// Writes the configuration into `dir` (which must exist and outlive
@@ -90,7 +95,10 @@ impl Haproxy {
         let dir =
             &std::path::absolute(dir).with_context(|| format!("resolving {}", dir.display()))?;
         let cfg = dir.join("haproxy.cfg");
-        let socket = dir.join("haproxy.sock");
+        let mut socket = dir.join("haproxy.sock");
+        if socket.as_os_str().len() > MAX_SOCKET_PATH {
+            socket = std::env::temp_dir().join(format!("haproxy-{port}.sock"));
+        }
         let _ = std::fs::remove_file(&socket);
         std::fs::write(&cfg, config(port, router_ports, health_path, &socket))
             .with_context(|| format!("writing {}", cfg.display()))?;
@@ -108,6 +116,7 @@ impl Haproxy {
             child: Some(child),
             port,
             dir: dir.to_owned(),
+            socket,
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -148,7 +157,7 @@ impl Haproxy {
     /// One command on the stats socket; its answer (empty if the socket
     /// cannot be reached).
     pub fn command(&self, cmd: &str) -> String {
-        let Ok(mut s) = UnixStream::connect(self.dir.join("haproxy.sock")) else {
+        let Ok(mut s) = UnixStream::connect(&self.socket) else {
             return String::new();
         };
         let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
@@ -211,6 +220,9 @@ impl Haproxy {
 impl Drop for Haproxy {
     fn drop(&mut self) {
         self.kill();
+        if !self.socket.starts_with(&self.dir) {
+            let _ = std::fs::remove_file(&self.socket);
+        }
     }
 }
 
