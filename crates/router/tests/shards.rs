@@ -2,8 +2,10 @@
 //! Valkey and on a real 3 + 3 Valkey Cluster: reports land in their
 //! family's part only, routes and claims happen in the part of the
 //! prompt's family and see what a single part would, the per-shard sync
-//! check recognises an unchanged worker, and a flushed state comes back
-//! from a sync.
+//! check recognises an unchanged worker, a flushed state comes back from a
+//! sync, `inspect --check` is clean, and on the cluster a killed primary's
+//! replica takes over while the store follows and a sync restores the
+//! state.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
 
@@ -247,4 +249,40 @@ async fn a_sharded_model_spreads_over_a_valkey_cluster() {
         let size: u64 = cli(p, &["DBSIZE"]).unwrap().trim().parse().unwrap();
         assert!(size > 10, "primary {p} holds {size} keys");
     }
+
+    // A primary crashes. Its replica takes over; the store follows the
+    // new topology by itself, the workers' heartbeats and syncs restore
+    // whatever the promoted replica lacked, and the state checks clean.
+    cluster.kill(primaries[0]).unwrap();
+    cluster.wait_healthy(3, Duration::from_secs(30)).unwrap();
+    let chains: Vec<Vec<BlockHash>> = (1..=30).map(chain).collect();
+    let w1: Vec<FamilyBlock> = chains.iter().step_by(2).flat_map(|c| reported(c)).collect();
+    let (hashes, families) = split_families(&w1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let healed = async {
+            let hb = WorkerHeartbeat {
+                worker_id: "w1".into(),
+                url: "http://127.0.0.1:9/w1".into(),
+                load: None,
+            };
+            s.heartbeat(M, &hb).await?;
+            s.sync_in_families(M, "w1", &hashes, Some(&families)).await
+        };
+        match tokio::time::timeout(Duration::from_secs(5), healed).await {
+            Ok(Ok(_)) => break,
+            other => assert!(
+                std::time::Instant::now() < deadline,
+                "no sync after the failover: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for c in chains.iter().step_by(2) {
+        assert_eq!(matched(&s, c, "w1").await, BLOCKS as usize);
+    }
+    let digests = shard_digests(&w1, 6);
+    assert_eq!(s.sync_check_shards(M, "w1", &digests).await.unwrap(), None);
+    let report = state::inspect::check(&inspect).await.unwrap();
+    assert!(report.clean, "{:#?}", report.shown);
 }
