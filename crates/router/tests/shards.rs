@@ -81,14 +81,23 @@ async fn store_chain(s: &StateStore, worker: &str, chain: &[BlockHash]) {
         .unwrap();
 }
 
-async fn matched(s: &StateStore, chain: &[BlockHash], worker: &str) -> usize {
+/// What the part that routes `chain` knows of `worker`.
+async fn seen(s: &StateStore, chain: &[BlockHash], worker: &str) -> Option<state::WorkerMatch> {
     s.probe(M, chain)
         .await
         .unwrap()
         .workers
-        .iter()
+        .into_iter()
         .find(|w| w.info.worker_id == worker)
-        .map_or(0, |w| w.matched_blocks)
+}
+
+async fn matched(s: &StateStore, chain: &[BlockHash], worker: &str) -> usize {
+    seen(s, chain, worker).await.map_or(0, |w| w.matched_blocks)
+}
+
+/// `worker`'s requests in flight as the part that routes `chain` sees them.
+async fn in_flight(s: &StateStore, chain: &[BlockHash], worker: &str) -> u64 {
+    seen(s, chain, worker).await.map_or(0, |w| w.info.in_flight)
 }
 
 /// Routes `chain` as a request that then completes: (chosen worker, blocks
@@ -118,6 +127,8 @@ fn shard_digests(blocks: &[FamilyBlock], shards: usize) -> Vec<String> {
 async fn scenario(s: &StateStore, shards: usize, flush: impl Fn()) {
     register(s, "w1").await;
     register(s, "w2").await;
+    // In-flight counts count while this router's lease lives (every part).
+    s.router_lease(M, Duration::from_secs(120)).await.unwrap();
     // Thirty prefix families, alternately held by w1 and w2.
     let chains: Vec<Vec<BlockHash>> = (1..=30).map(chain).collect();
     for (i, c) in chains.iter().enumerate() {
@@ -160,6 +171,28 @@ async fn scenario(s: &StateStore, shards: usize, flush: impl Fn()) {
         (first, BLOCKS as usize),
         "the claim steers the repeat"
     );
+
+    // Every part counts a routed request in flight: the routing part at
+    // once, the others from the next batch (state's fan_out); the release
+    // clears them all.
+    let params = CacheAwareConfig::default().route_params(BLOCKS * 16, 16, 9);
+    let out = s
+        .route_and_claim(M, &chains[5], &params, &[])
+        .await
+        .unwrap();
+    let held_by = out.lookup.workers[out.chosen.unwrap()]
+        .info
+        .worker_id
+        .clone();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for c in &chains {
+        assert_eq!(in_flight(s, c, &held_by).await, 1, "part of {:?}", c[0]);
+    }
+    s.add_in_flight(M, &held_by, -1).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for c in &chains {
+        assert_eq!(in_flight(s, c, &held_by).await, 0, "part of {:?}", c[0]);
+    }
 
     // Anti-entropy: w1's confirmed set, digested per shard, is unchanged;
     // a missing block makes its shard differ.

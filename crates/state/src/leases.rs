@@ -156,6 +156,20 @@ impl StateStore {
         kv_cache_usage_perc: Option<f64>,
     ) -> Result<bool, StateError> {
         check_name("worker_id", worker_id)?;
+        let parts = self.parts(model)?;
+        if parts.len() > 1 {
+            // Every part: batched (fan_out); the worker's lease is not
+            // checked here, and unknown workers are skipped there.
+            let report = crate::fan_out::LoadReport {
+                waiting,
+                running,
+                kv: kv_cache_usage_perc,
+            };
+            for part in parts.iter() {
+                self.queue_load(part, worker_id, report);
+            }
+            return Ok(true);
+        }
         let bounded = |n: u64| n.min(MAX_REPORTED_REQUESTS).to_string();
         let waiting = waiting.map(bounded).unwrap_or_default();
         let running = running.map(bounded).unwrap_or_default();
@@ -163,14 +177,10 @@ impl StateStore {
             .map(|k| k.clamp(0.0, 1.0).to_string())
             .unwrap_or_default();
         let args = [worker_id, waiting.as_str(), &kv, &running];
-        let parts = self.parts(model)?;
-        let recorded: Vec<u8> = futures_util::future::try_join_all(
-            parts
-                .iter()
-                .map(|part| self.run::<u8>(Lane::Bulk, ScriptName::Load, part, &args)),
-        )
-        .await?;
-        Ok(recorded.contains(&1))
+        let recorded: u8 = self
+            .run(Lane::Bulk, ScriptName::Load, &parts[0], &args)
+            .await?;
+        Ok(recorded == 1)
     }
 
     /// Renews this router's lease for `model` (a zero lease ends it). This
@@ -229,7 +239,8 @@ impl StateStore {
     }
 
     /// Adds `delta` to this router's in-flight count for a worker (in every
-    /// part of the model); returns this router's new count.
+    /// part of the model); returns this router's new count (0 for a sharded
+    /// model, whose parts get the change in the next batch).
     pub async fn add_in_flight(
         &self,
         model: &str,
@@ -251,14 +262,21 @@ impl StateStore {
     ) -> Result<u64, StateError> {
         check_name("worker_id", worker_id)?;
         let parts = self.parts(model)?;
-        let counts = futures_util::future::try_join_all(
-            parts
-                .iter()
-                .filter(|p| Some(p.as_str()) != skip)
-                .map(|part| self.add_in_flight_part(part, worker_id, delta)),
-        )
-        .await?;
-        Ok(counts.into_iter().max().unwrap_or(0))
+        if parts.len() == 1 {
+            if Some(parts[0].as_str()) == skip {
+                return Ok(0);
+            }
+            return self.add_in_flight_part(&parts[0], worker_id, delta).await;
+        }
+        // A sharded model: batched per part (fan_out). A release counts in
+        // the ledger at once, an increment once its batch is sent.
+        for part in parts.iter().filter(|p| Some(p.as_str()) != skip) {
+            if delta < 0 {
+                self.inner.ledger.add(part, worker_id, delta);
+            }
+            self.queue_in_flight(part, worker_id, delta);
+        }
+        Ok(0)
     }
 
     /// In-flight count change in one part, and in its ledger.

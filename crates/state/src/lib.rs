@@ -17,6 +17,8 @@
 //! * `scripts`: the Lua library, loaded and called by name ([`ScriptName`]).
 //! * `ttl`: [`StateTtls`] and [`BatchLimits`].
 //! * `leases`: worker heartbeats and drains, router leases, in-flight gauges.
+//! * `fan_out`: a sharded model's per-request changes for the parts that
+//!   did not route it (in-flight counts, load reports), batched per part.
 //! * `in_flight`: this router's ledger of its requests in flight, which
 //!   each router lease renewal reconciles the shared gauges with.
 //! * `blocks`: stored blocks, evictions, claims of blocks on routing.
@@ -39,6 +41,7 @@
 mod blocks;
 mod connections;
 mod error;
+mod fan_out;
 mod gc;
 mod in_flight;
 pub mod inspect;
@@ -100,6 +103,8 @@ struct Inner {
     /// How models are split, and their part names.
     sharding: std::sync::RwLock<Sharding>,
     parts: shards::PartNames,
+    /// A sharded model's batched per-request changes.
+    fan_out: fan_out::FanOut,
 }
 
 /// Which connection a call goes on.
@@ -136,6 +141,7 @@ impl StateStore {
                 known_models: Default::default(),
                 sharding: Default::default(),
                 parts: Default::default(),
+                fan_out: Default::default(),
             }),
         })
     }

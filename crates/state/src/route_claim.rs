@@ -105,18 +105,10 @@ impl StateStore {
         if let Some(w) = outcome.chosen.and_then(|i| outcome.lookup.workers.get(i)) {
             self.inner.ledger.add(&part, &w.info.worker_id, 1);
             if self.sharding().shards > 1 {
-                // The other parts count it too, off the routing path: their
+                // The other parts count it too, batched (fan_out): their
                 // routes weigh this worker's load a moment later.
-                let (this, model, worker) =
-                    (self.clone(), model.to_owned(), w.info.worker_id.clone());
-                tokio::spawn(async move {
-                    if let Err(e) = this
-                        .add_in_flight_except(&model, &worker, 1, Some(&part))
-                        .await
-                    {
-                        tracing::debug!(error = %e, "in-flight count in other shards");
-                    }
-                });
+                self.add_in_flight_except(model, &w.info.worker_id, 1, Some(&part))
+                    .await?;
             }
         }
         Ok(outcome)

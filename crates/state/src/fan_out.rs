@@ -1,0 +1,195 @@
+//! What every part of a sharded model must see of a request, batched: the
+//! in-flight changes of the parts that did not route it, and the load a
+//! worker reported. One call per request and part would cost each primary
+//! about 0.2 ms per request of the whole fleet (docs/capacity.md); here
+//! each part gets one `inflight.lua` and one `load.lua` call per
+//! [`FLUSH_EVERY`], carrying every worker's net change.
+//!
+//! The part that routed a request counts it atomically in its routing call,
+//! so the herd of routers racing for one new prefix still serialises
+//! there; the other parts see it at most one flush later. A flush that
+//! fails is dropped: the router lease renewals reconcile the gauges with
+//! this router's ledger (`in_flight`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use protocol::MAX_REPORTED_REQUESTS;
+
+use super::{Inner, Lane, ScriptName, StateStore};
+
+/// How often the batched changes go out.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(10);
+
+/// A worker's latest load; `None` leaves a field as it was.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct LoadReport {
+    pub(crate) waiting: Option<u64>,
+    pub(crate) running: Option<u64>,
+    pub(crate) kv: Option<f64>,
+}
+
+impl LoadReport {
+    /// `newer` over `self`, field by field.
+    fn merge(self, newer: LoadReport) -> LoadReport {
+        LoadReport {
+            waiting: newer.waiting.or(self.waiting),
+            running: newer.running.or(self.running),
+            kv: newer.kv.or(self.kv),
+        }
+    }
+}
+
+/// Per part, per worker: the net in-flight change and the latest load.
+#[derive(Debug, Default)]
+struct Batch {
+    in_flight: HashMap<String, HashMap<String, i64>>,
+    loads: HashMap<String, HashMap<String, LoadReport>>,
+}
+
+/// The pending batch and its flusher.
+#[derive(Debug, Default)]
+pub(crate) struct FanOut {
+    batch: Mutex<Batch>,
+    flushing: AtomicBool,
+}
+
+impl FanOut {
+    fn batch(&self) -> std::sync::MutexGuard<'_, Batch> {
+        self.batch.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn take(&self) -> Batch {
+        std::mem::take(&mut *self.batch())
+    }
+}
+
+impl StateStore {
+    /// Queues an in-flight change of `worker` in `part`.
+    pub(crate) fn queue_in_flight(&self, part: &str, worker: &str, delta: i64) {
+        {
+            let mut b = self.inner.fan_out.batch();
+            let n = b
+                .in_flight
+                .entry(part.to_owned())
+                .or_default()
+                .entry(worker.to_owned())
+                .or_default();
+            *n += delta;
+        }
+        self.start_flusher();
+    }
+
+    /// Queues a load report of `worker` in `part`.
+    pub(crate) fn queue_load(&self, part: &str, worker: &str, load: LoadReport) {
+        {
+            let mut b = self.inner.fan_out.batch();
+            let slot = b
+                .loads
+                .entry(part.to_owned())
+                .or_default()
+                .entry(worker.to_owned())
+                .or_default();
+            *slot = slot.merge(load);
+        }
+        self.start_flusher();
+    }
+
+    /// Starts the flusher task once; it ends when the store is dropped.
+    fn start_flusher(&self) {
+        let fan_out = &self.inner.fan_out;
+        if fan_out.flushing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(FLUSH_EVERY).await;
+                let Some(inner) = weak.upgrade() else { return };
+                let store = StateStore { inner };
+                store.flush_fan_out().await;
+            }
+        });
+    }
+
+    /// Sends the pending batch: per part, one call for the in-flight
+    /// changes and one for the loads.
+    pub(crate) async fn flush_fan_out(&self) {
+        let batch = self.inner.fan_out.take();
+        let router = self.router_id().to_owned();
+        for (part, workers) in batch.in_flight {
+            let changes: Vec<(String, i64)> =
+                workers.into_iter().filter(|(_, d)| *d != 0).collect();
+            if changes.is_empty() {
+                continue;
+            }
+            let mut args = vec![router.clone()];
+            for (w, d) in &changes {
+                args.extend([w.clone(), d.to_string()]);
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            match self
+                .run::<u64>(Lane::Bulk, ScriptName::Inflight, &part, &args)
+                .await
+            {
+                Ok(_) => {
+                    // Increments count in the ledger once Valkey has them
+                    // (releases counted at once, when queued).
+                    for (w, d) in changes.iter().filter(|(_, d)| *d > 0) {
+                        self.inner.ledger.add(&part, w, *d);
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, part, "batched in-flight changes lost"),
+            }
+        }
+        for (part, workers) in batch.loads {
+            let mut args = Vec::with_capacity(workers.len() * 4);
+            for (w, l) in workers {
+                let bounded = |n: u64| n.min(MAX_REPORTED_REQUESTS).to_string();
+                args.extend([
+                    w,
+                    l.waiting.map(bounded).unwrap_or_default(),
+                    l.kv.map(|k| k.clamp(0.0, 1.0).to_string())
+                        .unwrap_or_default(),
+                    l.running.map(bounded).unwrap_or_default(),
+                ]);
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            if let Err(e) = self
+                .run::<u8>(Lane::Bulk, ScriptName::Load, &part, &args)
+                .await
+            {
+                tracing::debug!(error = %e, part, "batched load reports lost");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_newer_load_keeps_the_fields_it_does_not_give() {
+        let a = LoadReport {
+            waiting: Some(3),
+            running: Some(2),
+            kv: None,
+        };
+        let b = LoadReport {
+            waiting: None,
+            running: Some(5),
+            kv: Some(0.5),
+        };
+        assert_eq!(
+            a.merge(b),
+            LoadReport {
+                waiting: Some(3),
+                running: Some(5),
+                kv: Some(0.5)
+            }
+        );
+    }
+}
