@@ -6,6 +6,7 @@ mod balancer;
 mod kind;
 mod routers;
 mod sims;
+mod store;
 mod tcp_proxy;
 
 pub use balancer::{Balancer, BalancerChoice, BalancerKind};
@@ -20,9 +21,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use fleet::{
-    ChildProc, Valkey, ValkeyCluster, ValkeySpec, free_port, proc_cpu_seconds, wait_http_ok,
-};
+use fleet::{ChildProc, free_port, wait_http_ok};
+use store::Store;
 
 /// Everything needed to start one fleet.
 #[derive(Debug, Clone)]
@@ -111,23 +111,6 @@ impl CpuUse {
     }
 }
 
-/// The fleet's Valkey: one server, or a cluster with its primaries' ports
-/// as they were at the start.
-#[derive(Debug)]
-enum Store {
-    Single(Valkey),
-    Cluster(ValkeyCluster, Vec<u16>),
-}
-
-impl Store {
-    fn url(&self) -> String {
-        match self {
-            Store::Single(v) => v.url(),
-            Store::Cluster(c, _) => c.seeds().to_owned(),
-        }
-    }
-}
-
 /// A running fleet.
 #[derive(Debug)]
 pub struct Fleet {
@@ -153,23 +136,12 @@ impl Fleet {
             .no_proxy()
             .build()
             .context("building the HTTP client")?;
-        let valkey = if spec.valkey_cluster {
-            let cluster = ValkeyCluster::start(3, 1).context("starting a valkey cluster")?;
-            let primaries = cluster.primaries();
-            Store::Cluster(cluster, primaries)
-        } else {
-            let valkey_dir = spec.dir.join("valkey");
-            Store::Single(
-                Valkey::start_with(ValkeySpec {
-                    program: Some(spec.valkey_program.clone()),
-                    log: Some(valkey_dir.join("valkey.log")),
-                    dir: Some(valkey_dir),
-                    aof: spec.valkey_aof,
-                    ..ValkeySpec::default()
-                })
-                .context("starting valkey-server")?,
-            )
-        };
+        let valkey = Store::start(
+            spec.valkey_cluster,
+            &spec.valkey_program,
+            &spec.dir,
+            spec.valkey_aof,
+        )?;
         let router_ports = (0..spec.arm.routers)
             .map(|_| free_port())
             .collect::<anyhow::Result<Vec<_>>>()?;
@@ -364,16 +336,7 @@ impl Fleet {
     /// SIGKILLs Valkey (on a cluster: its first primary, whose replica
     /// takes over).
     pub async fn kill_valkey(&mut self) {
-        match &mut self.valkey {
-            Store::Single(v) => v.kill(),
-            Store::Cluster(c, primaries) => {
-                if let Some(&p) = primaries.first()
-                    && let Err(e) = c.kill(p)
-                {
-                    eprintln!("loadtest: killing a cluster primary: {e:#}");
-                }
-            }
-        }
+        self.valkey.kill();
     }
 
     /// Starts Valkey again on its port: from its append-only file when
@@ -382,29 +345,14 @@ impl Fleet {
         if keep_data && !self.spec.valkey_aof {
             bail!("restarting Valkey with its data needs the append-only file (--valkey-aof)");
         }
-        match &mut self.valkey {
-            Store::Single(v) => v.restart(keep_data),
-            Store::Cluster(..) => bail!("a cluster is not restarted: its replicas take over"),
-        }
+        self.valkey.restart(keep_data)
     }
 
-    /// SIGKILLs the first primary of the cluster and waits until its
-    /// replica serves its slots; says what happened.
+    /// SIGKILLs the cluster's first primary and waits until its replica
+    /// serves its slots; says what happened.
     pub async fn fail_over_primary(&mut self) -> anyhow::Result<String> {
-        let Store::Cluster(cluster, primaries) = &self.valkey else {
-            bail!("valkey-failover needs --valkey-cluster");
-        };
-        let port = *primaries.first().context("no primary")?;
-        cluster.kill(port)?;
-        let want = primaries.len();
-        let took = {
-            let cluster: &ValkeyCluster = cluster;
-            tokio::task::block_in_place(|| cluster.wait_healthy(want, Duration::from_secs(30)))?
-        };
-        Ok(format!(
-            "cluster primary :{port} SIGKILLed; its replica served its slots after {:.1} s",
-            took.as_secs_f64()
-        ))
+        let valkey = &self.valkey;
+        tokio::task::block_in_place(|| valkey.fail_over())
     }
 
     /// SIGKILLs sim-worker `index`; returns its id.
@@ -419,13 +367,11 @@ impl Fleet {
 
     /// CPU seconds used so far by each role.
     pub fn cpu(&self) -> CpuUse {
+        let (valkey, valkey_primaries) = self.valkey.cpu();
         CpuUse {
             routers: self.routers.iter().map(ChildProc::cpu_seconds).collect(),
-            valkey: self.valkey_cpu(),
-            valkey_primaries: match &self.valkey {
-                Store::Single(_) => Vec::new(),
-                Store::Cluster(c, primaries) => primaries.iter().map(|&p| node_cpu(c, p)).collect(),
-            },
+            valkey,
+            valkey_primaries,
             sims: self.sims.iter().map(|s| s.proc.cpu_seconds()).sum(),
             balancer: self.balancer.cpu_seconds(),
         }
@@ -440,24 +386,6 @@ impl Fleet {
             s.proc.kill().await;
         }
         self.balancer.kill();
-        if let Store::Single(v) = &mut self.valkey {
-            v.kill();
-        }
+        self.valkey.stop();
     }
-
-    fn valkey_cpu(&self) -> f64 {
-        match &self.valkey {
-            Store::Single(v) => v.pid().and_then(proc_cpu_seconds).unwrap_or(0.0),
-            Store::Cluster(c, _) => c.ports().iter().map(|&p| node_cpu(c, p)).sum(),
-        }
-    }
-}
-
-/// CPU seconds of cluster node `port` (0 once it is gone).
-fn node_cpu(c: &ValkeyCluster, port: u16) -> f64 {
-    c.pid(port)
-        .ok()
-        .and_then(|pid| u32::try_from(pid).ok())
-        .and_then(proc_cpu_seconds)
-        .unwrap_or(0.0)
 }

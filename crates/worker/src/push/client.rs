@@ -19,10 +19,9 @@ use super::error::PushError;
 use super::retry::Backoff;
 use std::borrow::Cow;
 
+use super::wire::{check_digests, wire_blocks};
 use protocol::WorkerLoad;
-use protocol::family::{FamilyBlock, block_shards, split_families};
-use protocol::hashing::BlockHash;
-use protocol::index::{digests, digests_hex};
+use protocol::family::FamilyBlock;
 use protocol::push::{
     EvictionBody, HeartbeatBody, HeartbeatReply, StoredBody, SyncBody, SyncCheckBody,
     SyncCheckReply, SyncReply,
@@ -284,22 +283,7 @@ impl FleetClient {
         snapshot: &[FamilyBlock],
         shards: usize,
     ) -> Result<bool, PushError> {
-        let (whole, per_shard) = if shards > 1 {
-            let mut sets: Vec<Vec<BlockHash>> = vec![Vec::new(); shards];
-            for b in snapshot {
-                for s in block_shards(b.family, shards) {
-                    sets[s].push(b.hash);
-                }
-            }
-            let per_shard = sets
-                .into_iter()
-                .map(|set| digests_hex(&digests(set)))
-                .collect();
-            (String::new(), Some(per_shard))
-        } else {
-            let whole = digests_hex(&digests(snapshot.iter().map(|b| b.hash)));
-            (whole, None)
-        };
+        let (whole, per_shard) = check_digests(snapshot, shards);
         let body = SyncCheckBody {
             worker_id: who.worker_id.as_str().into(),
             model: Some(who.model.as_str().into()),
@@ -448,17 +432,6 @@ pub struct SyncReport {
     pub active: u64,
     /// Requests the snapshot took.
     pub chunks: usize,
-}
-
-/// A body's `families` field.
-type WireFamilies = Option<Cow<'static, [Option<BlockHash>]>>;
-
-/// The push API's form of `blocks`: their hashes, and their families
-/// unless none is known (then the fleet places every block everywhere).
-fn wire_blocks(blocks: &[FamilyBlock]) -> (Vec<BlockHash>, WireFamilies) {
-    let (hashes, families) = split_families(blocks);
-    let known = families.iter().any(Option::is_some);
-    (hashes, known.then_some(Cow::Owned(families)))
 }
 
 #[cfg(test)]

@@ -55,6 +55,7 @@ mod handle;
 mod pending;
 mod pusher;
 mod retry;
+mod wire;
 
 pub use client::{FLEET_MAX_BATCH, FleetClient, FleetClientConfig, SyncReport, WorkerIdentity};
 pub use error::PushError;

@@ -1,0 +1,74 @@
+//! The push API's forms of a worker's blocks: hashes with their families,
+//! and the digests a sync check sends (of the whole set, or per shard).
+
+use std::borrow::Cow;
+
+use protocol::family::{FamilyBlock, block_shards, split_families};
+use protocol::hashing::BlockHash;
+use protocol::index::{digests, digests_hex};
+
+/// A body's `families` field.
+pub(super) type WireFamilies = Option<Cow<'static, [Option<BlockHash>]>>;
+
+/// The push API's form of `blocks`: their hashes, and their families
+/// unless none is known (then the fleet places every block everywhere).
+pub(super) fn wire_blocks(blocks: &[FamilyBlock]) -> (Vec<BlockHash>, WireFamilies) {
+    let (hashes, families) = split_families(blocks);
+    let known = families.iter().any(Option::is_some);
+    (hashes, known.then_some(Cow::Owned(families)))
+}
+
+/// A sync check's digests of `snapshot`: of the whole set when the fleet
+/// has one shard, else one string per shard of the blocks it holds.
+pub(super) fn check_digests(
+    snapshot: &[FamilyBlock],
+    shards: usize,
+) -> (String, Option<Vec<String>>) {
+    if shards <= 1 {
+        return (digests_hex(&digests(snapshot.iter().map(|b| b.hash))), None);
+    }
+    let mut sets: Vec<Vec<BlockHash>> = vec![Vec::new(); shards];
+    for b in snapshot {
+        for s in block_shards(b.family, shards) {
+            sets[s].push(b.hash);
+        }
+    }
+    let per_shard = sets
+        .into_iter()
+        .map(|set| digests_hex(&digests(set)))
+        .collect();
+    (String::new(), Some(per_shard))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_blocks_count_in_every_shard() {
+        let blocks = [
+            FamilyBlock {
+                hash: BlockHash(0x10),
+                family: None,
+            },
+            FamilyBlock {
+                hash: BlockHash(0x20),
+                family: Some(BlockHash(1)),
+            },
+        ];
+        let (whole, none) = check_digests(&blocks, 1);
+        assert!(none.is_none() && whole.len() == 4096);
+        let (empty, per) = check_digests(&blocks, 2);
+        let per = per.unwrap();
+        assert!(empty.is_empty() && per.len() == 2);
+        // Shard 1 (family 1 % 2) has both blocks, shard 0 the head only.
+        assert_eq!(per[0], digests_hex(&digests([BlockHash(0x10)])));
+        assert_eq!(
+            per[1],
+            digests_hex(&digests([BlockHash(0x10), BlockHash(0x20)]))
+        );
+        let (hashes, families) = wire_blocks(&blocks);
+        assert_eq!(hashes, [BlockHash(0x10), BlockHash(0x20)]);
+        assert_eq!(families.unwrap().as_ref(), &[None, Some(BlockHash(1))]);
+    }
+}
