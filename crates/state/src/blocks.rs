@@ -93,10 +93,8 @@ impl StateStore {
         let n = self
             .claim_as(&part, worker_id, &indexed_from(chain, from), &router)
             .await?;
-        if self.sharding().shards > 1 {
-            self.add_in_flight_except(model, worker_id, 1, Some(&part))
-                .await?;
-        }
+        self.add_in_flight_except(model, worker_id, 1, Some(&part))
+            .await?;
         Ok(n)
     }
 

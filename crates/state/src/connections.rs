@@ -223,30 +223,8 @@ impl Connections {
     /// background attempt connects, and a caller waits for it only as long
     /// as its deadline, then gets `Unavailable` (and routes by fallback).
     async fn hot_connection(self: &Arc<Self>) -> Result<Conn, StateError> {
-        if let Some(lanes) = &self.cluster {
-            if let Some(c) = lanes.hot.read().await.as_ref() {
-                return Ok(Conn::Cluster(c.clone()));
-            }
-            if let Ok(guard) = self.connecting.clone().try_lock_owned() {
-                let this = self.clone();
-                tokio::spawn(async move {
-                    let _guard = guard;
-                    if let Err(e) = this.connect_hot().await {
-                        tracing::warn!(error = %e, "routing lane cannot reach the valkey cluster yet");
-                    }
-                });
-            }
-            let _ = tokio::time::timeout(self.settings.hot_timeout, self.connecting.lock()).await;
-            return lanes
-                .hot
-                .read()
-                .await
-                .clone()
-                .map(Conn::Cluster)
-                .ok_or_else(|| StateError::Unavailable("routing lane connecting".into()));
-        }
-        if let Some(c) = self.hot.read().await.as_ref() {
-            return Ok(Conn::Single(c.clone()));
+        if let Some(c) = self.connected_hot().await {
+            return Ok(c);
         }
         if let Ok(guard) = self.connecting.clone().try_lock_owned() {
             let this = self.clone();
@@ -259,12 +237,17 @@ impl Connections {
         }
         // The attempt holds the lock until it is done.
         let _ = tokio::time::timeout(self.settings.hot_timeout, self.connecting.lock()).await;
-        self.hot
-            .read()
+        self.connected_hot()
             .await
-            .clone()
-            .map(Conn::Single)
             .ok_or_else(|| StateError::Unavailable("routing lane connecting".into()))
+    }
+
+    /// The routing connection, if it is established.
+    async fn connected_hot(&self) -> Option<Conn> {
+        match &self.cluster {
+            Some(lanes) => lanes.hot.read().await.clone().map(Conn::Cluster),
+            None => self.hot.read().await.clone().map(Conn::Single),
+        }
     }
 
     /// Connects the routing lane, waiting up to the bulk deadline.

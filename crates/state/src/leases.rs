@@ -263,6 +263,7 @@ impl StateStore {
         check_name("worker_id", worker_id)?;
         let parts = self.parts(model)?;
         if parts.len() == 1 {
+            // Unsharded: at once, unless the routing call already counted it.
             if Some(parts[0].as_str()) == skip {
                 return Ok(0);
             }

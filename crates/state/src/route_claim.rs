@@ -104,12 +104,10 @@ impl StateStore {
         let outcome = parse_reply(&reply)?;
         if let Some(w) = outcome.chosen.and_then(|i| outcome.lookup.workers.get(i)) {
             self.inner.ledger.add(&part, &w.info.worker_id, 1);
-            if self.sharding().shards > 1 {
-                // The other parts count it too, batched (fan_out): their
-                // routes weigh this worker's load a moment later.
-                self.add_in_flight_except(model, &w.info.worker_id, 1, Some(&part))
-                    .await?;
-            }
+            // The other parts of a sharded model count it too, batched
+            // (fan_out): their routes weigh this worker's load a moment later.
+            self.add_in_flight_except(model, &w.info.worker_id, 1, Some(&part))
+                .await?;
         }
         Ok(outcome)
     }
