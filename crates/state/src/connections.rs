@@ -1,17 +1,18 @@
 //! Two lanes to Valkey: one multiplexed connection for routing calls and a
-//! pool for bulk work, both with deadlines and transparent reconnection.
+//! few for bulk work (taken in turn), all with deadlines and transparent
+//! reconnection.
 //! Given several seed URLs, both lanes are Valkey Cluster connections
 //! instead (each multiplexed, following slot moves and failovers).
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use deadpool_redis::{Pool, Runtime};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
-use tokio::sync::{Mutex, RwLock};
+use tokio::sync::{Mutex, OnceCell, RwLock};
 
 use super::StateError;
 
@@ -26,13 +27,15 @@ pub struct ConnectionSettings {
     pub hot_timeout: Duration,
     /// Deadline of one bulk-lane call.
     pub bulk_timeout: Duration,
-    /// Connections in the bulk pool.
+    /// Multiplexed connections of the bulk lane (so that one large call,
+    /// a sync's snapshot, does not hold up the others on its socket).
     pub pool_size: usize,
 }
 
 impl ConnectionSettings {
     /// Defaults for `url`: 20 ms routing deadline (then the router falls
-    /// back rather than keep the client waiting), 5 s bulk, 8 pooled.
+    /// back rather than keep the client waiting), 5 s bulk, 8 bulk
+    /// connections.
     pub fn new(url: &str) -> Self {
         ConnectionSettings {
             url: url.to_owned(),
@@ -70,8 +73,12 @@ pub fn normalize_url(url: &str) -> Result<String, StateError> {
 pub(super) enum Conn {
     /// The routing lane to one server.
     Single(ConnectionManager),
-    /// A bulk-pool connection to one server.
-    Pooled(deadpool_redis::Connection),
+    /// A bulk-lane connection to one server. It is not checked before use,
+    /// so the first call after Valkey restarts finds it broken; that call
+    /// is sent once more, on the reconnected connection. (Bulk scripts are
+    /// idempotent; the in-flight gauges, which are not, are reconciled
+    /// with each router's ledger at every lease renewal.)
+    Bulk(ConnectionManager),
     /// Either lane to a cluster.
     Cluster(ClusterConnection),
 }
@@ -80,7 +87,12 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Pooled(c) => c.req_packed_command(cmd),
+            Conn::Bulk(c) => Box::pin(async move {
+                match c.req_packed_command(cmd).await {
+                    Err(e) if e.is_connection_dropped() => c.req_packed_command(cmd).await,
+                    other => other,
+                }
+            }),
             Conn::Cluster(c) => c.req_packed_command(cmd),
         }
     }
@@ -93,15 +105,21 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
-            Conn::Pooled(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Bulk(c) => Box::pin(async move {
+                match c.req_packed_commands(cmd, offset, count).await {
+                    Err(e) if e.is_connection_dropped() => {
+                        c.req_packed_commands(cmd, offset, count).await
+                    }
+                    other => other,
+                }
+            }),
             Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            Conn::Single(c) => c.get_db(),
-            Conn::Pooled(c) => c.get_db(),
+            Conn::Single(c) | Conn::Bulk(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
         }
     }
@@ -133,7 +151,11 @@ pub(super) struct Connections {
     client: redis::Client,
     hot: RwLock<Option<ConnectionManager>>,
     connecting: Arc<Mutex<()>>,
-    bulk: Pool,
+    /// The bulk lane to one server: multiplexed connections, connected
+    /// when first taken and used in turn. (A checked-out pool, as before,
+    /// cost a PING round trip per call.)
+    bulk: Vec<OnceCell<ConnectionManager>>,
+    next_bulk: AtomicUsize,
     cluster: Option<ClusterLanes>,
     settings: ConnectionSettings,
 }
@@ -171,26 +193,14 @@ impl Connections {
             None => normalize_url(&settings.url)?,
         };
         let client = redis::Client::open(url.as_str()).map_err(|e| invalid(&e))?;
-        // Explicit timeouts: redis-rs' own defaults (500 ms) would undercut
-        // the bulk deadline under load.
-        let conn_config = redis::AsyncConnectionConfig::new()
-            .set_response_timeout(Some(settings.bulk_timeout))
-            .set_connection_timeout(Some(settings.bulk_timeout));
-        let manager = deadpool_redis::Manager::new_with_config(url.as_str(), conn_config)
-            .map_err(|e| invalid(&e))?;
-        let bulk = Pool::builder(manager)
-            .max_size(settings.pool_size.max(1))
-            .wait_timeout(Some(settings.bulk_timeout))
-            .create_timeout(Some(settings.bulk_timeout))
-            .recycle_timeout(Some(settings.bulk_timeout))
-            .runtime(Runtime::Tokio1)
-            .build()
-            .map_err(|e| invalid(&e))?;
         Ok(Connections {
             client,
             hot: RwLock::new(None),
             connecting: Arc::new(Mutex::new(())),
-            bulk,
+            bulk: (0..settings.pool_size.max(1))
+                .map(|_| OnceCell::new())
+                .collect(),
+            next_bulk: AtomicUsize::new(0),
             cluster,
             settings,
         })
@@ -303,17 +313,35 @@ impl Connections {
                 Some(lanes) => Conn::Cluster(
                     Self::cluster_connection(&lanes.bulk, &lanes.bulk_client, t).await?,
                 ),
-                None => Conn::Pooled(
-                    self.bulk
-                        .get()
-                        .await
-                        .map_err(|e| StateError::Unavailable(format!("bulk pool: {e}")))?,
-                ),
+                None => Conn::Bulk(self.bulk_connection().await?),
             };
             f(conn).await
         })
         .await
         .map_err(|_| StateError::Timeout(t))?
+    }
+
+    /// The next bulk connection to one server, connecting it if needed.
+    async fn bulk_connection(&self) -> Result<ConnectionManager, StateError> {
+        let n = self.next_bulk.fetch_add(1, Ordering::Relaxed) % self.bulk.len();
+        let cell = self
+            .bulk
+            .get(n)
+            .ok_or_else(|| StateError::Unavailable("no bulk connection".into()))?;
+        // Explicit timeouts: redis-rs' own defaults (500 ms) would undercut
+        // the bulk deadline under load.
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.settings.bulk_timeout))
+            .set_response_timeout(Some(self.settings.bulk_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_secs(1));
+        cell.get_or_try_init(|| async {
+            ConnectionManager::new_with_config(self.client.clone(), config)
+                .await
+                .map_err(|e| StateError::Unavailable(format!("bulk lane: {e}")))
+        })
+        .await
+        .cloned()
     }
 
     pub(super) async fn ping(self: &Arc<Self>) -> Result<(), StateError> {

@@ -5,14 +5,14 @@
 //! crate's `src/`, compiled in); [`StateStore`] names keys, chunks inputs so
 //! that no script runs much longer than 1 ms, and keeps routing calls on
 //! their own multiplexed connection so that they never queue behind bulk
-//! work (syncs, purges, gc) on the pool. docs/state.md has the key schema.
+//! work (syncs, purges, gc) on theirs. docs/state.md has the key schema.
 //!
 //! Layout (depends on `protocol`; nothing here knows HTTP):
 //!
 //! * `keys`: [`KeySpace`], every key name of a namespace.
 //! * `shards`: [`Sharding`], a model split into parts by prefix family
 //!   (`protocol::family`), one hash tag each, for a Valkey Cluster.
-//! * `connections`: the routing lane and the bulk pool, or cluster
+//! * `connections`: the routing lane and the bulk lane, or cluster
 //!   connections given several seeds ([`ConnectionSettings`]).
 //! * `scripts`: the Lua library, loaded and called by name ([`ScriptName`]).
 //! * `ttl`: [`StateTtls`] and [`BatchLimits`].

@@ -9,7 +9,8 @@
 //! * `chunk_cache`: [`ChunkCache`], token ids of text chunks already seen.
 //! * [`chat`]: chat requests rendered as vLLM's OpenAI server does (message
 //!   normalization, the model's Jinja template, Python-exact filters).
-//! * `prompt`: [`completion_prompt`], the prompt of a completions body.
+//! * `prompt`: [`PromptField`] and [`completion_prompt`], the prompt of a
+//!   completions body.
 //! * `pipeline`: [`ModelPipeline`], one model's tokenizer, chat renderer and
 //!   block hasher; [`ModelPipelines`], all of a router's models.
 //!
@@ -25,4 +26,4 @@ pub use chat::{ChatError, ChatRenderer, ChatRendererOptions, ChatRequest, Render
 pub use chunk_cache::{ChunkCache, split_at_safe_boundaries};
 pub use model_tokenizer::{ModelTokenizer, TokenizeError, TokenizerConfig};
 pub use pipeline::{ModelPipeline, ModelPipelines, Resolved};
-pub use prompt::{CompletionPrompt, InvalidPrompt, cache_salt, completion_prompt};
+pub use prompt::{CompletionPrompt, InvalidPrompt, PromptField, cache_salt, completion_prompt};

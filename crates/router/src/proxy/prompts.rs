@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use protocol::hashing::BlockHash;
+use serde::Deserialize;
 use serde_json::Value;
 use tokenize::{
-    ChatError, CompletionPrompt, ModelPipeline, ModelPipelines, Resolved, TokenizeError,
-    completion_prompt,
+    ChatError, CompletionPrompt, InvalidPrompt, ModelPipeline, ModelPipelines, PromptField,
+    Resolved, TokenizeError,
 };
 
 use super::{Endpoint, ProxyError, phase};
@@ -33,6 +34,32 @@ pub(super) struct Parsed {
     pub(super) chain: Chain,
     /// Whether the answer is streamed.
     pub(super) streamed: bool,
+}
+
+/// The fields of a body that routing reads; the rest is only checked to be
+/// JSON (it is forwarded as sent). Reading these alone, not the whole body
+/// as a `Value`, halves the parse of a long token-id prompt.
+#[derive(Deserialize)]
+struct Fields {
+    #[serde(default)]
+    model: Value,
+    #[serde(default)]
+    stream: Value,
+    #[serde(default)]
+    cache_salt: Value,
+    /// Completions only (a chat body is rendered from its own parse).
+    #[serde(default)]
+    prompt: Option<PromptField>,
+}
+
+impl Fields {
+    /// The completions prompt (taken out), or why it is not one vLLM accepts.
+    fn take_completion_prompt(&mut self) -> Result<CompletionPrompt, InvalidPrompt> {
+        match self.prompt.take() {
+            None => Err(InvalidPrompt("prompt is required".into())),
+            Some(PromptField(p)) => p,
+        }
+    }
 }
 
 /// The models' pipelines and the prompt limit, shared with the pool's jobs.
@@ -92,24 +119,23 @@ impl Prompts {
     /// The routed model, the prompt's chain and whether the response is
     /// streamed.
     pub(super) fn parse(&self, endpoint: Endpoint, body: &[u8]) -> Result<Parsed, ProxyError> {
-        let json: Value = if body.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(body)
-                .map_err(|e| ProxyError::InvalidRequest(format!("invalid JSON body: {e}")))?
+        if body.is_empty() {
+            return Err(ProxyError::InvalidRequest("\"model\" is required".into()));
+        }
+        let mut fields: Fields = serde_json::from_slice(body)
+            .map_err(|e| ProxyError::InvalidRequest(format!("invalid JSON body: {e}")))?;
+        let model = match fields.model.take() {
+            Value::String(m) => m,
+            _ => return Err(ProxyError::InvalidRequest("\"model\" is required".into())),
         };
-        let model = json
-            .get("model")
-            .and_then(Value::as_str)
-            .ok_or_else(|| ProxyError::InvalidRequest("\"model\" is required".into()))?;
-        protocol::check_name("model", model)
+        protocol::check_name("model", &model)
             .map_err(|e| ProxyError::InvalidRequest(e.to_string()))?;
-        let resolved = self.pipelines.resolve(model);
-        let chain = self.chain(endpoint, &resolved, &json, body)?;
+        let resolved = self.pipelines.resolve(&model);
+        let chain = self.chain(endpoint, &resolved, &mut fields, body)?;
         Ok(Parsed {
             model: resolved.route_model.to_owned(),
             chain,
-            streamed: json["stream"] == true,
+            streamed: fields.stream == true,
         })
     }
 
@@ -118,7 +144,7 @@ impl Prompts {
         &self,
         endpoint: Endpoint,
         resolved: &Resolved<'_>,
-        json: &Value,
+        fields: &mut Fields,
         body: &[u8],
     ) -> Result<Chain, ProxyError> {
         let none = Chain {
@@ -128,7 +154,7 @@ impl Prompts {
         let Some(pipeline) = resolved.pipeline else {
             // Without a tokenizer, only a token-id prompt can be measured.
             if endpoint == Endpoint::Completions
-                && let Ok(CompletionPrompt::Tokens(ids)) = completion_prompt(json)
+                && let Ok(CompletionPrompt::Tokens(ids)) = fields.take_completion_prompt()
             {
                 self.check_len(ids.len())?;
             }
@@ -136,7 +162,7 @@ impl Prompts {
         };
         let tokenize = Instant::now();
         let tokens = match endpoint {
-            Endpoint::Completions => match completion_prompt(json)? {
+            Endpoint::Completions => match fields.take_completion_prompt()? {
                 CompletionPrompt::Text(t) => pipeline
                     .tokenizer
                     .encode_bounded(&t, true, self.limit())
@@ -152,8 +178,11 @@ impl Prompts {
         self.check_len(tokens.len())?;
         phase("tokenize", tokenize);
         let hash = Instant::now();
-        let hashes =
-            pipeline.block_hashes(&tokens, tokenize::cache_salt(json), resolved.lora.clone());
+        let hashes = pipeline.block_hashes(
+            &tokens,
+            tokenize::cache_salt(&fields.cache_salt),
+            resolved.lora.clone(),
+        );
         phase("hash", hash);
         Ok(Chain {
             hashes,

@@ -77,7 +77,7 @@ pub fn prepare(
         return Err(bad("The prompt must not be empty."));
     }
     let hashes = if exact {
-        pipeline.block_hashes(&tokens, cache_salt(&json), None)
+        pipeline.block_hashes(&tokens, tokenize::cache_salt(&json["cache_salt"]), None)
     } else {
         Vec::new()
     };
@@ -176,12 +176,4 @@ fn collect_text(content: &Value, out: &mut String) {
         }
         _ => {}
     }
-}
-
-/// `cache_salt`, which vLLM mixes into the first block (as the router does).
-fn cache_salt(json: &Value) -> Option<String> {
-    json.get("cache_salt")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
 }
