@@ -113,6 +113,39 @@ pub struct SyncCheckBody<'a> {
     pub shard_digests: Option<Vec<String>>,
 }
 
+/// Most differing digest buckets (of 256, per shard) that a worker repairs
+/// with `POST /internal/sync/repair`; more means most of its set differs
+/// (an emptied Valkey, a restart), and it sends a full sync.
+pub const MAX_REPAIR_BUCKETS: usize = 32;
+
+/// `POST /internal/sync/repair`: after a sync check listed a few differing
+/// buckets, the worker's blocks in those buckets and its digests again. The
+/// fleet syncs those buckets alone (missing blocks added, gone ones
+/// removed) and answers as a check would ([`SyncCheckReply`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SyncRepairBody<'a> {
+    /// The worker's id.
+    pub worker_id: Cow<'a, str>,
+    /// The model; may be omitted once registered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<Cow<'a, str>>,
+    /// The buckets the check listed (at most [`MAX_REPAIR_BUCKETS`] per
+    /// shard), as it listed them.
+    pub buckets: Vec<String>,
+    /// The worker's blocks in those buckets (blocks of other buckets are
+    /// ignored).
+    pub hashes: Cow<'a, [BlockHash]>,
+    /// Each block's family, as in [`SyncBody`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub families: Option<Cow<'a, [Option<BlockHash>]>>,
+    /// The digests of the whole snapshot, as in [`SyncCheckBody`].
+    #[serde(default)]
+    pub digests: Cow<'a, str>,
+    /// Per shard digests, as in [`SyncCheckBody`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_digests: Option<Vec<String>>,
+}
+
 /// The answer to a sync check.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SyncCheckReply {

@@ -31,6 +31,8 @@ async fn every_guarded_route_requires_the_exact_bearer_token() {
         ("POST", "/internal/stored"),
         ("POST", "/internal/eviction"),
         ("POST", "/internal/sync"),
+        ("POST", "/internal/sync/check"),
+        ("POST", "/internal/sync/repair"),
         ("DELETE", "/internal/workers/w"),
         ("GET", "/admin/workers"),
         ("POST", "/admin/explain"),
@@ -169,6 +171,36 @@ async fn bad_input_gets_a_json_4xx_and_changes_nothing() {
         (
             "/internal/sync",
             json!({"worker_id": "w", "active_hashes": [1], "last": false}),
+            400,
+        ),
+        (
+            "/internal/sync/repair",
+            json!({"worker_id": "w", "buckets": ["zz"], "hashes": [1]}),
+            400,
+        ),
+        (
+            "/internal/sync/repair",
+            json!({"worker_id": "w", "buckets": ["3:00"], "hashes": [1]}),
+            400,
+        ),
+        (
+            "/internal/sync/repair",
+            json!({"worker_id": "w", "buckets": (0..33).map(|b| format!("{b:02x}")).collect::<Vec<_>>(), "hashes": [1]}),
+            400,
+        ),
+        (
+            "/internal/sync/repair",
+            json!({"worker_id": "w", "buckets": ["00"], "hashes": [1], "families": [null, null]}),
+            400,
+        ),
+        (
+            "/internal/sync/repair",
+            json!({"worker_id": "ghost", "model": M, "buckets": ["00"], "hashes": [1]}),
+            404,
+        ),
+        (
+            "/internal/sync/repair",
+            json!({"worker_id": "w", "buckets": "00", "hashes": [1]}),
             400,
         ),
         (

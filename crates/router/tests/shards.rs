@@ -203,6 +203,21 @@ async fn scenario(s: &StateStore, shards: usize, flush: impl Fn()) {
     let differing = s.sync_check_shards(M, "w1", &fewer).await.unwrap().unwrap();
     assert_eq!(differing.len(), 1, "{differing:?}");
     assert!(s.sync_check_shards(M, "w1", &digests[1..]).await.is_err());
+    // A repair syncs that shard's bucket alone, both ways.
+    let (fewer_h, fewer_f) = split_families(&w1[1..]);
+    let out = s
+        .sync_repair_in_families(M, "w1", &differing, &fewer_h, Some(&fewer_f))
+        .await
+        .unwrap();
+    assert_eq!((out.added, out.removed), (0, 1));
+    assert_eq!(s.sync_check_shards(M, "w1", &fewer).await.unwrap(), None);
+    let (all_h, all_f) = split_families(&w1);
+    let out = s
+        .sync_repair_in_families(M, "w1", &differing, &all_h, Some(&all_f))
+        .await
+        .unwrap();
+    assert_eq!((out.added, out.removed), (1, 0));
+    assert_eq!(s.sync_check_shards(M, "w1", &digests).await.unwrap(), None);
 
     // Evicting a chain's tip shortens the match to the last anchor.
     let tip = FamilyBlock {

@@ -319,3 +319,90 @@ async fn digests_follow_every_change_and_an_unchanged_worker_syncs_by_one_check(
     redis::cmd("FLUSHALL").exec(&mut v.conn()).unwrap();
     assert!(s.sync_check(M, "w", &hex).await.is_err());
 }
+
+/// Lost reports change a few buckets; the repair syncs those alone: the
+/// missing blocks added, the gone ones removed, a live speculative claim and
+/// another worker's entries kept, the digests equal again.
+#[tokio::test]
+async fn a_repair_syncs_only_the_differing_buckets() {
+    use protocol::index::{digests, digests_hex};
+    use rand::{Rng, SeedableRng};
+    let v = Valkey::start();
+    let s = store(&v, "sy", "r1", ttls());
+    register(&s, "w").await;
+    register(&s, "w2").await;
+    let idx: String = redis::Commands::hget(&mut v.conn(), format!("sy:{{{M}}}:ids"), "w").unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let fleet: Vec<BlockHash> = (0..2000).map(|_| BlockHash(rng.random())).collect();
+    s.stored(M, "w", &fleet).await.unwrap();
+    // Lost reports: the worker evicted two blocks (one also held by w2) and
+    // stored three the fleet never heard of.
+    let gone = [fleet[10], fleet[20]];
+    s.stored(M, "w2", &gone[..1]).await.unwrap();
+    let new: Vec<BlockHash> = (0..3).map(|_| BlockHash(rng.random())).collect();
+    let worker: Vec<BlockHash> = fleet
+        .iter()
+        .copied()
+        .filter(|h| !gone.contains(h))
+        .chain(new.iter().copied())
+        .collect();
+    // A request routed meanwhile claimed a block in a bucket that differs.
+    let claimed = BlockHash((new[0].0 & 0xff00_0000_0000_0000) | 0x42);
+    assert_eq!(s.claim(M, "w", &[claimed]).await.unwrap(), 1);
+    let hex = digests_hex(&digests(worker.iter().copied()));
+    let differing = s.sync_check(M, "w", &hex).await.unwrap().unwrap();
+    assert!(
+        (1..=5).contains(&differing.len()),
+        "a few buckets differ: {differing:?}"
+    );
+    let out = s
+        .sync_repair_in_families(M, "w", &differing, &worker, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        state::RepairOutcome {
+            added: 3,
+            removed: 2
+        }
+    );
+    assert_eq!(s.sync_check(M, "w", &hex).await.unwrap(), None);
+    for h in &new {
+        assert!(holds(&s, *h).await);
+    }
+    for h in &gone {
+        assert!(!holds(&s, *h).await);
+    }
+    assert!(holds(&s, claimed).await, "the live claim stays");
+    let l = s.probe(M, &gone[..1]).await.unwrap();
+    assert!(
+        l.workers
+            .iter()
+            .any(|w| w.info.worker_id == "w2" && w.matched_blocks == 1)
+    );
+    let (kept, due) = digests_kept_and_due(&v, &idx);
+    assert_eq!(kept, due);
+    let raw = raw_state(&v, "sy", M);
+    assert_eq!(raw.forward_pairs(), raw.reverse_pairs());
+    // Repeating it changes nothing.
+    let again = s
+        .sync_repair_in_families(M, "w", &differing, &worker, None)
+        .await
+        .unwrap();
+    assert_eq!(again, state::RepairOutcome::default());
+    // Too many buckets, a bad bucket, an unknown worker: refused.
+    let all: Vec<String> = (0..=255).map(|b| format!("{b:02x}")).collect();
+    for (buckets, who) in [
+        (&all[..], "w"),
+        (&["g0".to_owned()][..], "w"),
+        (&all[..1], "nobody"),
+    ] {
+        assert!(
+            s.sync_repair_in_families(M, who, buckets, &worker, None)
+                .await
+                .is_err(),
+            "{who} {:?}",
+            &buckets[..1]
+        );
+    }
+}

@@ -27,7 +27,11 @@ pub struct StoredOutcome {
 }
 
 impl StateStore {
-    fn check_batch(&self, worker_id: &str, hashes: &[BlockHash]) -> Result<(), StateError> {
+    pub(crate) fn check_batch(
+        &self,
+        worker_id: &str,
+        hashes: &[BlockHash],
+    ) -> Result<(), StateError> {
         check_name("worker_id", worker_id)?;
         let max = self.limits().max_batch_hashes;
         if hashes.len() > max {
@@ -252,7 +256,7 @@ impl StateStore {
     }
 
     /// One script call: ARGV = worker_id, `extra`, then the chunk's hashes.
-    async fn blocks_call<T: redis::FromRedisValue>(
+    pub(crate) async fn blocks_call<T: redis::FromRedisValue>(
         &self,
         lane: Lane,
         script: ScriptName,

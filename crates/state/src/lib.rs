@@ -23,6 +23,7 @@
 //!   each router lease renewal reconciles the shared gauges with.
 //! * `blocks`: stored blocks, evictions, claims of blocks on routing.
 //! * `sync`: destructive snapshots, whole or staged in chunks.
+//! * `repair`: a sync of only the digest buckets that differ.
 //! * `probe`: read-only probes of which worker holds how much of a prompt
 //!   (`lookup.lua`), and the worker listing.
 //! * `route_claim`: the cache-aware policy's atomic call (`route.lua`):
@@ -49,6 +50,7 @@ mod keys;
 mod leases;
 mod models;
 mod probe;
+mod repair;
 mod route_claim;
 mod scripts;
 mod shards;
@@ -64,6 +66,7 @@ pub use keys::KeySpace;
 pub use leases::{WorkerHeartbeat, WorkerLease};
 pub use models::ModelLimits;
 pub use probe::{PrefixProbe, WorkerInfo, WorkerMatch, WorkerStatus};
+pub use repair::{MAX_REPAIR_BUCKETS, RepairOutcome};
 pub use route_claim::{ROUTE_CLAIM, ROUTE_HEAD, RouteOutcome, RouteParams};
 pub use scripts::{ScriptName, ScriptSet};
 pub use shards::{Sharding, key_slot, part_model, part_names};

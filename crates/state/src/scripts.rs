@@ -44,6 +44,8 @@ pub enum ScriptName {
     SyncPatch,
     /// Compare a snapshot's digests with the membership's.
     SyncCheck,
+    /// Remove the blocks a repair found the worker no longer holds.
+    SyncRepair,
     /// Remove dead incarnations' entries in bounded batches.
     Purge,
     /// Lease expiry, dead routers, stale entries.
@@ -64,7 +66,7 @@ pub enum ScriptName {
 
 impl ScriptName {
     /// Every script, in a fixed order.
-    pub const ALL: [ScriptName; 17] = [
+    pub const ALL: [ScriptName; 18] = [
         ScriptName::Heartbeat,
         ScriptName::Deregister,
         ScriptName::Claim,
@@ -74,6 +76,7 @@ impl ScriptName {
         ScriptName::SyncCommit,
         ScriptName::SyncPatch,
         ScriptName::SyncCheck,
+        ScriptName::SyncRepair,
         ScriptName::Purge,
         ScriptName::Gc,
         ScriptName::RouterLease,
@@ -96,6 +99,7 @@ impl ScriptName {
             ScriptName::SyncCommit => "sync_commit.lua",
             ScriptName::SyncPatch => "sync_patch.lua",
             ScriptName::SyncCheck => "sync_check.lua",
+            ScriptName::SyncRepair => "sync_repair.lua",
             ScriptName::Purge => "purge.lua",
             ScriptName::Gc => "gc.lua",
             ScriptName::RouterLease => "router_lease.lua",
@@ -118,6 +122,7 @@ impl ScriptName {
             ScriptName::SyncCommit => include_str!("../lua/sync_commit.lua"),
             ScriptName::SyncPatch => include_str!("../lua/sync_patch.lua"),
             ScriptName::SyncCheck => include_str!("../lua/sync_check.lua"),
+            ScriptName::SyncRepair => include_str!("../lua/sync_repair.lua"),
             ScriptName::Purge => include_str!("../lua/purge.lua"),
             ScriptName::Gc => include_str!("../lua/gc.lua"),
             ScriptName::RouterLease => include_str!("../lua/router_lease.lua"),

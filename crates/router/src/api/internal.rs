@@ -13,7 +13,7 @@ use super::{ApiError, AppState, JsonBody};
 use protocol::check_name;
 use protocol::push::{
     DeregisterReply, EvictionBody, EvictionReply, HeartbeatBody, HeartbeatReply, StoredBody,
-    StoredReply, SyncBody, SyncCheckBody, SyncCheckReply, SyncReply,
+    StoredReply, SyncBody, SyncCheckBody, SyncCheckReply, SyncRepairBody, SyncReply,
 };
 use state::{StateError, WorkerHeartbeat};
 
@@ -196,23 +196,64 @@ pub async fn sync(
 }
 
 /// The cheap half of anti-entropy: equal digests renew the worker's entries
-/// without its snapshot; different ones ask for the full sync.
+/// without its snapshot; different ones name the buckets that differ.
 pub async fn sync_check(
     State(app): State<AppState>,
     JsonBody(b): JsonBody<SyncCheckBody<'static>>,
 ) -> Result<Json<SyncCheckReply>, ApiError> {
     let model = resolve_model(&app, b.model.map(Cow::into_owned), &b.worker_id).await?;
-    let differing = match &b.shard_digests {
+    check_digests(
+        &app,
+        &model,
+        &b.worker_id,
+        &b.digests,
+        b.shard_digests.as_deref(),
+    )
+    .await
+}
+
+/// A sync of the buckets a check found different, then the check again.
+pub async fn sync_repair(
+    State(app): State<AppState>,
+    JsonBody(b): JsonBody<SyncRepairBody<'static>>,
+) -> Result<Json<SyncCheckReply>, ApiError> {
+    let model = resolve_model(&app, b.model.map(Cow::into_owned), &b.worker_id).await?;
+    let fams = families(b.families.as_deref(), b.hashes.len())?;
+    let out = app
+        .store
+        .sync_repair_in_families(&model, &b.worker_id, &b.buckets, &b.hashes, fams)
+        .await?;
+    tracing::debug!(
+        worker_id = %b.worker_id,
+        buckets = b.buckets.len(),
+        added = out.added,
+        removed = out.removed,
+        "repaired"
+    );
+    check_digests(
+        &app,
+        &model,
+        &b.worker_id,
+        &b.digests,
+        b.shard_digests.as_deref(),
+    )
+    .await
+}
+
+async fn check_digests(
+    app: &AppState,
+    model: &str,
+    worker_id: &str,
+    digests: &str,
+    shard_digests: Option<&[String]>,
+) -> Result<Json<SyncCheckReply>, ApiError> {
+    let differing = match shard_digests {
         Some(per_shard) => {
             app.store
-                .sync_check_shards(&model, &b.worker_id, per_shard)
+                .sync_check_shards(model, worker_id, per_shard)
                 .await?
         }
-        None => {
-            app.store
-                .sync_check(&model, &b.worker_id, &b.digests)
-                .await?
-        }
+        None => app.store.sync_check(model, worker_id, digests).await?,
     };
     Ok(Json(SyncCheckReply {
         unchanged: differing.is_none(),

@@ -84,6 +84,7 @@ pub fn router(app: AppState, auth: InternalAuth, limits: HttpLimits, surface: Su
             .route("/internal/eviction", post(internal::eviction))
             .route("/internal/sync", post(internal::sync))
             .route("/internal/sync/check", post(internal::sync_check))
+            .route("/internal/sync/repair", post(internal::sync_repair))
             .route(
                 "/internal/workers/{worker_id}",
                 delete(internal::deregister),

@@ -77,6 +77,58 @@ pub async fn unchanged_sync(
         w: raw.window("fcall").await?,
     });
 
+    // A worker whose reports were lost: k blocks gone and k new. The check
+    // lists their buckets; a repair syncs those alone. Server time is its
+    // FCALLs plus the SSCANs (and one HGET) that read the worker's members.
+    let mut held = set.clone();
+    for k in [1usize, 10] {
+        let new = fresh(rng, k);
+        let changed: Vec<protocol::BlockHash> = held[k..]
+            .iter()
+            .copied()
+            .chain(new.iter().copied())
+            .collect();
+        let hex = digests_hex(&digests(changed.iter().copied()));
+        let differing = store.sync_check(MODEL, id, &hex).await?.unwrap_or_default();
+        // What the worker sends: its blocks in those buckets.
+        let listed: Vec<protocol::BlockHash> = changed
+            .iter()
+            .copied()
+            .filter(|h| differing.contains(&format!("{:02x}", h.0 >> 56)))
+            .collect();
+        raw.begin().await?;
+        let t = Instant::now();
+        let out = store
+            .sync_repair_in_families(MODEL, id, &differing, &listed, None)
+            .await?;
+        let wall = t.elapsed();
+        let mut w = raw.window("fcall").await?;
+        for (cmd, stat) in raw.command_stats().await? {
+            if cmd == "sscan" || cmd == "hget" {
+                w.stat.calls += stat.calls;
+                w.stat.usec += stat.usec;
+            }
+        }
+        ensure!(
+            out.added == k as u64 && out.removed == k as u64,
+            "repair of {k}+{k}: {out:?}"
+        );
+        ensure!(
+            store.sync_check(MODEL, id, &hex).await?.is_none(),
+            "still differs after the repair"
+        );
+        parts.push(SyncPart {
+            label: if k == 1 {
+                "repair: 1 block gone, 1 new (2 buckets)"
+            } else {
+                "repair: 10 blocks gone, 10 new (~20 buckets)"
+            },
+            wall,
+            w,
+        });
+        held = changed;
+    }
+
     // What every worker costs every period besides its sync, and every
     // request besides its route: 100 of each.
     parts.push(

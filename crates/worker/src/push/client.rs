@@ -19,12 +19,11 @@ use super::error::PushError;
 use super::retry::Backoff;
 use std::borrow::Cow;
 
-use super::wire::{check_digests, wire_blocks};
+use super::wire::wire_blocks;
 use protocol::WorkerLoad;
 use protocol::family::FamilyBlock;
 use protocol::push::{
-    EvictionBody, HeartbeatBody, HeartbeatReply, StoredBody, SyncBody, SyncCheckBody,
-    SyncCheckReply, SyncReply,
+    EvictionBody, HeartbeatBody, HeartbeatReply, StoredBody, SyncBody, SyncReply,
 };
 
 /// The most hashes the fleet accepts in one `stored`/`eviction` request.
@@ -91,14 +90,14 @@ impl FleetClientConfig {
 }
 
 /// One request to send, possibly several times.
-struct Call<'a, B: Serialize> {
-    op: &'static str,
-    method: Method,
-    url: Url,
-    body: Option<&'a B>,
-    timeout: Duration,
+pub(super) struct Call<'a, B: Serialize> {
+    pub(super) op: &'static str,
+    pub(super) method: Method,
+    pub(super) url: Url,
+    pub(super) body: Option<&'a B>,
+    pub(super) timeout: Duration,
     /// Retry only when the request surely never left.
-    only_unsent: bool,
+    pub(super) only_unsent: bool,
 }
 
 /// A worker's HTTP client to the fleet's internal API; cheap to clone.
@@ -272,38 +271,6 @@ impl FleetClient {
             })
     }
 
-    /// Compares the digests of the worker's snapshot with the fleet's
-    /// (`POST /internal/sync/check`); true when they are equal, which
-    /// renews the worker's entries as a full sync would.
-    /// `shards`: the shards the fleet splits the model into (from the
-    /// heartbeat reply): more than one sends digests per shard.
-    pub async fn sync_check(
-        &self,
-        who: &WorkerIdentity,
-        snapshot: &[FamilyBlock],
-        shards: usize,
-    ) -> Result<bool, PushError> {
-        let (whole, per_shard) = check_digests(snapshot, shards);
-        let body = SyncCheckBody {
-            worker_id: who.worker_id.as_str().into(),
-            model: Some(who.model.as_str().into()),
-            digests: Cow::Owned(whole),
-            shard_digests: per_shard,
-        };
-        let mut call = self.post("sync_check", &body);
-        call.url = self.url(&["internal", "sync", "check"]);
-        let url = call.url.to_string();
-        let reply = self.send(call).await?;
-        let detail = format!("no \"unchanged\" in {reply}");
-        serde_json::from_value::<SyncCheckReply>(reply)
-            .map(|r| r.unchanged)
-            .map_err(|_| PushError::Reply {
-                op: "sync_check",
-                url,
-                detail,
-            })
-    }
-
     /// Drains the worker: out of routing at once, its entries purged.
     pub async fn deregister(&self, who: &WorkerIdentity) -> Result<(), PushError> {
         let mut url = self.url(&["internal", "workers", &who.worker_id]);
@@ -323,7 +290,7 @@ impl FleetClient {
         self.config.max_batch.clamp(1, FLEET_MAX_BATCH)
     }
 
-    fn url(&self, segments: &[&str]) -> Url {
+    pub(super) fn url(&self, segments: &[&str]) -> Url {
         let mut url = self.base.clone();
         if let Ok(mut path) = url.path_segments_mut() {
             path.extend(segments);
@@ -331,7 +298,7 @@ impl FleetClient {
         url
     }
 
-    fn post<'a, B: Serialize>(&self, op: &'static str, body: &'a B) -> Call<'a, B> {
+    pub(super) fn post<'a, B: Serialize>(&self, op: &'static str, body: &'a B) -> Call<'a, B> {
         Call {
             op,
             method: Method::POST,
@@ -344,7 +311,10 @@ impl FleetClient {
 
     /// Sends `call`, retrying what may succeed later; returns the JSON body
     /// (`Null` when there is none).
-    async fn send<B: Serialize>(&self, call: Call<'_, B>) -> Result<serde_json::Value, PushError> {
+    pub(super) async fn send<B: Serialize>(
+        &self,
+        call: Call<'_, B>,
+    ) -> Result<serde_json::Value, PushError> {
         let attempts = self.config.attempts.max(1);
         let mut attempt = 0;
         loop {

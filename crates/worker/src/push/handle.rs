@@ -31,6 +31,7 @@ pub(super) struct Stats {
     pub flushes: AtomicU64,
     pub syncs: AtomicU64,
     pub snapshots: AtomicU64,
+    pub repairs: AtomicU64,
     pub failures: AtomicU64,
     pub resyncs: AtomicU64,
     pub dropped_fault: AtomicU64,
@@ -220,6 +221,7 @@ impl PusherHandle {
             flushes: get(&s.flushes),
             syncs: get(&s.syncs),
             snapshots: get(&s.snapshots),
+            repairs: get(&s.repairs),
             failures: get(&s.failures),
             resyncs: get(&s.resyncs),
             dropped_evictions: get(&s.dropped_fault),
@@ -245,11 +247,14 @@ pub struct PusherStatus {
     pub heartbeats: u64,
     /// Flushes of stored/evicted reports the fleet accepted.
     pub flushes: u64,
-    /// Syncs completed: digest checks that found the fleet equal, and full
-    /// snapshots committed.
+    /// Syncs completed: digest checks that found the fleet equal, repairs,
+    /// and full snapshots committed.
     pub syncs: u64,
     /// Full snapshots the fleet committed (the digests differed).
     pub snapshots: u64,
+    /// Repairs that made the fleet equal (a few digest buckets differed).
+    #[serde(default)]
+    pub repairs: u64,
     /// Failed calls (each followed by a backoff).
     pub failures: u64,
     /// Full resyncs scheduled (besides the periodic syncs).

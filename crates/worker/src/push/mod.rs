@@ -3,8 +3,9 @@
 //! its prefix cache holds.
 //!
 //! * [`FleetClient`]: the HTTP calls of `/internal/*` (heartbeat, stored,
-//!   eviction, chunked sync, deregister) with bearer token, deadlines and
-//!   retries;
+//!   eviction, chunked sync, deregister in `client`; the sync check and
+//!   the repair of differing buckets in `check`) with bearer token,
+//!   deadlines and retries;
 //! * [`Pusher`]: a background task over a [`FleetClient`] that heartbeats
 //!   every second with the worker's load, flushes the reports fed to its
 //!   [`PusherHandle`] every 100 ms, and sends a full snapshot from a
@@ -46,10 +47,14 @@
 //! `prefix_router_push_resyncs_total{reason}`,
 //! `prefix_router_push_syncs_total{reason}` (`periodic` or a resync reason),
 //! `prefix_router_push_hashes_total{op}`,
+//! `prefix_router_push_sync_checks_total{outcome}` (`unchanged`,
+//! `repaired`, `repair_short`, `repair_failed`, `differs`, `failed`),
 //! `prefix_router_push_dropped_hashes_total{reason=fault|overflow}` and
 //! `prefix_router_push_http_requests_total{op,outcome}` (every attempt).
 
+mod check;
 mod client;
+mod config;
 mod error;
 mod handle;
 mod pending;
@@ -58,8 +63,9 @@ mod retry;
 mod wire;
 
 pub use client::{FLEET_MAX_BATCH, FleetClient, FleetClientConfig, SyncReport, WorkerIdentity};
+pub use config::{BlockSource, PusherConfig};
 pub use error::PushError;
 pub use handle::{PusherHandle, PusherStatus};
 pub use pending::{Batch, Pending, ResyncReason};
-pub use pusher::{BlockSource, Pusher, PusherConfig};
+pub use pusher::Pusher;
 pub use retry::Backoff;

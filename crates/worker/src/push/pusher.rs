@@ -18,7 +18,9 @@
 //!    then the snapshot is taken, so every dropped report is reflected in
 //!    it (reports made after it are sent by the next flush; sending one the
 //!    snapshot already reflects is harmless). The snapshot's digests are
-//!    sent first; only when they differ from the fleet's is the snapshot;
+//!    sent first; when a few buckets differ, their blocks alone (a
+//!    repair); only when many differ, or the repair fell short, is the
+//!    whole snapshot;
 //! 5. otherwise flush the window's net reports.
 //!
 //! Any failed call, heartbeats included, schedules a full resync (a lost
@@ -34,77 +36,13 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use super::check::repairable;
 use super::client::{FleetClient, WorkerIdentity};
+use super::config::{BlockSource, PusherConfig};
 use super::error::PushError;
 use super::handle::{PusherHandle, Shared};
 use super::pending::ResyncReason;
-use super::retry::Backoff;
-use protocol::WorkerLoad;
 use protocol::family::FamilyBlock;
-
-/// Where the pusher reads the worker's full state.
-///
-/// Contract: [`snapshot`](Self::snapshot) must reflect at least every
-/// report made to the handle *before* it is called. The simplest way is to
-/// report events while holding the lock that `snapshot` takes.
-/// Both methods run on the pusher task and should return quickly.
-pub trait BlockSource: Send + Sync + 'static {
-    /// Every block the worker caches now (with its family), for a
-    /// destructive sync.
-    fn snapshot(&self) -> Vec<FamilyBlock>;
-    /// The load to send with a heartbeat; `None` to send none.
-    fn load(&self) -> Option<WorkerLoad>;
-}
-
-/// How a [`Pusher`] behaves.
-#[derive(Debug, Clone)]
-pub struct PusherConfig {
-    /// Who the worker is.
-    pub identity: WorkerIdentity,
-    /// How often pending reports are sent (the fleet's fast path).
-    pub flush_interval: Duration,
-    /// How often a full snapshot is sent.
-    pub sync_interval: Duration,
-    /// How often the lease is renewed (keep well under the fleet's
-    /// `--worker-lease`, 15 s by default).
-    pub heartbeat_interval: Duration,
-    /// Most distinct hashes pending between flushes; past it they are
-    /// dropped and a full resync is sent instead.
-    pub max_pending: usize,
-    /// Delays after failed calls.
-    pub backoff: Backoff,
-    /// Fault injection: probability of leaving an evicted hash unreported.
-    pub drop_evictions: f64,
-    /// Seed of the fault injection's random numbers.
-    pub seed: u64,
-    /// Start paused (nothing is sent until resumed).
-    pub paused: bool,
-    /// The family depth the worker's families are computed with, sent with
-    /// each heartbeat (`protocol::family`).
-    pub family_blocks: Option<usize>,
-}
-
-impl PusherConfig {
-    /// The defaults for `identity`: flush every 100 ms, sync every 5 s,
-    /// heartbeat every 1 s, at most 1 Mi pending hashes, backoff 200 ms → 5 s.
-    pub fn new(identity: WorkerIdentity) -> Self {
-        PusherConfig {
-            identity,
-            flush_interval: Duration::from_millis(100),
-            sync_interval: Duration::from_secs(5),
-            heartbeat_interval: Duration::from_secs(1),
-            max_pending: 1 << 20,
-            backoff: Backoff {
-                initial: Duration::from_millis(200),
-                max: Duration::from_secs(5),
-            },
-            drop_evictions: 0.0,
-            seed: 0,
-            paused: false,
-            family_blocks: None,
-        }
-    }
-}
 
 /// The running push task; see the module docs. Dropping it stops the task.
 pub struct Pusher {
@@ -302,36 +240,21 @@ impl Worker {
         snapshot.dedup();
         let reason = due.map_or("periodic", ResyncReason::as_str);
         // The digests first: an unchanged set costs the fleet one comparison
-        // instead of a walk of the whole snapshot.
-        match self
-            .client
-            .sync_check(&self.config.identity, &snapshot, self.shards)
-            .await
-        {
-            Ok(true) => {
-                tracing::debug!(reason, hashes = snapshot.len(), "fleet already in sync");
-                self.shared.stats.syncs.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("prefix_router_push_sync_checks_total", "outcome" => "unchanged")
-                    .increment(1);
-                self.next_sync = Instant::now() + self.config.sync_interval;
-                self.succeeded();
-                return;
-            }
-            Ok(false) => {
-                metrics::counter!("prefix_router_push_sync_checks_total", "outcome" => "differs")
-                    .increment(1);
-            }
-            Err(e) if e.is_unknown_worker() => {
+        // instead of a walk of the whole snapshot, and a few changed buckets
+        // a repair of those alone.
+        let settled = match self.sync_by_digests(&snapshot).await {
+            Ok(settled) => settled,
+            Err(e) => {
                 self.failed("sync_check", e);
                 return;
             }
-            // A router without the check (an older version) or a hiccup:
-            // the full sync below settles it either way.
-            Err(e) => {
-                tracing::debug!(error = %e, "sync check failed; sending the snapshot");
-                metrics::counter!("prefix_router_push_sync_checks_total", "outcome" => "failed")
-                    .increment(1);
-            }
+        };
+        if let Some(outcome) = settled {
+            tracing::debug!(reason, outcome, hashes = snapshot.len(), "fleet in sync");
+            self.shared.stats.syncs.fetch_add(1, Ordering::Relaxed);
+            self.next_sync = Instant::now() + self.config.sync_interval;
+            self.succeeded();
+            return;
         }
         match self.client.sync(&self.config.identity, &snapshot).await {
             Ok(reply) => {
@@ -356,6 +279,48 @@ impl Worker {
                 self.failed("sync", e);
             }
         }
+    }
+
+    /// The check, then a repair when few buckets differ: `Some("unchanged"
+    /// | "repaired")` when the fleet now holds exactly `snapshot`, `None`
+    /// when a full sync is due; the error of a fleet that does not know the
+    /// worker (it must register again first).
+    async fn sync_by_digests(
+        &mut self,
+        snapshot: &[FamilyBlock],
+    ) -> Result<Option<&'static str>, PushError> {
+        let who = &self.config.identity;
+        let outcome = match self.client.sync_check(who, snapshot, self.shards).await {
+            Ok(r) if r.unchanged => "unchanged",
+            Ok(r) if repairable(&r.differing, self.shards) => {
+                match self
+                    .client
+                    .sync_repair(who, snapshot, &r.differing, self.shards)
+                    .await
+                {
+                    Ok(after) if after.unchanged => {
+                        self.shared.stats.repairs.fetch_add(1, Ordering::Relaxed);
+                        "repaired"
+                    }
+                    Ok(_) => "repair_short",
+                    Err(e) => {
+                        tracing::debug!(error = %e, "repair failed; sending the snapshot");
+                        "repair_failed"
+                    }
+                }
+            }
+            Ok(_) => "differs",
+            Err(e) if e.is_unknown_worker() => return Err(e),
+            // A router without the check (an older version) or a hiccup:
+            // the full sync settles it either way.
+            Err(e) => {
+                tracing::debug!(error = %e, "sync check failed; sending the snapshot");
+                "failed"
+            }
+        };
+        metrics::counter!("prefix_router_push_sync_checks_total", "outcome" => outcome)
+            .increment(1);
+        Ok(matches!(outcome, "unchanged" | "repaired").then_some(outcome))
     }
 
     async fn flush(&mut self) {

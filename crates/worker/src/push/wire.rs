@@ -40,6 +40,35 @@ pub(super) fn check_digests(
     (String::new(), Some(per_shard))
 }
 
+/// The blocks of `snapshot` in the digest `buckets` a sync check listed:
+/// `"3a"` (the hash's first byte) for one shard, `"<shard>:3a"` for several.
+/// Unparsable entries select nothing.
+pub(super) fn in_buckets(
+    snapshot: &[FamilyBlock],
+    buckets: &[String],
+    shards: usize,
+) -> Vec<FamilyBlock> {
+    let shards = shards.max(1);
+    let mut wanted = vec![[false; 256]; shards];
+    for b in buckets {
+        let (shard, hex) = match b.split_once(':') {
+            Some((s, hex)) => (s.parse::<usize>().ok(), hex),
+            None => (Some(0), b.as_str()),
+        };
+        if let (Some(s), Ok(byte)) = (shard.filter(|s| *s < shards), u8::from_str_radix(hex, 16)) {
+            wanted[s][byte as usize] = true;
+        }
+    }
+    snapshot
+        .iter()
+        .filter(|b| {
+            let bucket = (b.hash.0 >> 56) as usize;
+            block_shards(b.family, shards).any(|s| wanted[s][bucket])
+        })
+        .copied()
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,5 +99,27 @@ mod tests {
         let (hashes, families) = wire_blocks(&blocks);
         assert_eq!(hashes, [BlockHash(0x10), BlockHash(0x20)]);
         assert_eq!(families.unwrap().as_ref(), &[None, Some(BlockHash(1))]);
+    }
+
+    #[test]
+    fn a_repair_sends_the_blocks_of_the_listed_buckets() {
+        let block = |hash: u64, family: Option<u64>| FamilyBlock {
+            hash: BlockHash(hash),
+            family: family.map(BlockHash),
+        };
+        let snapshot = [
+            block(0x3a00_0000_0000_0001, None),
+            block(0x3a00_0000_0000_0002, Some(7)),
+            block(0x4400_0000_0000_0003, Some(7)),
+        ];
+        let one = in_buckets(&snapshot, &["3a".into()], 1);
+        assert_eq!(one, snapshot[..2].to_vec());
+        let shard = block_shards(Some(BlockHash(7)), 3).next().unwrap();
+        let other = (shard + 1) % 3;
+        // A head block (no family) is in every shard; a family's, in one.
+        let listed = in_buckets(&snapshot, &[format!("{other}:3a")], 3);
+        assert_eq!(listed, snapshot[..1].to_vec());
+        let listed = in_buckets(&snapshot, &[format!("{shard}:3a"), "x:44".into()], 3);
+        assert_eq!(listed, snapshot[..2].to_vec());
     }
 }

@@ -1,0 +1,264 @@
+//! Repair: a sync of only the digest buckets that differ. When a worker's
+//! sync check finds a few buckets unequal (a lost report, a race), it sends
+//! the hashes it holds in those buckets, and only they are brought in line:
+//! missing blocks added (`stored.lua`), blocks it no longer holds removed
+//! (`sync_repair.lua`), found by one server-side `SSCAN … MATCH` of its
+//! reverse set. Script work is O(blocks of the differing buckets), not
+//! O(all its blocks) as a full sync's is.
+
+use std::collections::HashSet;
+
+use super::ttl::ms;
+use super::{Lane, ScriptName, StateError, StateStore};
+use protocol::hashing::BlockHash;
+
+pub use protocol::push::MAX_REPAIR_BUCKETS;
+
+/// Members read per `SSCAN` call (the server filters them by the pattern).
+const SCAN_COUNT: usize = 4096;
+
+/// What a repair changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RepairOutcome {
+    /// Blocks inserted or promoted from speculative.
+    pub added: u64,
+    /// Blocks removed.
+    pub removed: u64,
+}
+
+/// A digest bucket: a hash's first byte (its first two hex digits).
+fn bucket_of(h: BlockHash) -> u8 {
+    (h.0 >> 56) as u8
+}
+
+/// Per part, the buckets to repair, from `sync_check`'s list: `"3a"` for an
+/// unsharded model, `"<part>:3a"` for a sharded one.
+fn buckets_by_part(buckets: &[String], parts: usize) -> Result<Vec<[bool; 256]>, StateError> {
+    let invalid = |detail: String| StateError::Invalid {
+        what: "buckets",
+        detail,
+    };
+    let mut out = vec![[false; 256]; parts];
+    let mut count = vec![0usize; parts];
+    for b in buckets {
+        let (part, hex) = match b.split_once(':') {
+            Some((p, hex)) => (p.parse::<usize>().ok(), hex),
+            None => (Some(0), b.as_str()),
+        };
+        let part = part
+            .filter(|p| *p < parts)
+            .ok_or_else(|| invalid(format!("{b:?}: no such shard (of {parts})")))?;
+        let byte = (hex.len() == 2)
+            .then(|| u8::from_str_radix(hex, 16).ok())
+            .flatten()
+            .ok_or_else(|| invalid(format!("{b:?}: a bucket is two hex digits")))?;
+        if !out[part][byte as usize] {
+            out[part][byte as usize] = true;
+            count[part] += 1;
+        }
+    }
+    if let Some(n) = count.iter().find(|n| **n > MAX_REPAIR_BUCKETS) {
+        return Err(invalid(format!(
+            "{n} buckets of one shard; at most {MAX_REPAIR_BUCKETS} (send a full sync)"
+        )));
+    }
+    Ok(out)
+}
+
+/// An `SSCAN` pattern matching every hash of `wanted` (and maybe others of
+/// the same first and second digits, filtered afterwards).
+fn scan_pattern(wanted: &[bool; 256]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let (mut hi, mut lo) = ([false; 16], [false; 16]);
+    for (b, _) in wanted.iter().enumerate().filter(|(_, w)| **w) {
+        hi[b >> 4] = true;
+        lo[b & 15] = true;
+    }
+    let class = |set: &[bool; 16]| -> String {
+        let digits: String = (0..16)
+            .filter(|d| set[*d])
+            .map(|d| char::from(HEX[d]))
+            .collect();
+        format!("[{digits}]")
+    };
+    format!("{}{}*", class(&hi), class(&lo))
+}
+
+impl StateStore {
+    /// Makes `worker_id`'s blocks in `buckets` (as [`sync_check`]
+    /// (Self::sync_check) lists them) exactly those of `hashes` that fall in
+    /// them; other buckets are left alone. `families` as in
+    /// [`stored_in_families`](Self::stored_in_families). Live speculative
+    /// entries stay, as in a full sync. A worker whose full sync is being
+    /// applied is refused (`Unavailable`): that sync settles every bucket.
+    pub async fn sync_repair_in_families(
+        &self,
+        model: &str,
+        worker_id: &str,
+        buckets: &[String],
+        hashes: &[BlockHash],
+        families: Option<&[Option<BlockHash>]>,
+    ) -> Result<RepairOutcome, StateError> {
+        self.check_batch(worker_id, hashes)?;
+        let parts = self.parts(model)?;
+        let wanted = buckets_by_part(buckets, parts.len())?;
+        let ttl = ms(self.ttls().confirmed);
+        let per_call = self.limits().hashes_per_call;
+        let mut out = RepairOutcome::default();
+        for (s, blocks) in self.split(parts.len(), hashes, families) {
+            let want = &wanted[s];
+            if !want.iter().any(|w| *w) {
+                continue;
+            }
+            let part = &parts[s];
+            let listed: HashSet<BlockHash> = blocks
+                .into_iter()
+                .filter(|h| want[bucket_of(*h) as usize])
+                .collect();
+            let (idx, held, speculative) =
+                self.bucket_members(model, part, worker_id, want).await?;
+            let mut add: Vec<BlockHash> = listed
+                .iter()
+                .filter(|h| !held.contains(*h) || speculative.contains(*h))
+                .copied()
+                .collect();
+            let mut drop: Vec<BlockHash> = held.difference(&listed).copied().collect();
+            add.sort_unstable();
+            drop.sort_unstable();
+            for chunk in add.chunks(per_call) {
+                let (inserted, promoted, _): (u64, u64, u64) = self
+                    .blocks_call(
+                        Lane::Bulk,
+                        ScriptName::Stored,
+                        part,
+                        worker_id,
+                        &[&ttl],
+                        chunk,
+                    )
+                    .await?;
+                out.added += inserted + promoted;
+            }
+            for chunk in drop.chunks(per_call * 2) {
+                let removed: u64 = self
+                    .blocks_call(
+                        Lane::Bulk,
+                        ScriptName::SyncRepair,
+                        part,
+                        worker_id,
+                        &[&idx],
+                        chunk,
+                    )
+                    .await
+                    .map_err(|e| match e {
+                        StateError::Script { detail, .. } if detail.contains("syncing") => {
+                            StateError::Unavailable("a full sync is being applied".into())
+                        }
+                        other => other,
+                    })?;
+                out.removed += removed;
+            }
+        }
+        metrics::counter!("prefix_router_sync_repairs_total").increment(1);
+        metrics::counter!("prefix_router_entries_total", "op" => "repair")
+            .increment(out.added + out.removed);
+        Ok(out)
+    }
+
+    /// The worker's incarnation in `part`, and its members (all, and the
+    /// speculative ones) in the `want`ed buckets.
+    async fn bucket_members(
+        &self,
+        model: &str,
+        part: &str,
+        worker_id: &str,
+        want: &[bool; 256],
+    ) -> Result<(String, HashSet<BlockHash>, HashSet<BlockHash>), StateError> {
+        let keys = &self.inner.keys;
+        let idx: Option<String> = self
+            .command({
+                let mut c = redis::cmd("HGET");
+                c.arg(keys.worker_ids(part)).arg(worker_id);
+                c
+            })
+            .await?;
+        let idx = idx.ok_or_else(|| StateError::UnknownWorker {
+            worker_id: worker_id.to_owned(),
+            model: model.to_owned(),
+        })?;
+        let base = keys.model_base(part);
+        let pattern = scan_pattern(want);
+        let held = self
+            .scan_set(&format!("{base}:r:{idx}"), &pattern, want)
+            .await?;
+        let speculative = self
+            .scan_set(&format!("{base}:sp:{idx}"), &pattern, want)
+            .await?;
+        Ok((idx, held, speculative))
+    }
+
+    /// The members of set `key` matching `pattern` whose bucket is wanted.
+    async fn scan_set(
+        &self,
+        key: &str,
+        pattern: &str,
+        want: &[bool; 256],
+    ) -> Result<HashSet<BlockHash>, StateError> {
+        let mut out = HashSet::new();
+        let mut cursor = String::from("0");
+        loop {
+            let (next, batch): (String, Vec<String>) = self
+                .command({
+                    let mut c = redis::cmd("SSCAN");
+                    c.arg(key)
+                        .arg(&cursor)
+                        .arg("MATCH")
+                        .arg(pattern)
+                        .arg("COUNT")
+                        .arg(SCAN_COUNT);
+                    c
+                })
+                .await?;
+            out.extend(
+                batch
+                    .iter()
+                    .filter_map(|m| m.parse::<BlockHash>().ok())
+                    .filter(|h| want[bucket_of(*h) as usize]),
+            );
+            if next == "0" {
+                return Ok(out);
+            }
+            cursor = next;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_parse_per_part_and_refuse_nonsense() {
+        let b = |v: &[&str], parts| {
+            buckets_by_part(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>(), parts)
+        };
+        let one = b(&["3a", "ff"], 1).unwrap();
+        assert!(one[0][0x3a] && one[0][0xff] && !one[0][0]);
+        let two = b(&["1:00"], 2).unwrap();
+        assert!(two[1][0] && !two[0][0]);
+        for bad in [&["3"][..], &["zz"], &["2:00"], &["x:00"], &["abc"]] {
+            assert!(b(bad, 2).is_err(), "{bad:?}");
+        }
+        let many: Vec<String> = (0..=MAX_REPAIR_BUCKETS)
+            .map(|i| format!("{i:02x}"))
+            .collect();
+        assert!(buckets_by_part(&many, 1).is_err());
+    }
+
+    #[test]
+    fn the_pattern_covers_every_wanted_bucket() {
+        let mut want = [false; 256];
+        want[0x3a] = true;
+        want[0xf1] = true;
+        assert_eq!(scan_pattern(&want), "[3f][1a]*");
+    }
+}
