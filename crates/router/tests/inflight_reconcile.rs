@@ -123,3 +123,59 @@ async fn counts_converge_after_valkey_stalls_under_load() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A router started before any worker registered (as every restarted router
+/// and every reporter-registered vLLM start) counts requests in flight from
+/// its first one: issue 13's "in-flight goes uncounted" defect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fresh_router_counts_in_flight_from_the_first_request() {
+    let valkey = Valkey::start();
+    let mut a = args();
+    a.model = Some(M.into());
+    a.tokenizer_dir = Some(tokenizer_dir());
+    let r = Arc::new(Router::start(&valkey.url(), a).await);
+    let mut workers = Vec::new();
+    for i in 0..2 {
+        let w = FakeWorker::start(&format!("w{i}")).await;
+        *w.shared.answer_delay.lock().unwrap() = Some(Duration::from_secs(4));
+        let hb = json!({"worker_id": w.name(), "url": w.url(), "model": M});
+        assert_eq!(post(&r, "/internal/heartbeat", &hb).await.0, 200);
+        workers.push(w);
+    }
+    let mut held = Vec::new();
+    for i in 0..3 {
+        let r = r.clone();
+        held.push(tokio::spawn(async move {
+            http()
+                .post(r.url("/v1/completions"))
+                .json(&json!({"model": M, "prompt": format!("held open {i}"), "max_tokens": 1}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }));
+    }
+    let arrived = Instant::now() + Duration::from_secs(2);
+    while workers
+        .iter()
+        .map(|w| w.shared.hits.load(Ordering::SeqCst))
+        .sum::<usize>()
+        < 3
+    {
+        assert!(
+            Instant::now() < arrived,
+            "the requests did not reach the workers"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        in_flight(&r).await.iter().sum::<u64>(),
+        3,
+        "three requests in flight, counted from the start"
+    );
+    for h in held {
+        assert_eq!(h.await.unwrap(), 200);
+    }
+}

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use prefix_router::routing::{
-    CacheAware, CacheAwareConfig, Candidate, RouteRequest, capacity, shared_tokens, within,
+    CacheAware, CacheAwareConfig, Candidate, Policy, RouteRequest, capacity, shared_tokens,
 };
 use proptest::prelude::*;
 use protocol::WorkerLoad;
@@ -79,17 +79,11 @@ fn rust_best(c: &[Candidate], prompt_tokens: u64, epsilon: f64) -> BTreeSet<Stri
     };
     let cap = capacity(c, epsilon, CacheAwareConfig::default().load_slack);
     let shared = shared_tokens(c);
-    let key = |x: &Candidate| {
-        if within(x, cap) {
-            (0, policy.cost(&req, x, shared))
-        } else {
-            (1, x.load() as f64)
-        }
-    };
+    let key = |x: &Candidate| policy.key(x, &req, cap, shared);
     let best = c
         .iter()
         .map(key)
-        .fold((2, f64::INFINITY), |a, b| if b < a { b } else { a });
+        .fold((2, f64::INFINITY, 0.0), |a, b| if b < a { b } else { a });
     c.iter()
         .filter(|x| key(x) == best)
         .map(|x| x.worker_id.clone())
@@ -364,4 +358,48 @@ async fn the_routing_step_sees_every_change_to_the_fleet() {
     assert!(seen(&s, &c).await.contains_key("w3"));
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(ids(&seen(&s, &c).await), ["w1", "w2"]);
+}
+
+/// The hotspot guard counts a prefix most workers hold as cached on all,
+/// but at equal cost a holder wins: on an idle fleet a document two of
+/// three workers hold stays on them; once both are busy, the third takes it.
+#[tokio::test]
+async fn a_hot_prefix_stays_on_its_holders_until_their_load_says_otherwise() {
+    let v = Valkey::start();
+    let s = store(&v, "rs", "router-a", ttls());
+    s.router_lease(M, Duration::from_secs(120)).await.unwrap();
+    for i in 0..3 {
+        worker(&s, &format!("w{i}"), None).await;
+    }
+    let document = chain(40, 9);
+    s.stored(M, "w0", &document).await.unwrap();
+    s.stored(M, "w1", &document).await.unwrap();
+    let tokens = 40 * BS as u64 + 20;
+    for i in 0..30u32 {
+        let o = s
+            .route_and_claim(M, &document, &params(tokens, 0.25, i * 7919), &[])
+            .await
+            .unwrap();
+        let chosen = &o.lookup.workers[o.chosen.unwrap()];
+        let id = chosen.info.worker_id.clone();
+        assert!(id == "w0" || id == "w1", "request {i} went to {id}");
+        // The Rust policy agrees (explain ranks with it).
+        let ranked = CacheAware::new(CacheAwareConfig::default()).rank(
+            &RouteRequest {
+                prompt_tokens: tokens,
+                prefix_key: 0,
+            },
+            &candidates(&o),
+        );
+        assert_ne!(candidates(&o)[ranked[0]].worker_id, "w2");
+        s.add_in_flight(M, &id, -1).await.unwrap();
+    }
+    // Both holders busy: the guard spreads the document to the third.
+    s.add_in_flight(M, "w0", 1).await.unwrap();
+    s.add_in_flight(M, "w1", 1).await.unwrap();
+    let o = s
+        .route_and_claim(M, &document, &params(tokens, 0.25, 1), &[])
+        .await
+        .unwrap();
+    assert_eq!(o.lookup.workers[o.chosen.unwrap()].info.worker_id, "w2");
 }

@@ -7,7 +7,8 @@
 -- bounded load ceil((1+eps) * (total load + 1) / workers) + slack, the least
 -- estimated time to first token in tokens: uncached prompt tokens + load x
 -- tokens_per_queued + KV pressure (a prefix most workers hold counts as
--- cached on all: the hotspot guard); else the least loaded. Ties by `seed`
+-- cached on all: the hotspot guard; at equal cost the deeper real match
+-- first); else the least loaded. Ties by `seed`
 -- (tie_break in lib_routing.lua: each worker equally likely among the tied).
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base, ARGV[2] = router id, ARGV[3] = speculative ttl_ms,
@@ -84,22 +85,25 @@ if n >= 2 and #depths >= majority then
   table.sort(depths, function(a, b) return a > b end)
   shared = depths[majority]
 end
--- The least key (over bound?, cost, tie-break), compared in order.
-local best, b1, b2, b3 = 0, 0, 0, 0
+-- The least key (over bound?, cost, blocks it really holds, most first,
+-- tie-break), compared in order. The third key keeps a hot prefix on its
+-- holders while they cost no more than the rest: the guard spreads it only
+-- when their load makes them dearer.
+local best, b1, b2, bh, b3 = 0, 0, 0, 0, 0
 for i, w in ipairs(list) do
   local blocks = math.max(w.credited, shared)
-  local k1, k2
+  local k1, k2, kh
   if w.load < cap then
     local pressure = 0
     local kv = w.pressure_kv
     if kv > kv_from then pressure = (kv - kv_from) / math.max(1 - kv_from, 1e-9) * kv_tokens end
-    k1, k2 = 0, math.max(prompt - blocks * block_size, 0) + w.load * per_queued + pressure
+    k1, k2, kh = 0, math.max(prompt - blocks * block_size, 0) + w.load * per_queued + pressure, -w.credited
   else
-    k1, k2 = 1, w.load
+    k1, k2, kh = 1, w.load, 0
   end
-  if best == 0 or k1 < b1 or (k1 == b1 and k2 < b2) then
-    best, b1, b2, b3 = i, k1, k2, nil
-  elseif k1 == b1 and k2 == b2 then
+  if best == 0 or k1 < b1 or (k1 == b1 and (k2 < b2 or (k2 == b2 and kh < bh))) then
+    best, b1, b2, bh, b3 = i, k1, k2, kh, nil
+  elseif k1 == b1 and k2 == b2 and kh == bh then
     b3 = b3 or tie_break(seed, best)
     local k3 = tie_break(seed, i)
     if k3 < b3 then best, b3 = i, k3 end

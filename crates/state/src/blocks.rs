@@ -99,6 +99,7 @@ impl StateStore {
             .await?;
         self.add_in_flight_except(model, worker_id, 1, Some(&part))
             .await?;
+        self.lease_if_new(model).await;
         Ok(n)
     }
 
@@ -115,6 +116,9 @@ impl StateStore {
         let mut inserted = 0;
         for part in parts.iter() {
             inserted += self.claim_as(part, worker_id, hashes, router).await?;
+        }
+        if !router.is_empty() {
+            self.lease_if_new(model).await;
         }
         Ok(inserted)
     }

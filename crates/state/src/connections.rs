@@ -288,6 +288,11 @@ impl Connections {
         Ok(())
     }
 
+    /// The deadline of one routing-lane call.
+    pub(super) fn hot_timeout(&self) -> Duration {
+        self.settings.hot_timeout
+    }
+
     /// Runs `f` on the routing connection within the routing deadline.
     pub(super) async fn with_hot<T, F, Fut>(self: &Arc<Self>, f: F) -> Result<T, StateError>
     where

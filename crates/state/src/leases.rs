@@ -194,7 +194,7 @@ impl StateStore {
         let parts = self.parts(model)?;
         let mut live = 0;
         for (i, part) in parts.iter().enumerate() {
-            let n = self.router_lease_part(part, lease).await?;
+            let n = self.router_lease_part(part, lease, true).await?;
             if i == 0 {
                 live = n;
             }
@@ -202,15 +202,65 @@ impl StateStore {
         Ok(live)
     }
 
+    /// Leases this router on `model`'s parts it has no lease in yet, right
+    /// after it counted a request there (so only in a model that has live
+    /// workers: a client's made-up model name never gets keys). A router's
+    /// in-flight counts weigh only while its lease lives, and the lease
+    /// loop takes up to a period to find a model that appeared after the
+    /// router started (workers registered by heartbeat): until then its
+    /// requests went uncounted.
+    /// Bounded by the routing deadline, tried at most once a second per
+    /// model (so a Valkey outage costs requests no more than that).
+    pub(crate) async fn lease_if_new(&self, model: &str) {
+        let Ok(parts) = self.parts(model) else {
+            return;
+        };
+        if parts.iter().all(|p| self.leased_models().contains(p)) {
+            return;
+        }
+        let mut tried = self.inner.first_lease.lock().await;
+        let now = std::time::Instant::now();
+        if tried
+            .get(model)
+            .is_some_and(|t| now.duration_since(*t) < std::time::Duration::from_secs(1))
+        {
+            return;
+        }
+        if tried.len() >= 4096 {
+            tried.clear();
+        }
+        tried.insert(model.to_owned(), now);
+        let lease = self.ttls().router_lease;
+        let wait = self.inner.conns.hot_timeout();
+        let leased = tokio::time::timeout(wait, async {
+            for part in parts.iter() {
+                if !self.leased_models().contains(part) {
+                    self.router_lease_part(part, lease, false).await?;
+                }
+            }
+            Ok::<(), StateError>(())
+        })
+        .await;
+        if !matches!(leased, Ok(Ok(()))) {
+            tracing::debug!(model, "first router lease not taken; the lease loop will");
+        }
+    }
+
     /// [`router_lease`](Self::router_lease) of one part, with the ledger
-    /// of the requests counted in it.
+    /// of the requests counted in it. `clear_first`: this process's first
+    /// lease of the part drops the counts left under its router id (a
+    /// request's own first lease does not: a request counted a moment
+    /// earlier, its reply not yet in the ledger, would be dropped with them;
+    /// stale counts are reconciled away within two renewals anyway).
     async fn router_lease_part(
         &self,
         model: &str,
         lease: std::time::Duration,
+        clear_first: bool,
     ) -> Result<u64, StateError> {
         let router = self.router_id().to_owned();
-        let fresh = !self.leased_models().contains(model);
+        let first = !self.leased_models().contains(model);
+        let fresh = clear_first && first;
         let ledger = &self.inner.ledger;
         let snapshot = ledger.snapshot(model);
         let mut args = vec![
@@ -232,7 +282,7 @@ impl StateStore {
         } else {
             ledger.set_excess(model, excess.into_iter().collect());
         }
-        if fresh {
+        if first {
             self.leased_models().insert(model.to_owned());
         }
         Ok(live)
@@ -262,12 +312,17 @@ impl StateStore {
     ) -> Result<u64, StateError> {
         check_name("worker_id", worker_id)?;
         let parts = self.parts(model)?;
+        let counts_new = delta > 0 && skip.is_none();
         if parts.len() == 1 {
             // Unsharded: at once, unless the routing call already counted it.
             if Some(parts[0].as_str()) == skip {
                 return Ok(0);
             }
-            return self.add_in_flight_part(&parts[0], worker_id, delta).await;
+            let n = self.add_in_flight_part(&parts[0], worker_id, delta).await?;
+            if counts_new {
+                self.lease_if_new(model).await;
+            }
+            return Ok(n);
         }
         // A sharded model: batched per part (fan_out). A release counts in
         // the ledger at once, an increment once its batch is sent.
@@ -276,6 +331,9 @@ impl StateStore {
                 self.inner.ledger.add(part, worker_id, delta);
             }
             self.queue_in_flight(part, worker_id, delta);
+        }
+        if counts_new {
+            self.lease_if_new(model).await;
         }
         Ok(0)
     }

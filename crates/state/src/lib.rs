@@ -96,6 +96,9 @@ struct Inner {
     /// Models this process has renewed its router lease for (the first
     /// renewal also clears counts left under the same router id).
     leased: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// When a request last leased a model before its first count
+    /// ([`StateStore::lease_if_new`]); one at a time.
+    first_lease: tokio::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
     /// What this process holds in flight, per model and worker.
     ledger: in_flight::Ledger,
     /// The cap on models and the grace before an empty one is forgotten.
@@ -139,6 +142,7 @@ impl StateStore {
                 limits,
                 router_id: router_id.to_owned(),
                 leased: Default::default(),
+                first_lease: Default::default(),
                 ledger: Default::default(),
                 model_limits: Default::default(),
                 known_models: Default::default(),

@@ -70,7 +70,9 @@ impl CacheAwareConfig {
 /// ([`shared_tokens`]). Otherwise, at a load too light for the bound to
 /// spill, the workers that do not hold it yet would never be chosen: their
 /// one prefill of it is not worth a queued request, so the prefix would stay
-/// on the majority and the rest of the fleet would idle.
+/// on the majority and the rest of the fleet would idle. At equal cost a
+/// holder still wins, so the prefix spreads only when the holders' load
+/// makes them dearer, not at random on an idle fleet.
 #[derive(Debug, Clone)]
 pub struct CacheAware {
     config: CacheAwareConfig,
@@ -104,6 +106,26 @@ impl CacheAware {
     }
 }
 
+impl CacheAware {
+    /// The ranking key: within the bound before over it; then the cost;
+    /// then, at equal cost, the deeper real match first (so a hot prefix
+    /// counted as cached everywhere still goes to a holder while holders
+    /// cost no more than the rest); over the bound, the least loaded.
+    pub fn key(
+        &self,
+        c: &Candidate,
+        request: &RouteRequest,
+        cap: u64,
+        shared: u64,
+    ) -> (u8, f64, f64) {
+        if within(c, cap) {
+            (0, self.cost(request, c, shared), -(c.cached_tokens as f64))
+        } else {
+            (1, c.load() as f64, 0.0)
+        }
+    }
+}
+
 impl Policy for CacheAware {
     fn name(&self) -> &'static str {
         "cache_aware"
@@ -112,13 +134,7 @@ impl Policy for CacheAware {
     fn rank(&self, request: &RouteRequest, candidates: &[Candidate]) -> Vec<usize> {
         let cap = capacity(candidates, self.config.epsilon, self.config.load_slack);
         let shared = shared_tokens(candidates);
-        ranked_by(candidates, |c| {
-            if within(c, cap) {
-                (0, self.cost(request, c, shared))
-            } else {
-                (1, c.load() as f64)
-            }
-        })
+        ranked_by(candidates, |c| self.key(c, request, cap, shared))
     }
 }
 
