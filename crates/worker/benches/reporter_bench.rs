@@ -40,6 +40,7 @@ fn stored_batches() -> Vec<Vec<u8>> {
                 ts: c as f64,
                 events: vec![event],
                 data_parallel_rank: Some(0),
+                extra_fields: 0,
             })
             .expect("encode")
         })
@@ -61,6 +62,7 @@ fn removed_batches() -> Vec<Vec<u8>> {
                 ts: c as f64,
                 events: vec![event],
                 data_parallel_rank: Some(0),
+                extra_fields: 0,
             })
             .expect("encode")
         })

@@ -62,6 +62,7 @@ fn store(k: u64, ts: f64) -> KvEventBatch {
             ..BlockStored::default()
         })],
         data_parallel_rank: None,
+        extra_fields: 0,
     }
 }
 
@@ -74,6 +75,7 @@ fn remove(k: u64, ts: f64) -> KvEventBatch {
             ..BlockRemoved::default()
         })],
         data_parallel_rank: None,
+        extra_fields: 0,
     }
 }
 
@@ -131,6 +133,7 @@ impl Rig {
                     ts: -1.0,
                     events: vec![],
                     data_parallel_rank: None,
+                    extra_fields: 0,
                 })
                 .unwrap();
             if let Ok(Ok(_)) =

@@ -3,7 +3,10 @@
 //!
 //! * the batch is an array `[ts, events, data_parallel_rank]`; engines older
 //!   than the rank field send `[ts, events]`, and trailing elements a newer
-//!   engine might add are skipped;
+//!   engine might add are skipped and counted
+//!   ([`KvEventBatch::extra_fields`]); a batch encoded as a map (`{"ts",
+//!   "events", "data_parallel_rank"}`, as msgspec writes a struct without
+//!   `array_like`) decodes the same, its unknown keys skipped and counted;
 //! * vLLM >= 0.24 sends each event as a map whose `type` key names it
 //!   (normally first, but any position is accepted); fields holding their
 //!   default are absent, unknown keys are kept in `other_fields`;
@@ -82,6 +85,18 @@ pub enum DecodeError {
         #[source]
         source: WireError,
     },
+    /// A map batch without one of its required keys (`ts`, `events`).
+    #[error("batch map has no {field:?} key")]
+    MissingBatchField {
+        /// The missing key.
+        field: &'static str,
+    },
+    /// A map batch that names the same key twice.
+    #[error("batch map names {field:?} more than once")]
+    DuplicateBatchField {
+        /// The repeated key.
+        field: &'static str,
+    },
     /// The batch array has fewer than its two required elements.
     #[error("batch is an array of {len} element(s); expected [ts, events, data_parallel_rank]")]
     BatchTooShort {
@@ -126,6 +141,24 @@ pub enum DecodeError {
     },
 }
 
+impl DecodeError {
+    /// A short, fixed name of the kind of failure (a metric label, a key
+    /// for logging each kind once).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DecodeError::PayloadTooLarge { .. } => "payload_too_large",
+            DecodeError::Wire { .. } => "wire",
+            DecodeError::MissingBatchField { .. } => "missing_batch_field",
+            DecodeError::DuplicateBatchField { .. } => "duplicate_batch_field",
+            DecodeError::BatchTooShort { .. } => "batch_too_short",
+            DecodeError::MalformedEvent { .. } => "malformed_event",
+            DecodeError::MissingField { .. } => "missing_field",
+            DecodeError::DuplicateField { .. } => "duplicate_field",
+            DecodeError::TrailingBytes { .. } => "trailing_bytes",
+        }
+    }
+}
+
 /// Builds the `map_err` closure that names where a low-level error happened.
 pub(crate) fn at(context: impl Fn() -> String) -> impl Fn(WireError) -> DecodeError {
     move |source| DecodeError::Wire {
@@ -157,46 +190,102 @@ pub fn decode_batch_with_limits(
         max_items: limits.max_opaque_items,
         max_depth: limits.max_opaque_depth,
     };
-    let len = r
-        .read_array_len(usize::MAX)
-        .map_err(at(|| "batch".into()))?;
-    if len < 2 {
-        return Err(DecodeError::BatchTooShort { len });
-    }
-    let ts = read_timestamp(&mut r)?;
-    let count = r
-        .read_array_len(limits.max_events)
-        .map_err(at(|| "batch events".into()))?;
-    let mut events = Vec::with_capacity(count.min(1024));
-    for index in 0..count {
-        events.push(decode_event(&mut r, index, limits, &mut budget)?);
-    }
-    let mut data_parallel_rank = None;
-    if len >= 3
-        && !r
-            .try_nil()
-            .map_err(at(|| "batch data_parallel_rank".into()))?
-    {
-        data_parallel_rank = Some(
-            r.read_int_as::<i64>("i64")
-                .map_err(at(|| "batch data_parallel_rank".into()))?,
-        );
-    }
-    for extra in 3..len {
-        r.skip_value()
-            .map_err(at(|| format!("batch element {extra}")))?;
-    }
+    let batch = match r.peek().map_err(at(|| "batch".into()))? {
+        0x80..=0x8f | 0xde | 0xdf => decode_map_batch(&mut r, limits, &mut budget)?,
+        _ => decode_array_batch(&mut r, limits, &mut budget)?,
+    };
     if r.remaining() > 0 {
         return Err(DecodeError::TrailingBytes {
             offset: r.offset(),
             remaining: r.remaining(),
         });
     }
+    Ok(batch)
+}
+
+/// `[ts, events, data_parallel_rank, ...]`.
+fn decode_array_batch(
+    r: &mut Reader<'_>,
+    limits: &DecodeLimits,
+    budget: &mut OpaqueBudget,
+) -> Result<KvEventBatch, DecodeError> {
+    let len = r
+        .read_array_len(usize::MAX)
+        .map_err(at(|| "batch".into()))?;
+    if len < 2 {
+        return Err(DecodeError::BatchTooShort { len });
+    }
+    let ts = read_timestamp(r)?;
+    let events = read_events(r, limits, budget)?;
+    let data_parallel_rank = if len >= 3 { read_rank(r)? } else { None };
+    for extra in 3..len {
+        r.skip_value()
+            .map_err(at(|| format!("batch element {extra}")))?;
+    }
     Ok(KvEventBatch {
         ts,
         events,
         data_parallel_rank,
+        extra_fields: len.saturating_sub(3),
     })
+}
+
+/// `{"ts": .., "events": [..], "data_parallel_rank": ..}`, keys in any
+/// order; a missing rank is `None`, unknown keys are skipped and counted.
+fn decode_map_batch(
+    r: &mut Reader<'_>,
+    limits: &DecodeLimits,
+    budget: &mut OpaqueBudget,
+) -> Result<KvEventBatch, DecodeError> {
+    let len = r.read_map_len(usize::MAX).map_err(at(|| "batch".into()))?;
+    let (mut ts, mut events, mut rank, mut extra) = (None, None, None, 0);
+    for _ in 0..len {
+        let key = r.read_str().map_err(at(|| "batch key".into()))?;
+        let duplicate = |field| Err(DecodeError::DuplicateBatchField { field });
+        match key {
+            "ts" if ts.is_some() => return duplicate("ts"),
+            "events" if events.is_some() => return duplicate("events"),
+            "data_parallel_rank" if rank.is_some() => return duplicate("data_parallel_rank"),
+            "ts" => ts = Some(read_timestamp(r)?),
+            "events" => events = Some(read_events(r, limits, budget)?),
+            "data_parallel_rank" => rank = Some(read_rank(r)?),
+            other => {
+                r.skip_value()
+                    .map_err(at(|| format!("batch key {other:?}")))?;
+                extra += 1;
+            }
+        }
+    }
+    Ok(KvEventBatch {
+        ts: ts.ok_or(DecodeError::MissingBatchField { field: "ts" })?,
+        events: events.ok_or(DecodeError::MissingBatchField { field: "events" })?,
+        data_parallel_rank: rank.flatten(),
+        extra_fields: extra,
+    })
+}
+
+fn read_events(
+    r: &mut Reader<'_>,
+    limits: &DecodeLimits,
+    budget: &mut OpaqueBudget,
+) -> Result<Vec<KvEvent>, DecodeError> {
+    let count = r
+        .read_array_len(limits.max_events)
+        .map_err(at(|| "batch events".into()))?;
+    let mut events = Vec::with_capacity(count.min(1024));
+    for index in 0..count {
+        events.push(decode_event(r, index, limits, budget)?);
+    }
+    Ok(events)
+}
+
+/// `data_parallel_rank`: an int, or nil.
+fn read_rank(r: &mut Reader<'_>) -> Result<Option<i64>, DecodeError> {
+    let ctx = || "batch data_parallel_rank".to_owned();
+    if r.try_nil().map_err(at(ctx))? {
+        return Ok(None);
+    }
+    r.read_int_as::<i64>("i64").map(Some).map_err(at(ctx))
 }
 
 /// `ts` is a Python float; msgspec also accepts an int there, so do we.

@@ -169,4 +169,25 @@ pub struct KvEventBatch {
     /// The engine's data-parallel rank; `None` on engines older than the
     /// field (their batch has only two elements).
     pub data_parallel_rank: Option<i64>,
+    /// Batch-level elements or keys this decoder does not know (a newer
+    /// engine's additions), skipped; 0 when encoding.
+    pub extra_fields: usize,
+}
+
+impl KvEventBatch {
+    /// Fields and events a newer engine added that this decoder skipped or
+    /// kept opaque: (batch-level fields, unknown event fields, unknown events).
+    pub fn unknown_counts(&self) -> (usize, usize, usize) {
+        let mut fields = 0;
+        let mut events = 0;
+        for e in &self.events {
+            match e {
+                KvEvent::BlockStored(s) => fields += s.other_fields.len(),
+                KvEvent::BlockRemoved(r) => fields += r.other_fields.len(),
+                KvEvent::AllBlocksCleared => {}
+                KvEvent::Unknown(_) => events += 1,
+            }
+        }
+        (self.extra_fields, fields, events)
+    }
 }

@@ -105,6 +105,7 @@ impl Reporters {
             ts: unix_seconds(),
             events: kv_events,
             data_parallel_rank: None,
+            extra_fields: 0,
         };
         let lose = self.kv_lose_batches > 0.0 && self.rng.random_bool(self.kv_lose_batches);
         if let Some(kv) = &self.kv

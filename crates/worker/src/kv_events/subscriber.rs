@@ -13,6 +13,7 @@ use std::time::Duration;
 use thiserror::Error;
 use zeromq::{Socket, SocketOptions, SocketRecv, SubSocket, ZmqError};
 
+use super::drift::Drift;
 use super::endpoint::{SocketMode, attach};
 use super::replay::{ReplayError, ReplayOptions, ReplayedBatch, replay_from};
 use protocol::kv_events::KvEventBatch;
@@ -127,6 +128,7 @@ pub struct KvEventSubscriber {
     config: KvEventSubscriberConfig,
     local_endpoint: String,
     last_seq: Option<u64>,
+    drift: Drift,
 }
 
 impl KvEventSubscriber {
@@ -152,6 +154,7 @@ impl KvEventSubscriber {
             config,
             local_endpoint,
             last_seq: None,
+            drift: Drift::default(),
         })
     }
 
@@ -193,14 +196,16 @@ impl KvEventSubscriber {
         self.note_seq(message.seq);
         let endpoint = &self.local_endpoint;
         match decode_batch_with_limits(&message.payload, &self.config.limits) {
-            Ok(batch) => Ok(ReceivedBatch {
-                topic: message.topic,
-                seq: message.seq,
-                batch,
-            }),
+            Ok(batch) => {
+                self.drift.unknown(endpoint, &batch);
+                Ok(ReceivedBatch {
+                    topic: message.topic,
+                    seq: message.seq,
+                    batch,
+                })
+            }
             Err(source) => {
-                tracing::warn!(%endpoint, seq = message.seq, error = %source,
-                    "undecodable KV-event batch");
+                self.drift.undecodable(endpoint, message.seq, &source);
                 Err(SubscriberError::Decode {
                     endpoint: endpoint.clone(),
                     topic: message.topic,

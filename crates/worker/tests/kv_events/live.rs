@@ -27,6 +27,7 @@ fn stored(i: u64) -> KvEventBatch {
             ..BlockStored::default()
         })],
         data_parallel_rank: None,
+        extra_fields: 0,
     }
 }
 
@@ -36,6 +37,7 @@ fn probe() -> KvEventBatch {
         ts: -1.0,
         events: vec![KvEvent::AllBlocksCleared],
         data_parallel_rank: None,
+        extra_fields: 0,
     }
 }
 

@@ -69,7 +69,10 @@ fn every_truncation_of_every_recorded_payload_is_an_error() {
 fn wrong_shapes_and_types_are_errors() {
     let hashes = V::Array(vec![V::from(1u64)]);
     let cases: Vec<(&str, Vec<u8>)> = vec![
-        ("batch is a map", pack(&map(vec![("ts", V::F64(1.0))]))),
+        (
+            "map batch without events",
+            pack(&map(vec![("ts", V::F64(1.0))])),
+        ),
         ("batch too short", pack(&V::Array(vec![V::F64(1.0)]))),
         (
             "ts is a string",
@@ -357,4 +360,66 @@ fn frame_errors() {
     assert_eq!(start(b"\x01\x00"), Ok(256));
     assert_eq!(start(b""), Ok(0));
     assert_eq!(start(b"\x01\0\0\0\0\0\0\0\0"), Ok(u64::MAX));
+}
+
+/// A batch encoded as a map (`{"ts", "events", "data_parallel_rank"}`, as
+/// msgspec writes a struct without `array_like`) decodes as the array form
+/// does, keys in any order; unknown keys at the batch level are skipped and
+/// counted, at every level (`unknown_counts`).
+#[test]
+fn a_map_batch_decodes_as_the_array_and_unknown_keys_are_counted() {
+    for payload in recorded_payloads() {
+        let want = decode_batch(payload).unwrap();
+        let V::Array(items) = rmpv::decode::read_value(&mut &payload[..]).unwrap() else {
+            panic!("a recorded batch is an array");
+        };
+        let mut entries = vec![
+            (s("events"), items[1].clone()),
+            (s("future_field"), V::Array(vec![V::from(1), s("x")])),
+            (s("ts"), items[0].clone()),
+        ];
+        if let Some(rank) = items.get(2) {
+            entries.push((s("data_parallel_rank"), rank.clone()));
+        }
+        let got = decode_batch(&pack(&V::Map(entries))).unwrap();
+        assert_eq!(got.ts, want.ts);
+        assert_eq!(got.events, want.events);
+        assert_eq!(got.data_parallel_rank, want.data_parallel_rank);
+        assert_eq!(
+            got.unknown_counts().0,
+            1,
+            "the unknown batch key is counted"
+        );
+    }
+    // A trailing element of an array batch counts the same way.
+    let four = pack(&V::Array(vec![
+        V::F64(1.0),
+        V::Array(vec![]),
+        V::from(0),
+        s("new"),
+    ]));
+    assert_eq!(decode_batch(&four).unwrap().unknown_counts(), (1, 0, 0));
+    // Unknown fields of events and unknown events are counted too.
+    let event = map(vec![
+        ("type", s("BlockRemoved")),
+        ("block_hashes", V::Array(vec![V::from(1u64)])),
+        ("medium", V::Nil),
+        ("new_field", V::from(3)),
+    ]);
+    let newer = map(vec![("type", s("BlockMoved")), ("to", s("cpu"))]);
+    let b = decode_batch(&batch_of(vec![event, newer])).unwrap();
+    assert_eq!(b.unknown_counts(), (0, 1, 1));
+    // A map batch still needs its ts and events, once each.
+    let bad = [
+        map(vec![("events", V::Array(vec![]))]),
+        map(vec![("ts", V::F64(1.0))]),
+        map(vec![
+            ("ts", V::F64(1.0)),
+            ("events", V::Array(vec![])),
+            ("ts", V::F64(2.0)),
+        ]),
+    ];
+    for b in bad {
+        assert!(decode_batch(&pack(&b)).is_err(), "{b}");
+    }
 }

@@ -106,7 +106,7 @@ proptest! {
         events in proptest::collection::vec(arb_event(), 0..6),
         rank in proptest::option::of(any::<i64>()),
     ) {
-        let batch = KvEventBatch { ts, events, data_parallel_rank: rank };
+        let batch = KvEventBatch { ts, events, data_parallel_rank: rank , extra_fields: 0};
         let bytes = encode_batch(&batch).expect("encodes");
         prop_assert_eq!(decode_batch(&bytes).expect("decodes"), batch);
     }
