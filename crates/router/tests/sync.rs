@@ -336,10 +336,16 @@ async fn a_repair_syncs_only_the_differing_buckets() {
     let fleet: Vec<BlockHash> = (0..2000).map(|_| BlockHash(rng.random())).collect();
     s.stored(M, "w", &fleet).await.unwrap();
     // Lost reports: the worker evicted two blocks (one also held by w2) and
-    // stored three the fleet never heard of.
-    let gone = [fleet[10], fleet[20]];
+    // stored three the fleet never heard of. One bucket differs by three
+    // blocks (two new, one gone: its digests' XOR is no block, so the
+    // repair reads that bucket's members); the others by one (the XOR is
+    // the block itself).
+    let mut new: Vec<BlockHash> = (0..3).map(|_| BlockHash(rng.random())).collect();
+    let hot = new[0].0 >> 56;
+    new[1] = BlockHash((hot << 56) | (rng.random::<u64>() >> 8));
+    let same_bucket = *fleet[21..].iter().find(|h| h.0 >> 56 == hot).unwrap();
+    let gone = [fleet[10], same_bucket];
     s.stored(M, "w2", &gone[..1]).await.unwrap();
-    let new: Vec<BlockHash> = (0..3).map(|_| BlockHash(rng.random())).collect();
     let worker: Vec<BlockHash> = fleet
         .iter()
         .copied()

@@ -2,9 +2,12 @@
 //! sync check finds a few buckets unequal (a lost report, a race), it sends
 //! the hashes it holds in those buckets, and only they are brought in line:
 //! missing blocks added (`stored.lua`), blocks it no longer holds removed
-//! (`sync_repair.lua`), found by one server-side `SSCAN … MATCH` of its
-//! reverse set. Script work is O(blocks of the differing buckets), not
-//! O(all its blocks) as a full sync's is.
+//! (`sync_repair.lua`). A bucket that differs by one block names that block
+//! outright (the XOR of the two digests); only buckets that differ by more
+//! are read, by a server-side `SSCAN … MATCH` of the worker's reverse set.
+//! So k scattered changes cost O(k), and the rest O(blocks held) in C plus
+//! O(blocks of those buckets) of script work, never O(all its blocks) of
+//! script work as a full sync does.
 
 use std::collections::HashSet;
 
@@ -115,14 +118,20 @@ impl StateStore {
                 .into_iter()
                 .filter(|h| want[bucket_of(*h) as usize])
                 .collect();
-            let (idx, held, speculative) =
-                self.bucket_members(model, part, worker_id, want).await?;
-            let mut add: Vec<BlockHash> = listed
-                .iter()
-                .filter(|h| !held.contains(*h) || speculative.contains(*h))
-                .copied()
-                .collect();
-            let mut drop: Vec<BlockHash> = held.difference(&listed).copied().collect();
+            let idx = self.worker_idx(model, part, worker_id).await?;
+            let (mut add, mut drop, scan) =
+                self.single_differences(part, &idx, want, &listed).await?;
+            if scan.iter().any(|b| *b) {
+                let (held, speculative) = self.bucket_members(part, &idx, &scan).await?;
+                let in_scan = |h: &&BlockHash| scan[bucket_of(**h) as usize];
+                add.extend(
+                    listed
+                        .iter()
+                        .filter(in_scan)
+                        .filter(|h| !held.contains(*h) || speculative.contains(*h)),
+                );
+                drop.extend(held.difference(&listed));
+            }
             add.sort_unstable();
             drop.sort_unstable();
             for chunk in add.chunks(per_call) {
@@ -164,28 +173,105 @@ impl StateStore {
         Ok(out)
     }
 
-    /// The worker's incarnation in `part`, and its members (all, and the
-    /// speculative ones) in the `want`ed buckets.
-    async fn bucket_members(
+    /// The worker's incarnation in `part`.
+    async fn worker_idx(
         &self,
         model: &str,
         part: &str,
         worker_id: &str,
-        want: &[bool; 256],
-    ) -> Result<(String, HashSet<BlockHash>, HashSet<BlockHash>), StateError> {
-        let keys = &self.inner.keys;
+    ) -> Result<String, StateError> {
         let idx: Option<String> = self
             .command({
                 let mut c = redis::cmd("HGET");
-                c.arg(keys.worker_ids(part)).arg(worker_id);
+                c.arg(self.inner.keys.worker_ids(part)).arg(worker_id);
                 c
             })
             .await?;
-        let idx = idx.ok_or_else(|| StateError::UnknownWorker {
+        idx.ok_or_else(|| StateError::UnknownWorker {
             worker_id: worker_id.to_owned(),
             model: model.to_owned(),
-        })?;
-        let base = keys.model_base(part);
+        })
+    }
+
+    /// The buckets that differ by one block, without reading the worker's
+    /// members: the XOR of the fleet's digest and the worker's is then that
+    /// block (its first byte names the bucket, as an even number of blocks'
+    /// XOR would not). Returns the blocks to add and to drop found so, and
+    /// the buckets left to scan. A block the worker lists is one the fleet
+    /// lacks; one it does not list must be in the reverse set to be dropped.
+    async fn single_differences(
+        &self,
+        part: &str,
+        idx: &str,
+        want: &[bool; 256],
+        listed: &HashSet<BlockHash>,
+    ) -> Result<(Vec<BlockHash>, Vec<BlockHash>, [bool; 256]), StateError> {
+        let base = self.inner.keys.model_base(part);
+        let buckets: Vec<usize> = (0..256).filter(|b| want[*b]).collect();
+        let mut mine = [0u64; 256];
+        for h in listed {
+            mine[bucket_of(*h) as usize] ^= h.0;
+        }
+        let theirs: Vec<Option<String>> = self
+            .command({
+                let mut c = redis::cmd("HMGET");
+                c.arg(format!("{base}:dg:{idx}"));
+                for b in &buckets {
+                    c.arg(format!("{b:02x}"));
+                }
+                c
+            })
+            .await?;
+        let (mut add, mut scan) = (Vec::new(), [false; 256]);
+        let mut gone = Vec::new();
+        for (b, theirs) in buckets.iter().zip(theirs) {
+            let theirs = theirs
+                .and_then(|d| u64::from_str_radix(&d, 16).ok())
+                .unwrap_or(0);
+            let diff = BlockHash(theirs ^ mine[*b]);
+            if diff.0 == 0 {
+                continue; // equal again (a report arrived meanwhile)
+            }
+            if bucket_of(diff) as usize != *b {
+                scan[*b] = true;
+            } else if listed.contains(&diff) {
+                add.push(diff);
+            } else {
+                gone.push(diff);
+            }
+        }
+        let mut drop = Vec::new();
+        if !gone.is_empty() {
+            let held: Vec<bool> = self
+                .command({
+                    let mut c = redis::cmd("SMISMEMBER");
+                    c.arg(format!("{base}:r:{idx}"));
+                    for h in &gone {
+                        c.arg(h.to_hex());
+                    }
+                    c
+                })
+                .await?;
+            for (h, held) in gone.into_iter().zip(held) {
+                if held {
+                    drop.push(h);
+                } else {
+                    scan[bucket_of(h) as usize] = true;
+                }
+            }
+        }
+        Ok((add, drop, scan))
+    }
+
+    /// The worker's members (all, and the speculative ones) in the `want`ed
+    /// buckets, by a scan of its reverse and speculative sets.
+    async fn bucket_members(
+        &self,
+        part: &str,
+        idx: &str,
+        want: &[bool; 256],
+    ) -> Result<(HashSet<BlockHash>, HashSet<BlockHash>), StateError> {
+        let base = self.inner.keys.model_base(part);
         let pattern = scan_pattern(want);
         let held = self
             .scan_set(&format!("{base}:r:{idx}"), &pattern, want)
@@ -193,7 +279,7 @@ impl StateStore {
         let speculative = self
             .scan_set(&format!("{base}:sp:{idx}"), &pattern, want)
             .await?;
-        Ok((idx, held, speculative))
+        Ok((held, speculative))
     }
 
     /// The members of set `key` matching `pattern` whose bucket is wanted.

@@ -79,7 +79,8 @@ pub async fn unchanged_sync(
 
     // A worker whose reports were lost: k blocks gone and k new. The check
     // lists their buckets; a repair syncs those alone. Server time is its
-    // FCALLs plus the SSCANs (and one HGET) that read the worker's members.
+    // FCALLs plus the plain reads (HGET, HMGET of the digests, SMISMEMBER,
+    // and SSCANs where a bucket differs by more than one block).
     let mut held = set.clone();
     for k in [1usize, 10] {
         let new = fresh(rng, k);
@@ -104,7 +105,7 @@ pub async fn unchanged_sync(
         let wall = t.elapsed();
         let mut w = raw.window("fcall").await?;
         for (cmd, stat) in raw.command_stats().await? {
-            if cmd == "sscan" || cmd == "hget" {
+            if matches!(cmd.as_str(), "sscan" | "hget" | "hmget" | "smismember") {
                 w.stat.calls += stat.calls;
                 w.stat.usec += stat.usec;
             }
@@ -119,15 +120,56 @@ pub async fn unchanged_sync(
         );
         parts.push(SyncPart {
             label: if k == 1 {
-                "repair: 1 block gone, 1 new (2 buckets)"
+                "repair: 1 block gone, 1 new (2 buckets, one block each)"
             } else {
-                "repair: 10 blocks gone, 10 new (~20 buckets)"
+                "repair: 10 blocks gone, 10 new (~20 buckets, one block each)"
             },
             wall,
             w,
         });
         held = changed;
     }
+    // Two blocks gone from one bucket: the digests' XOR names neither, so
+    // the repair reads the bucket's members (an SSCAN of the reverse set).
+    let bucket = held[0].0 >> 56;
+    let pair: Vec<protocol::BlockHash> = held
+        .iter()
+        .copied()
+        .filter(|h| h.0 >> 56 == bucket)
+        .take(2)
+        .collect();
+    let changed: Vec<protocol::BlockHash> =
+        held.iter().copied().filter(|h| !pair.contains(h)).collect();
+    let hex = digests_hex(&digests(changed.iter().copied()));
+    let differing = store.sync_check(MODEL, id, &hex).await?.unwrap_or_default();
+    let listed: Vec<protocol::BlockHash> = changed
+        .iter()
+        .copied()
+        .filter(|h| h.0 >> 56 == bucket)
+        .collect();
+    raw.begin().await?;
+    let t = Instant::now();
+    let out = store
+        .sync_repair_in_families(MODEL, id, &differing, &listed, None)
+        .await?;
+    let wall = t.elapsed();
+    let mut w = raw.window("fcall").await?;
+    for (cmd, stat) in raw.command_stats().await? {
+        if matches!(cmd.as_str(), "sscan" | "hget" | "hmget" | "smismember") {
+            w.stat.calls += stat.calls;
+            w.stat.usec += stat.usec;
+        }
+    }
+    ensure!(out.removed == 2, "repair of two in one bucket: {out:?}");
+    ensure!(
+        store.sync_check(MODEL, id, &hex).await?.is_none(),
+        "still differs after the repair"
+    );
+    parts.push(SyncPart {
+        label: "repair: 2 blocks gone from one bucket (scanned)",
+        wall,
+        w,
+    });
 
     // What every worker costs every period besides its sync, and every
     // request besides its route: 100 of each.
