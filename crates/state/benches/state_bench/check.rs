@@ -97,19 +97,7 @@ pub async fn unchanged_sync(
             .copied()
             .filter(|h| differing.contains(&format!("{:02x}", h.0 >> 56)))
             .collect();
-        raw.begin().await?;
-        let t = Instant::now();
-        let out = store
-            .sync_repair_in_families(MODEL, id, &differing, &listed, None)
-            .await?;
-        let wall = t.elapsed();
-        let mut w = raw.window("fcall").await?;
-        for (cmd, stat) in raw.command_stats().await? {
-            if matches!(cmd.as_str(), "sscan" | "hget" | "hmget" | "smismember") {
-                w.stat.calls += stat.calls;
-                w.stat.usec += stat.usec;
-            }
-        }
+        let (out, wall, w) = timed_repair(raw, store, id, &differing, &listed).await?;
         ensure!(
             out.added == k as u64 && out.removed == k as u64,
             "repair of {k}+{k}: {out:?}"
@@ -147,19 +135,7 @@ pub async fn unchanged_sync(
         .copied()
         .filter(|h| h.0 >> 56 == bucket)
         .collect();
-    raw.begin().await?;
-    let t = Instant::now();
-    let out = store
-        .sync_repair_in_families(MODEL, id, &differing, &listed, None)
-        .await?;
-    let wall = t.elapsed();
-    let mut w = raw.window("fcall").await?;
-    for (cmd, stat) in raw.command_stats().await? {
-        if matches!(cmd.as_str(), "sscan" | "hget" | "hmget" | "smismember") {
-            w.stat.calls += stat.calls;
-            w.stat.usec += stat.usec;
-        }
-    }
+    let (out, wall, w) = timed_repair(raw, store, id, &differing, &listed).await?;
     ensure!(out.removed == 2, "repair of two in one bucket: {out:?}");
     ensure!(
         store.sync_check(MODEL, id, &hex).await?.is_none(),
@@ -225,6 +201,35 @@ pub async fn unchanged_sync(
         .await?,
     );
     Ok(CheckRun { entries, parts })
+}
+
+/// One repair in its own stats window: its FCALLs plus the plain reads it
+/// makes (HGET, HMGET of the digests, SMISMEMBER, SSCAN).
+async fn timed_repair(
+    raw: &mut Raw,
+    store: &StateStore,
+    id: &str,
+    differing: &[String],
+    listed: &[protocol::BlockHash],
+) -> Result<(
+    state::RepairOutcome,
+    std::time::Duration,
+    crate::raw::Window,
+)> {
+    raw.begin().await?;
+    let t = Instant::now();
+    let out = store
+        .sync_repair_in_families(MODEL, id, differing, listed, None)
+        .await?;
+    let wall = t.elapsed();
+    let mut w = raw.window("fcall").await?;
+    for (cmd, stat) in raw.command_stats().await? {
+        if matches!(cmd.as_str(), "sscan" | "hget" | "hmget" | "smismember") {
+            w.stat.calls += stat.calls;
+            w.stat.usec += stat.usec;
+        }
+    }
+    Ok((out, wall, w))
 }
 
 /// Runs `work` in its own stats window.
