@@ -328,8 +328,12 @@ async fn fleet_script_starts_a_working_fleet_and_stops_it() {
     assert_eq!(streamed.status, 200);
     assert!(streamed.body.contains("data: [DONE]"), "{}", streamed.body);
     // The balancer spreads connections over both routers. HAProxy may
-    // still hold a router down for its first checks on a loaded machine:
-    // more requests, for up to 10 s, until both have routed some.
+    // still hold a router down for its first checks on a loaded machine,
+    // and `balance leastconn` sends every new connection to the router with
+    // fewer open ones: the workers' keep-alive report connections may all
+    // sit on one router, so one request at a time would always go to the
+    // other. Bursts of concurrent requests, for up to 10 s, until both
+    // have routed some.
     for i in 0..100 {
         let mut idle = Vec::new();
         for r in &routers {
@@ -341,8 +345,13 @@ async fn fleet_script_starts_a_working_fleet_and_stops_it() {
             break;
         }
         assert!(i < 99, "routers {idle:?} routed nothing");
-        let a = complete(&base, &format!("Spread {i}?"), false).await;
-        assert_eq!(a.status, 200, "spread request {i}: {}", a.body);
+        let burst = (0..6).map(|j| {
+            let base = base.clone();
+            async move { complete(&base, &format!("Spread {i}.{j}?"), false).await }
+        });
+        for a in futures_util::future::join_all(burst).await {
+            assert_eq!(a.status, 200, "spread request {i}: {}", a.body);
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 

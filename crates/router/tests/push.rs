@@ -27,6 +27,13 @@ fn unplaced(hashes: &[BlockHash]) -> Vec<FamilyBlock> {
 
 /// A worker's cache as a plain set; reports go to the pusher under its lock
 /// (the [`BlockSource`] contract).
+/// Block `n` of the test: a hash spread over all 64 bits, as engine hashes
+/// are (the fleet's sync digests XOR hashes per bucket of their first byte;
+/// small integers would all share one bucket and cancel).
+fn bh(n: u64) -> BlockHash {
+    BlockHash(n.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+}
+
 #[derive(Default)]
 struct Source {
     set: Mutex<BTreeSet<BlockHash>>,
@@ -36,14 +43,14 @@ struct Source {
 impl Source {
     fn store(&self, hashes: &[u64]) {
         let mut set = self.set.lock().unwrap();
-        let hashes: Vec<BlockHash> = hashes.iter().map(|&h| BlockHash(h)).collect();
+        let hashes: Vec<BlockHash> = hashes.iter().map(|&h| bh(h)).collect();
         set.extend(&hashes);
         self.handle.get().unwrap().stored(&unplaced(&hashes));
     }
 
     fn evict(&self, hashes: &[u64]) {
         let mut set = self.set.lock().unwrap();
-        let hashes: Vec<BlockHash> = hashes.iter().map(|&h| BlockHash(h)).collect();
+        let hashes: Vec<BlockHash> = hashes.iter().map(|&h| bh(h)).collect();
         for h in &hashes {
             set.remove(h);
         }
@@ -143,7 +150,7 @@ async fn reports_and_chunked_syncs_keep_the_state_equal_to_the_worker() {
     let router = Router::start(&valkey.url(), args()).await;
     let source = Arc::new(Source::default());
     // A first snapshot of 1,000 hashes: four sync chunks of 256.
-    source.set.lock().unwrap().extend((1..=1000).map(BlockHash));
+    source.set.lock().unwrap().extend((1..=1000).map(bh));
     let pusher = start(&router, "w", &source, |_| {});
     converged(&valkey, "w", &source).await;
     settled(&source, "the first sync", |s| s.syncs == 1).await;
@@ -180,7 +187,7 @@ async fn reports_lost_in_an_outage_are_healed_by_a_resync() {
     ]);
     let router = Router::start(&valkey.url(), args()).await;
     let source = Arc::new(Source::default());
-    source.set.lock().unwrap().extend((1..=50).map(BlockHash));
+    source.set.lock().unwrap().extend((1..=50).map(bh));
     let _pusher = start(&router, "w", &source, |_| {});
     converged(&valkey, "w", &source).await;
     let first = settled(&source, "the first sync", |s| s.syncs == 1).await;
@@ -204,7 +211,7 @@ async fn a_fleet_that_forgot_the_worker_gets_a_full_snapshot() {
     let valkey = Valkey::start();
     let router = Router::start(&valkey.url(), args()).await;
     let source = Arc::new(Source::default());
-    source.set.lock().unwrap().extend((1..=20).map(BlockHash));
+    source.set.lock().unwrap().extend((1..=20).map(bh));
     let _pusher = start(&router, "w", &source, |_| {});
     converged(&valkey, "w", &source).await;
     settled(&source, "the first sync", |s| s.syncs == 1).await;
