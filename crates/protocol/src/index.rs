@@ -80,9 +80,29 @@ pub const DIGEST_BUCKETS: usize = 256;
 pub fn digests(hashes: impl IntoIterator<Item = BlockHash>) -> [u64; DIGEST_BUCKETS] {
     let mut out = [0u64; DIGEST_BUCKETS];
     for h in hashes {
-        out[(h.0 >> 56) as usize] ^= h.0;
+        out[digest_bucket(h)] ^= h.0;
     }
     out
+}
+
+/// The digest bucket of a hash: its first byte.
+pub fn digest_bucket(h: BlockHash) -> usize {
+    (h.0 >> 56) as usize
+}
+
+/// A differing bucket as a sync check names it: `"3a"` for a model in one
+/// shard, `"<shard>:3a"` for a sharded one. Returns (shard, bucket); None
+/// for anything else.
+pub fn parse_bucket_name(name: &str) -> Option<(usize, usize)> {
+    let (shard, hex) = match name.split_once(':') {
+        Some((s, hex)) => (s.parse().ok()?, hex),
+        None => (0, name),
+    };
+    if hex.len() != 2 || !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    let bucket = u8::from_str_radix(hex, 16).ok()?;
+    Some((shard, usize::from(bucket)))
 }
 
 /// [`digests`] as the sync check sends them: 16 lower-case hex digits per
@@ -153,5 +173,15 @@ mod tests {
         assert!(!is_indexed_in_run(16, 0, 1));
         assert!(is_indexed_in_run(20, 4, 5));
         assert!(!is_indexed_in_run(19, 3, 5));
+    }
+
+    #[test]
+    fn bucket_names_parse_with_and_without_a_shard() {
+        assert_eq!(parse_bucket_name("3a"), Some((0, 0x3a)));
+        assert_eq!(parse_bucket_name("2:ff"), Some((2, 0xff)));
+        for bad in ["3", "abc", "zz", "x:00", ":00", "1:", "-1:00", "+a"] {
+            assert_eq!(parse_bucket_name(bad), None, "{bad}");
+        }
+        assert_eq!(digest_bucket(BlockHash(0xab00_0000_0000_0001)), 0xab);
     }
 }

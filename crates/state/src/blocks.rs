@@ -99,7 +99,6 @@ impl StateStore {
             .await?;
         self.add_in_flight_except(model, worker_id, 1, Some(&part))
             .await?;
-        self.lease_if_new(model).await;
         Ok(n)
     }
 

@@ -302,7 +302,9 @@ impl StateStore {
     }
 
     /// [`add_in_flight`](Self::add_in_flight) in every part but `skip` (the
-    /// part whose routing call already counted the request).
+    /// part whose routing call already counted the request). Every count of
+    /// a new request passes here, so here the router takes its first lease
+    /// in a model ([`lease_if_new`](Self::lease_if_new)).
     pub(crate) async fn add_in_flight_except(
         &self,
         model: &str,
@@ -312,14 +314,13 @@ impl StateStore {
     ) -> Result<u64, StateError> {
         check_name("worker_id", worker_id)?;
         let parts = self.parts(model)?;
-        let counts_new = delta > 0 && skip.is_none();
         if parts.len() == 1 {
             // Unsharded: at once, unless the routing call already counted it.
-            if Some(parts[0].as_str()) == skip {
-                return Ok(0);
+            let mut n = 0;
+            if Some(parts[0].as_str()) != skip {
+                n = self.add_in_flight_part(&parts[0], worker_id, delta).await?;
             }
-            let n = self.add_in_flight_part(&parts[0], worker_id, delta).await?;
-            if counts_new {
+            if delta > 0 {
                 self.lease_if_new(model).await;
             }
             return Ok(n);
@@ -332,7 +333,7 @@ impl StateStore {
             }
             self.queue_in_flight(part, worker_id, delta);
         }
-        if counts_new {
+        if delta > 0 {
             self.lease_if_new(model).await;
         }
         Ok(0)

@@ -14,6 +14,7 @@ use std::collections::HashSet;
 use super::ttl::ms;
 use super::{Lane, ScriptName, StateError, StateStore};
 use protocol::hashing::BlockHash;
+use protocol::index::{digest_bucket, parse_bucket_name};
 
 pub use protocol::push::MAX_REPAIR_BUCKETS;
 
@@ -29,13 +30,8 @@ pub struct RepairOutcome {
     pub removed: u64,
 }
 
-/// A digest bucket: a hash's first byte (its first two hex digits).
-fn bucket_of(h: BlockHash) -> u8 {
-    (h.0 >> 56) as u8
-}
-
-/// Per part, the buckets to repair, from `sync_check`'s list: `"3a"` for an
-/// unsharded model, `"<part>:3a"` for a sharded one.
+/// Per part, the buckets to repair, from `sync_check`'s list
+/// ([`parse_bucket_name`]).
 fn buckets_by_part(buckets: &[String], parts: usize) -> Result<Vec<[bool; 256]>, StateError> {
     let invalid = |detail: String| StateError::Invalid {
         what: "buckets",
@@ -44,19 +40,16 @@ fn buckets_by_part(buckets: &[String], parts: usize) -> Result<Vec<[bool; 256]>,
     let mut out = vec![[false; 256]; parts];
     let mut count = vec![0usize; parts];
     for b in buckets {
-        let (part, hex) = match b.split_once(':') {
-            Some((p, hex)) => (p.parse::<usize>().ok(), hex),
-            None => (Some(0), b.as_str()),
-        };
-        let part = part
-            .filter(|p| *p < parts)
-            .ok_or_else(|| invalid(format!("{b:?}: no such shard (of {parts})")))?;
-        let byte = (hex.len() == 2)
-            .then(|| u8::from_str_radix(hex, 16).ok())
-            .flatten()
-            .ok_or_else(|| invalid(format!("{b:?}: a bucket is two hex digits")))?;
-        if !out[part][byte as usize] {
-            out[part][byte as usize] = true;
+        let (part, byte) = parse_bucket_name(b).ok_or_else(|| {
+            invalid(format!(
+                "{b:?}: a bucket is two hex digits, after \"<shard>:\" when sharded"
+            ))
+        })?;
+        if part >= parts {
+            return Err(invalid(format!("{b:?}: no such shard (of {parts})")));
+        }
+        if !out[part][byte] {
+            out[part][byte] = true;
             count[part] += 1;
         }
     }
@@ -116,14 +109,14 @@ impl StateStore {
             let part = &parts[s];
             let listed: HashSet<BlockHash> = blocks
                 .into_iter()
-                .filter(|h| want[bucket_of(*h) as usize])
+                .filter(|h| want[digest_bucket(*h)])
                 .collect();
             let idx = self.worker_idx(model, part, worker_id).await?;
             let (mut add, mut drop, scan) =
                 self.single_differences(part, &idx, want, &listed).await?;
             if scan.iter().any(|b| *b) {
                 let (held, speculative) = self.bucket_members(part, &idx, &scan).await?;
-                let in_scan = |h: &&BlockHash| scan[bucket_of(**h) as usize];
+                let in_scan = |h: &&BlockHash| scan[digest_bucket(**h)];
                 add.extend(
                     listed
                         .iter()
@@ -210,7 +203,7 @@ impl StateStore {
         let buckets: Vec<usize> = (0..256).filter(|b| want[*b]).collect();
         let mut mine = [0u64; 256];
         for h in listed {
-            mine[bucket_of(*h) as usize] ^= h.0;
+            mine[digest_bucket(*h)] ^= h.0;
         }
         let theirs: Vec<Option<String>> = self
             .command({
@@ -232,7 +225,7 @@ impl StateStore {
             if diff.0 == 0 {
                 continue; // equal again (a report arrived meanwhile)
             }
-            if bucket_of(diff) as usize != *b {
+            if digest_bucket(diff) != *b {
                 scan[*b] = true;
             } else if listed.contains(&diff) {
                 add.push(diff);
@@ -256,7 +249,7 @@ impl StateStore {
                 if held {
                     drop.push(h);
                 } else {
-                    scan[bucket_of(h) as usize] = true;
+                    scan[digest_bucket(h)] = true;
                 }
             }
         }
@@ -308,7 +301,7 @@ impl StateStore {
                 batch
                     .iter()
                     .filter_map(|m| m.parse::<BlockHash>().ok())
-                    .filter(|h| want[bucket_of(*h) as usize]),
+                    .filter(|h| want[digest_bucket(*h)]),
             );
             if next == "0" {
                 return Ok(out);

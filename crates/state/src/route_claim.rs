@@ -108,7 +108,6 @@ impl StateStore {
             // (fan_out): their routes weigh this worker's load a moment later.
             self.add_in_flight_except(model, &w.info.worker_id, 1, Some(&part))
                 .await?;
-            self.lease_if_new(model).await;
         }
         Ok(outcome)
     }

@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 
 use protocol::family::FamilyBlock;
+use protocol::index::parse_bucket_name;
 use protocol::push::{MAX_REPAIR_BUCKETS, SyncCheckBody, SyncCheckReply, SyncRepairBody};
 
 use super::client::{FleetClient, WorkerIdentity};
@@ -81,16 +82,13 @@ impl FleetClient {
 }
 
 /// Whether a check's differing buckets are few enough for a repair: some
-/// listed, at most [`MAX_REPAIR_BUCKETS`] in any shard.
+/// listed, all well-formed, at most [`MAX_REPAIR_BUCKETS`] in any shard.
 pub(super) fn repairable(differing: &[String], shards: usize) -> bool {
     let mut per_shard = vec![0usize; shards.max(1)];
     for b in differing {
-        let s = b
-            .split_once(':')
-            .and_then(|(s, _)| s.parse::<usize>().ok())
-            .unwrap_or(0);
-        if let Some(n) = per_shard.get_mut(s) {
-            *n += 1;
+        match parse_bucket_name(b).and_then(|(s, _)| per_shard.get_mut(s)) {
+            Some(n) => *n += 1,
+            None => return false,
         }
     }
     !differing.is_empty() && per_shard.iter().all(|n| *n <= MAX_REPAIR_BUCKETS)

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use protocol::family::{FamilyBlock, block_shards, split_families};
 use protocol::hashing::BlockHash;
-use protocol::index::{digests, digests_hex};
+use protocol::index::{digest_bucket, digests, digests_hex, parse_bucket_name};
 
 /// A body's `families` field.
 pub(super) type WireFamilies = Option<Cow<'static, [Option<BlockHash>]>>;
@@ -40,9 +40,9 @@ pub(super) fn check_digests(
     (String::new(), Some(per_shard))
 }
 
-/// The blocks of `snapshot` in the digest `buckets` a sync check listed:
-/// `"3a"` (the hash's first byte) for one shard, `"<shard>:3a"` for several.
-/// Unparsable entries select nothing.
+/// The blocks of `snapshot` in the digest `buckets` a sync check listed
+/// (`protocol::index::parse_bucket_name`). Unparsable entries select
+/// nothing.
 pub(super) fn in_buckets(
     snapshot: &[FamilyBlock],
     buckets: &[String],
@@ -50,19 +50,15 @@ pub(super) fn in_buckets(
 ) -> Vec<FamilyBlock> {
     let shards = shards.max(1);
     let mut wanted = vec![[false; 256]; shards];
-    for b in buckets {
-        let (shard, hex) = match b.split_once(':') {
-            Some((s, hex)) => (s.parse::<usize>().ok(), hex),
-            None => (Some(0), b.as_str()),
-        };
-        if let (Some(s), Ok(byte)) = (shard.filter(|s| *s < shards), u8::from_str_radix(hex, 16)) {
-            wanted[s][byte as usize] = true;
+    for (shard, bucket) in buckets.iter().filter_map(|b| parse_bucket_name(b)) {
+        if let Some(w) = wanted.get_mut(shard) {
+            w[bucket] = true;
         }
     }
     snapshot
         .iter()
         .filter(|b| {
-            let bucket = (b.hash.0 >> 56) as usize;
+            let bucket = digest_bucket(b.hash);
             block_shards(b.family, shards).any(|s| wanted[s][bucket])
         })
         .copied()
