@@ -29,6 +29,10 @@ pub enum Command {
     /// CPU per routed request of Valkey and the routers, and requests per
     /// core, for several prompt sizes at rising rates.
     Capacity(Box<crate::capacity::CapacityArgs>),
+    /// The fleet in front of two real vLLM CPU engines (scripts/real-vllm.sh
+    /// installs them): router matches against the engines' cached tokens,
+    /// cache reset and engine restart, RAG against round robin.
+    RealEngine(Box<crate::real_engine::RealEngineArgs>),
 }
 
 /// `loadtest run`.

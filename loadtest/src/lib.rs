@@ -24,8 +24,9 @@
 //! * [`peers`]: other routers (sglang-router, vllm-router) in the same seat.
 //! * [`calibrate`]: the sim's time model against a target.
 //! * [`machine`]: what the machine is, for the report.
+//! * [`real_engine`]: the fleet in front of real vLLM CPU engines.
 //!
-//! Within: `capacity` → `run` → `runner` → `fleet`, `drive` → `client`;
+//! Within: `capacity`, `real_engine` → `run` → `runner` → `fleet`, `drive` → `client`;
 //! `report` reads `metrics`.
 
 #![warn(missing_docs)]
@@ -39,6 +40,7 @@ pub mod fleet;
 pub mod machine;
 pub mod metrics;
 pub mod peers;
+pub mod real_engine;
 pub mod report;
 pub mod run;
 pub mod runner;

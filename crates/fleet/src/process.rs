@@ -27,6 +27,9 @@ pub struct ProcSpec {
     pub log: PathBuf,
     /// Pipe stdout so that [`ChildProc::wait_line`] can read it.
     pub pipe_stdout: bool,
+    /// Run it in a process group of its own and signal the whole group:
+    /// for programs that start children of their own (a vLLM engine).
+    pub own_group: bool,
 }
 
 impl ProcSpec {
@@ -39,7 +42,14 @@ impl ProcSpec {
             env: Vec::new(),
             log,
             pipe_stdout: false,
+            own_group: false,
         }
+    }
+
+    /// Runs it in its own process group, killed as a whole.
+    pub fn own_group(mut self) -> Self {
+        self.own_group = true;
+        self
     }
 
     /// Appends arguments.
@@ -87,6 +97,9 @@ impl ProcSpec {
             .stdout(stdout)
             .stderr(Stdio::from(log))
             .kill_on_drop(true);
+        if self.own_group {
+            cmd.process_group(0);
+        }
         let child = cmd
             .spawn()
             .with_context(|| format!("starting {} ({})", self.name, self.program.display()))?;
@@ -184,8 +197,20 @@ impl ChildProc {
     /// SIGKILL, like a crash, and reap it.
     pub async fn kill(&mut self) {
         self.cpu_spent += proc_cpu_seconds(self.pid).unwrap_or(0.0);
+        self.kill_group();
         let _ = self.child.start_kill();
         let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+    }
+
+    /// SIGKILL to the process group, when it has its own.
+    fn kill_group(&self) {
+        if self.spec.own_group && self.pid > 0 {
+            // SAFETY: killpg has no memory effects; the group is the one
+            // spawn created for this child (its pid is the group id).
+            unsafe {
+                libc::killpg(self.pid as libc::pid_t, libc::SIGKILL);
+            }
+        }
     }
 
     /// Starts it again with the same command (after [`kill`](Self::kill)).
@@ -205,6 +230,15 @@ impl ChildProc {
         *self = fresh;
         self.cpu_spent = spent;
         Ok(())
+    }
+}
+
+impl Drop for ChildProc {
+    fn drop(&mut self) {
+        // kill_on_drop reaches the child alone; its own children too.
+        if self.child.try_wait().ok().flatten().is_none() {
+            self.kill_group();
+        }
     }
 }
 

@@ -16,13 +16,15 @@
 //!   every [`INDEX_STRIDE`] blocks and tips), for routers and workers alike.
 //! * `load`: [`WorkerLoad`], a worker's own gauges.
 //! * [`vllm_metrics`]: vLLM's load gauges parsed from `GET /metrics`.
+//! * `engine_incarnation`: [`EngineIncarnation`], whether an engine
+//!   restarted between two scrapes of `GET /metrics`.
 //! * `names`: [`check_name`], the rule for model, worker and router names.
 //! * `duration`: [`parse_duration`], human durations for flags and TOML.
 //! * `redact`: [`redact_url`], a URL without its password, for logs.
 //! * `worker_url`: [`check_worker_url`], the shape of a worker's base URL.
 //!
 //! Within: `family`, `push` and `vllm_metrics` use `hashing` and `load`; `kv_events`
-//! uses `hashing`'s digests.
+//! uses `hashing`'s digests; `engine_incarnation` uses `vllm_metrics`.
 
 pub mod family;
 pub mod hashing;
@@ -33,12 +35,14 @@ pub mod push;
 pub mod vllm_metrics;
 
 mod duration;
+mod engine_incarnation;
 mod load;
 mod names;
 mod redact;
 mod worker_url;
 
 pub use duration::{parse_duration, parse_duration_or_zero};
+pub use engine_incarnation::EngineIncarnation;
 pub use hashing::BlockHash;
 pub use index::INDEX_STRIDE;
 pub use load::{MAX_REPORTED_REQUESTS, WorkerLoad};

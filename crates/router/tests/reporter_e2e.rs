@@ -3,7 +3,8 @@
 //! vLLM-like engines (sims that only publish vLLM KV events over ZeroMQ)
 //! reported by `prefix-router reporter` processes. After traffic, and after
 //! each fault (30% of eviction reports dropped, ZeroMQ sequence gaps, a
-//! reporter restart, the engine clearing its cache, an engine restart), the
+//! reporter restart, the engine clearing its cache, an engine restart, seen
+//! before any new event by its metrics), the
 //! shared state of every worker equals that worker's real cache, block by
 //! block, within a sync period.
 
@@ -31,7 +32,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 struct Reporter(Child);
 
 impl Reporter {
-    fn start(worker: &str, sim: &Sim, router: &Router, ports: (u16, u16)) -> Reporter {
+    fn start(worker: &str, sim: &Sim, router: &Router, ports: (u16, u16, u16)) -> Reporter {
         let child = Command::new(env!("CARGO_BIN_EXE_prefix-router"))
             .arg("reporter")
             // vLLM binds "tcp://*:PORT"; the reporter connects to it.
@@ -60,14 +61,15 @@ impl Drop for Reporter {
 /// Small caches, so that traffic evicts; fast time.
 const SIM_FLAGS: [&str; 4] = ["--num-blocks", "24", "--time-scale", "0.02"];
 
-/// A vLLM-like engine: publishes KV events on fixed ports (a restarted one
-/// is found at the same endpoints), pushes nothing.
-fn engine(worker: &str, ports: (u16, u16)) -> Sim {
+/// A vLLM-like engine: serves HTTP and publishes KV events on fixed ports
+/// (a restarted one is found at the same addresses), pushes nothing.
+fn engine(worker: &str, ports: (u16, u16, u16)) -> Sim {
     let (kv, replay) = (
         format!("tcp://127.0.0.1:{}", ports.0),
         format!("tcp://127.0.0.1:{}", ports.1),
     );
-    let mut flags = vec!["--worker-id", worker];
+    let http_port = ports.2.to_string();
+    let mut flags = vec!["--worker-id", worker, "--port", &http_port];
     flags.extend(SIM_FLAGS);
     flags.extend([
         "--kv-events-endpoint",
@@ -155,7 +157,10 @@ async fn the_fleets_state_equals_every_workers_cache_through_faults() {
     a.tokenizer_dir = Some(tokenizer_dir());
     let router = Router::start(&valkey.url(), a).await;
     let push = [pushing("push-a", &router), pushing("push-b", &router)];
-    let ports = [(free_port(), free_port()), (free_port(), free_port())];
+    let ports = [
+        (free_port(), free_port(), free_port()),
+        (free_port(), free_port(), free_port()),
+    ];
     let zmq = [engine("zmq-a", ports[0]), engine("zmq-b", ports[1])];
     let _reporter_a = Reporter::start("zmq-a", &zmq[0], &router, ports[0]);
     let reporter_b = Reporter::start("zmq-b", &zmq[1], &router, ports[1]);
@@ -225,6 +230,16 @@ async fn the_fleets_state_equals_every_workers_cache_through_faults() {
     let [zmq_a, zmq_b] = zmq;
     drop(zmq_b);
     let zmq_b = engine("zmq-b", ports[1]);
+    // Before any request it publishes nothing, but its metrics show a new
+    // process (its counters start again): the reporter drops the old cache.
+    let cold = converged(
+        &valkey,
+        "zmq-b",
+        &zmq_b,
+        "a restarted engine, no request yet",
+    )
+    .await;
+    assert!(cold.is_empty() && !before.is_empty());
     let deadline = std::time::Instant::now() + PATIENCE;
     let mut round = 0;
     let now = 'outer: loop {

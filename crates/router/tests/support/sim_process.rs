@@ -17,8 +17,15 @@ pub fn spawn_sim_worker(
     args: &[String],
     stderr: Stdio,
 ) -> (Child, mpsc::Receiver<String>) {
+    // Port 0 (any free port) unless the caller names one.
+    let port: &[&str] = if args.iter().any(|a| a == "--port") {
+        &[]
+    } else {
+        &["--port", "0"]
+    };
     let mut child = Command::new(sim_worker_bin())
-        .args(["--port", "0", "--model", model, "--tokenizer-dir"])
+        .args(port)
+        .args(["--model", model, "--tokenizer-dir"])
         .arg(tokenizer_dir())
         .args(args)
         .env("SIM_WORKER_LOG", "warn")

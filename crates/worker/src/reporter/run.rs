@@ -14,10 +14,10 @@ use crate::push::{
     BlockSource, FleetClient, FleetClientConfig, PushError, Pusher, PusherConfig, PusherHandle,
     WorkerIdentity,
 };
-use protocol::WorkerLoad;
 use protocol::family::FamilyBlock;
 use protocol::hashing::{BlockHasher, HashSeed, LoraKey};
 use protocol::vllm_metrics::parse_vllm_load;
+use protocol::{EngineIncarnation, WorkerLoad};
 
 use super::engine_blocks::EngineBlocks;
 use super::session::{FleetSink, Session};
@@ -179,6 +179,7 @@ pub async fn run(
     tracing::info!(endpoint = %cfg.kv_events, replay = ?cfg.replay, worker = %cfg.identity.worker_id,
         fleet = %cfg.fleet_url, "reporter subscribed to the engine's KV events");
 
+    let restarted = Arc::new(tokio::sync::Notify::new());
     let scraper = match &cfg.engine_url {
         Some(url) => Some(tokio::spawn(scrape_loop(
             MetricsClient::new(Duration::from_millis(500), 4 << 20)?,
@@ -186,6 +187,7 @@ pub async fn run(
             cfg.identity.model.clone(),
             cfg.scrape_interval,
             load,
+            restarted.clone(),
         ))),
         None => None,
     };
@@ -195,6 +197,13 @@ pub async fn run(
     loop {
         tokio::select! {
             () = &mut shutdown => break,
+            // A restarted engine is cold, and says so by no event until
+            // its first request: its metrics tell at once.
+            () = restarted.notified() => {
+                tracing::warn!("the engine restarted (its /metrics say so); resynchronising");
+                metrics::counter!("prefix_router_reporter_engine_restarts_total").increment(1);
+                session.resync(&sub).await;
+            }
             received = sub.recv() => match received {
                 Ok(r) => session.on_batch(&sub, r.seq, &r.batch).await,
                 // A lost batch shows up as a gap at the next one.
@@ -216,20 +225,29 @@ pub async fn run(
     Ok(())
 }
 
-/// Keeps `load` at the engine's last scraped gauges (`None` once stale).
+/// Keeps `load` at the engine's last scraped gauges (`None` once stale),
+/// and notifies `restarted` when a scrape comes from a new engine process
+/// ([`EngineIncarnation`]).
 async fn scrape_loop(
     client: MetricsClient,
     url: String,
     model: String,
     every: Duration,
     load: Arc<Mutex<Option<WorkerLoad>>>,
+    restarted: Arc<tokio::sync::Notify>,
 ) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last: Option<EngineIncarnation> = None;
     loop {
         tick.tick().await;
         let scraped = match client.fetch(&url).await {
             Ok(text) => {
+                let now = EngineIncarnation::parse(&text);
+                if last.is_some_and(|then| now.restarted_since(&then)) {
+                    restarted.notify_one();
+                }
+                last = Some(now);
                 parse_vllm_load(&text, Some(&model)).or_else(|| parse_vllm_load(&text, None))
             }
             Err(e) => {
