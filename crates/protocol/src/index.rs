@@ -9,14 +9,18 @@
 //! (0-based). Tips are a routed prompt's last block (claimed by the router)
 //! and the last block of each run of two or more blocks a worker stores (a
 //! prefill; a decode step's single new block is indexed only when it is an
-//! anchor). Because a block's hash chains all blocks before it, a worker
+//! anchor), and **branch points**: the block a prefill of two or more
+//! blocks grew from, if not an anchor ([`branch_point`]). Because a
+//! block's hash chains all blocks before it, a worker
 //! holding an anchor holds the whole prefix up to it, so matching the
-//! indexed blocks finds the same worker as matching every block. What the
-//! router learns is the matched prefix rounded down to an indexed
-//! position: exact for a repeated prompt and at anchors, otherwise short by
-//! fewer than [`INDEX_STRIDE`] blocks (by less than half the prefix within
-//! the first 16). The engine's real hit is unaffected; only ties between
-//! workers inside one stride are invisible.
+//! indexed blocks finds the same worker as matching every block. Routers
+//! then probe the blocks between a worker's last held anchor and the next
+//! indexed block of the prompt, deepest first, for a tip or branch point
+//! it holds. What the router learns is the matched prefix rounded down to
+//! an indexed block: exact for a repeated prompt, at anchors, at the end of
+//! an earlier prompt and from a prefix's second branch on; otherwise (the
+//! first branch inside a stride) short by fewer than [`INDEX_STRIDE`]
+//! blocks. The engine's real hit is unaffected.
 //!
 //! Routers and workers must use the same rule, so it is defined once, here,
 //! with the [`digests`] of an indexed set that anti-entropy compares.
@@ -44,6 +48,22 @@ pub fn is_anchor(position: usize) -> bool {
 pub fn is_indexed_in_run(position: usize, offset: usize, run_len: usize) -> bool {
     is_anchor(position) || (run_len >= 2 && offset + 1 == run_len)
 }
+
+/// The block a prefill branches from, when a worker indexes it: a run of
+/// two or more blocks stored at once from 0-based `start` on grew from
+/// block `start - 1`, and if that block is not an anchor the worker indexes
+/// it too. A shared prefix then ends at an indexed block from the second
+/// branch on (a second question on a cached document, a second
+/// conversation on a shared system prompt), and routers find it by probing
+/// the blocks before the next indexed one ([`GAP_PROBE_BLOCKS`]).
+pub fn branch_point(start: usize, run_len: usize) -> Option<usize> {
+    (start > 0 && run_len >= 2 && !is_anchor(start - 1)).then(|| start - 1)
+}
+
+/// How many leading blocks of a chain a routing call may probe between
+/// indexed blocks, for tips and branch points: 32k tokens at block size 32.
+/// Past it a match is credited at its last anchor, as before.
+pub const GAP_PROBE_BLOCKS: usize = 1024;
 
 /// The 0-based positions a router matches and claims for a chain of
 /// `blocks` blocks: every anchor, then the last block if it is not one.
@@ -114,6 +134,18 @@ pub fn digests_hex(digests: &[u64; DIGEST_BUCKETS]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prefill_branching_between_anchors_indexes_its_parent() {
+        // Blocks 0..13 shared, a new run from 13: block 12 is the branch.
+        assert_eq!(branch_point(13, 10), Some(12));
+        // From an anchor: nothing to add.
+        assert_eq!(branch_point(8, 10), None);
+        assert_eq!(branch_point(16, 3), None);
+        // A chain's first run and decode steps (one block) add nothing.
+        assert_eq!(branch_point(0, 10), None);
+        assert_eq!(branch_point(13, 1), None);
+    }
 
     #[test]
     fn positions_are_anchors_and_the_tip() {

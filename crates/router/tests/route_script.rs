@@ -131,10 +131,10 @@ fn the_scripts_choice_is_the_rust_policys_choice() {
                 s.add_in_flight(M, &id, w.in_flight as i64).await.unwrap();
             }
             let prompt_tokens = prompt_blocks * BS as u64 + 5;
-            // The exact scan, before the route claims anything.
-            let exact = s.probe(M, &c).await.unwrap();
+            // Explain's lookup, before the route claims anything.
+            let exact = s.probe_with_gaps(M, &c).await.unwrap();
             let o = s.route_and_claim(M, &c, &params(prompt_tokens, eps, seed), &[]).await.unwrap();
-            // Probing (route.lua) finds the depths the full scan finds.
+            // Probing (route.lua) finds the depths explain's lookup finds.
             let depths = |l: &state::PrefixProbe| -> BTreeMap<String, usize> {
                 l.workers.iter().map(|w| (w.info.worker_id.clone(), w.matched_blocks)).collect()
             };
@@ -402,4 +402,59 @@ async fn a_hot_prefix_stays_on_its_holders_until_their_load_says_otherwise() {
         .await
         .unwrap();
     assert_eq!(o.lookup.workers[o.chosen.unwrap()].info.worker_id, "w2");
+}
+
+/// A worker's report of a chain of `n` blocks stored in one run: its
+/// indexed blocks (anchors and the tip), as reporters and sims send them.
+fn reported(c: &[BlockHash]) -> Vec<BlockHash> {
+    protocol::index::indexed_positions(c.len())
+        .map(|p| c[p])
+        .collect()
+}
+
+/// What the routing step, explain's lookup and the plain lookup credit
+/// worker "w" with (the lookups first: the route claims the prompt).
+async fn credited(s: &StateStore, prompt: &[BlockHash]) -> (usize, usize, usize) {
+    let exact = s.probe_with_gaps(M, prompt).await.unwrap();
+    let plain = s.probe(M, prompt).await.unwrap();
+    let o = s
+        .route_and_claim(M, prompt, &params(prompt.len() as u64 * 16, 0.25, 1), &[])
+        .await
+        .unwrap();
+    let chosen = &o.lookup.workers[o.chosen.unwrap()];
+    assert_eq!(chosen.info.worker_id, "w");
+    s.add_in_flight(M, "w", -1).await.unwrap();
+    (
+        chosen.matched_blocks,
+        exact.workers[0].matched_blocks,
+        plain.workers[0].matched_blocks,
+    )
+}
+
+#[tokio::test]
+async fn tips_and_branch_points_between_anchors_are_credited() {
+    let v = Valkey::start();
+    let s = store(&v, "gaps", "router-a", ttls());
+    worker(&s, "w", None).await;
+    // An earlier prompt of 24 blocks: anchors end 1, 2, 4, 8, 16 blocks;
+    // its tip is block 24.
+    let earlier = chain(24, 5);
+    s.stored(M, "w", &reported(&earlier)).await.unwrap();
+    // A later turn of the same conversation: 24 blocks shared, 6 new.
+    let mut later = earlier.clone();
+    later.extend(chain(6, 6));
+    assert_eq!(credited(&s, &later).await, (24, 24, 16));
+
+    // A prompt that shares 13 blocks (a system prompt) and branches: block
+    // 13 is no anchor and no tip, so only 8 are seen...
+    let mut branch = earlier[..13].to_vec();
+    branch.extend(chain(17, 7));
+    assert_eq!(credited(&s, &branch).await, (8, 8, 8));
+    // ...until a worker reports the branch point (its prefill grew from
+    // block 13), as the one above just did.
+    let bp = protocol::index::branch_point(13, 17).unwrap();
+    s.stored(M, "w", &[earlier[bp]]).await.unwrap();
+    let mut other = earlier[..13].to_vec();
+    other.extend(chain(17, 8));
+    assert_eq!(credited(&s, &other).await, (13, 13, 8));
 }

@@ -39,7 +39,7 @@ use super::RequestId;
 use super::events::{CacheEvent, CacheReplay, ReplayError};
 use protocol::family::{DEFAULT_FAMILY_BLOCKS, FamilyBlock, chain_family};
 use protocol::hashing::BlockHash;
-use protocol::index::is_indexed_in_run;
+use protocol::index::{branch_point, is_indexed_in_run};
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Block {
@@ -281,6 +281,17 @@ impl PrefixCache {
             if (!fresh || i == last) && !run.is_empty() {
                 let len = run.len();
                 let mut indexed = Vec::new();
+                // The block this prefill grew from, if a branch point.
+                if let Some(p) = branch_point(run[0].2, len) {
+                    let pb = &mut self.blocks[held.blocks[p]];
+                    if let (false, Some(hash)) = (pb.indexed, pb.hash) {
+                        pb.indexed = true;
+                        indexed.push(FamilyBlock {
+                            hash,
+                            family: pb.family,
+                        });
+                    }
+                }
                 for (offset, &(b, h, position)) in run.iter().enumerate() {
                     let on = is_indexed_in_run(position, offset, len);
                     // Blocks of the head (before the family block) have none.

@@ -439,3 +439,32 @@ fn blocks_before_the_family_depth_have_no_family() {
         ]
     );
 }
+
+#[test]
+fn a_prefill_that_branches_between_anchors_indexes_its_parent() {
+    let mut c = cache(64);
+    let first: Vec<u64> = (1..=24).collect();
+    run(&mut c, 1, &first, 24);
+    c.drain_events();
+    // 13 blocks shared, then 5 new: block 13 (hash 13) becomes indexed,
+    // reported with the new run (then the run's anchor, 16, and tip, 18).
+    let mut second: Vec<u64> = (1..=13).collect();
+    second.extend(101..=105);
+    run(&mut c, 2, &second, 18);
+    let events = c.drain_events();
+    let [CacheEvent::Stored { indexed, .. }] = events.as_slice() else {
+        panic!("one run expected: {events:?}");
+    };
+    let got: Vec<BlockHash> = indexed.iter().map(|b| b.hash).collect();
+    assert_eq!(got, hs(&[13, 103, 105]));
+    assert!(c.indexed_hashes().iter().any(|b| b.hash == h(13)));
+    // A third branch there adds nothing new for block 13.
+    let mut third: Vec<u64> = (1..=13).collect();
+    third.extend(201..=205);
+    run(&mut c, 3, &third, 18);
+    let events = c.drain_events();
+    let [CacheEvent::Stored { indexed, .. }] = events.as_slice() else {
+        panic!("one run expected: {events:?}");
+    };
+    assert!(!indexed.iter().any(|b| b.hash == h(13)));
+}

@@ -132,11 +132,12 @@ end
 -- Probing state `p`: chain, now, at and syncing (routing_view's), probes
 -- made, and values (hash -> forward value read, false for none: claims
 -- reuse them).
--- Marks each worker holding block pos with w.hit = pos and returns them. It
+-- Marks each worker holding block pos (of `chain`, default p.chain) with
+-- w.hit = pos and returns them. It
 -- walks the forward value's few entries (and the workers applying a sync),
 -- not the fleet: probing costs O(holders), whatever the fleet's size.
-local function probe_holders(p, pos)
-  local h, bucket = packed_hash(p.chain, pos)
+local function probe_holders(p, pos, chain)
+  local h, bucket = packed_hash(chain or p.chain, pos)
   p.probes = p.probes + 1
   local v = redis.call('HGET', bucket, h) or nil
   p.values[h] = v or false
@@ -212,4 +213,35 @@ local function probe_chain(at, syncing, chain, now)
     for _, w in ipairs(head) do w.matched = 1 end
   end
   return p
+end
+
+-- Tips and branch points between indexed blocks (protocol::index): a
+-- worker holding the first k indexed blocks of the chain but not block
+-- k + 1 surely holds covered(k) blocks, and may hold an indexed block
+-- before the next indexed one (the end of an earlier prompt, a branch
+-- point). For the workers with the deepest such k (a shallower worker's
+-- gap ends below their floor, so it cannot overtake them), the gap's
+-- blocks that `full` (the chain's first blocks, every one, packed) covers
+-- are probed deepest first, and a worker holding one is credited up to it
+-- (w.matched, in blocks, as route.lua keeps it after covered()). At most
+-- S - 1 probes.
+local function probe_gaps(p, list, full, nindexed, head, stride)
+  local k, n = 0, 0
+  for _, w in ipairs(list) do
+    local wk = w.indexed
+    if wk < nindexed then
+      if wk > k then k, n = wk, 1 elseif wk == k then n = n + 1 end
+    end
+  end
+  if k == 0 then return end
+  local lo = covered(k, head, stride)
+  local hi = math.min(covered(k + 1, head, stride) - 1, math.floor(#full / 8))
+  for b = hi, lo + 1, -1 do
+    if n == 0 then return end
+    for _, w in ipairs(probe_holders(p, b, full)) do
+      if w.indexed == k and w.matched < b then
+        w.matched, n = b, n - 1
+      end
+    end
+  end
 end

@@ -22,25 +22,29 @@
 -- head, from a read-only lookup of a longer chain), then the chain: the
 -- head's indexed blocks (the anchors ending 1, 2, 4, ..., S, 2S, 3S, ...
 -- blocks, and block n; see protocol::index) packed into one string, 8
--- big-endian bytes each.
+-- big-endian bytes each, then the head's first blocks, every one (at most
+-- protocol::index::GAP_PROBE_BLOCKS), packed the same way: probe_gaps
+-- looks there for tips and branch points between indexed blocks.
 -- Returns {indexed blocks probed, chosen worker position (1-based, 0 if
 -- none), leading blocks the chosen worker now holds (matched or claimed
 -- here), the server time (ms), then per live worker: matched blocks,
 -- requests in flight (over live routers), its routing-view record as stored
 -- (binary: see VIEW_FIELDS in lib.lua)}. Matched blocks end at an indexed
 -- block: holding the first k of them means holding covered(k, n, S)
--- blocks (lib_routing.lua).
+-- blocks (lib_routing.lua), or more where probe_gaps found a deeper tip or
+-- branch point.
 -- Reads the fleet with one HGETALL of the routing view (leases, routers,
 -- records, in-flight counts) and matches by probing blocks instead of
 -- scanning them (probe_chain in lib_routing.lua): one probe for a warm
--- prompt, two for a cold one, three for a seen prompt with a new last block.
--- Complexity: O(workers x log indexed blocks + claimed blocks); no O(prompt)
--- step.
+-- prompt, two for a cold one, three for a seen prompt with a new last block,
+-- then at most S - 1 for the deepest match that ends before the tip.
+-- Complexity: O(workers x log indexed blocks + S +
+-- claimed blocks); no O(prompt) step.
 local nhints = tonumber(ARGV[16])
 local first = 17 + 2 * nhints
-local chain = ARGV[first]
-if not chain or #chain % 8 ~= 0 or #ARGV ~= first then
-  return redis.error_reply('ERR the chain must be one string of 8-byte hashes, last')
+local chain, full = ARGV[first], ARGV[first + 1]
+if not chain or #chain % 8 ~= 0 or not full or #full % 8 ~= 0 or #ARGV ~= first + 1 then
+  return redis.error_reply('ERR the chain and its first blocks must be strings of 8-byte hashes, last')
 end
 local now = now_ms()
 local prompt, block_size = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -57,6 +61,7 @@ for _, w in ipairs(list) do
   w.indexed = w.matched
   w.matched = covered(w.matched, head, stride)
 end
+probe_gaps(p, list, full, #chain / 8, head, stride)
 -- Per worker: its load (in flight, or the queue it reported if fresher and
 -- longer) and the blocks it is credited with: its own match (plus hints
 -- beyond the head), or the depth a strict majority holds (at least two

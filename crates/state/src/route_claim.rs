@@ -10,7 +10,7 @@ use super::{
     WorkerMatch,
 };
 use protocol::hashing::BlockHash;
-use protocol::index::{INDEX_STRIDE, indexed_positions};
+use protocol::index::{GAP_PROBE_BLOCKS, INDEX_STRIDE, indexed_positions};
 
 /// Most blocks `route.lua` matches in one call. Matching probes O(log n)
 /// indexed blocks, so the bound only caps the argument's size (4 KiB of
@@ -93,11 +93,15 @@ impl StateStore {
             .flat_map(|(w, n)| [w.clone(), n.to_string()])
             .collect();
         let packed = packed_chain(head);
+        let first: Vec<u8> = head[..head.len().min(GAP_PROBE_BLOCKS)]
+            .iter()
+            .flat_map(|h| h.0.to_be_bytes())
+            .collect();
         let args: Vec<&[u8]> = fixed
             .iter()
             .chain(&hint_args)
             .map(String::as_bytes)
-            .chain(std::iter::once(packed.as_slice()))
+            .chain([packed.as_slice(), first.as_slice()])
             .collect();
         let part = self.route_part(model, head)?;
         let reply: Vec<redis::Value> = self.run_bytes(Lane::Hot, S, &part, &args).await?;

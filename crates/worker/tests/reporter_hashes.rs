@@ -339,3 +339,57 @@ fn stored_run(tokens: &[u32], from: usize, to: usize) -> KvEvent {
         ..BlockStored::default()
     })
 }
+
+/// A run of `n` blocks with engine hashes `first..first + n`, after
+/// `parent` (an engine hash), 16 tokens each.
+fn run_event(first: u64, n: usize, parent: Option<u64>) -> KvEvent {
+    KvEvent::BlockStored(BlockStored {
+        block_hashes: (0..n as u64).map(|i| EngineHash::Int(first + i)).collect(),
+        parent_block_hash: parent.map(EngineHash::Int),
+        token_ids: (0..n as u32 * 16).map(|t| 100 + t + first as u32).collect(),
+        block_size: 16,
+        ..BlockStored::default()
+    })
+}
+
+#[test]
+fn a_prefill_that_branches_between_anchors_reports_its_parent() {
+    let hasher = BlockHasher::new(16, &HashSeed::Default).unwrap();
+    let mut blocks = EngineBlocks::new(hasher, HashMap::new(), 1 << 20);
+    let mut first = BlockDelta::default();
+    blocks.apply(&run_event(1000, 24, None), &mut first);
+    // Anchors ending 1, 2, 4, 8, 16 blocks and the tip (24).
+    assert_eq!(first.stored.len(), 6);
+    let indexed: BTreeSet<u64> = first.stored.iter().map(|b| b.hash.0).collect();
+    // A second prompt shares 13 blocks: its run grows from block 13
+    // (engine hash 1012), which becomes indexed, once.
+    let mut branch = BlockDelta::default();
+    blocks.apply(&run_event(2000, 5, Some(1012)), &mut branch);
+    let new: Vec<u64> = branch
+        .stored
+        .iter()
+        .map(|b| b.hash.0)
+        .filter(|h| !indexed.contains(h))
+        .collect();
+    // The branch point, then the new run's anchor (16th block) and tip.
+    assert_eq!(new.len(), 3, "{new:?}");
+    let branch_point = new[0];
+    let mut again = BlockDelta::default();
+    blocks.apply(&run_event(3000, 5, Some(1012)), &mut again);
+    assert!(!again.stored.iter().any(|b| b.hash.0 == branch_point));
+    // A decode step (one block) from an unindexed block indexes nothing.
+    let mut decode = BlockDelta::default();
+    blocks.apply(&run_event(4000, 1, Some(1005)), &mut decode);
+    assert!(decode.stored.is_empty());
+    // Evicting the branch point reports it gone.
+    let mut gone = BlockDelta::default();
+    blocks.apply(
+        &KvEvent::BlockRemoved(BlockRemoved {
+            block_hashes: vec![EngineHash::Int(1012)],
+            ..BlockRemoved::default()
+        }),
+        &mut gone,
+    );
+    assert_eq!(gone.removed.len(), 1);
+    assert_eq!(gone.removed[0].hash.0, branch_point);
+}

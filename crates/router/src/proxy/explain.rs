@@ -25,7 +25,7 @@ impl Proxy {
             .pipelines()
             .get(&model)
             .map_or(16, |p| p.hasher.block_size());
-        let lookup = self.store.probe(&model, &chain.hashes).await?;
+        let lookup = self.store.probe_with_gaps(&model, &chain.hashes).await?;
         let all = targets(&lookup, block_size);
         let candidates: Vec<Candidate> = all.iter().map(|t| t.candidate.clone()).collect();
         let request = RouteRequest {

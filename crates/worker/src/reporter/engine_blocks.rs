@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use protocol::family::{DEFAULT_FAMILY_BLOCKS, FamilyBlock, family_at};
 use protocol::hashing::{BlockDigest, BlockHash, BlockHasher, ExtraKeys, LoraKey};
-use protocol::index::is_indexed_in_run;
+use protocol::index::{branch_point, is_indexed_in_run};
 use protocol::kv_events::{BlockRemoved, BlockStored, EngineHash, KvEvent};
 
 /// Why a `BlockStored` could not be translated into router hashes; its
@@ -220,6 +220,9 @@ impl EngineBlocks {
         let start = parent.map_or(0, |(_, depth, _)| depth + 1);
         let mut family = parent.and_then(|(_, _, f)| f);
         let run = e.block_hashes.len();
+        if let (Some((digest, _, parent_family)), Some(_)) = (parent, branch_point(start, run)) {
+            self.index_held(digest.external(), parent_family, delta);
+        }
         for (offset, (engine, digest)) in e.block_hashes.iter().zip(digests).enumerate() {
             let depth = start + offset;
             family = family_at(depth, digest.external(), family, self.family_blocks);
@@ -263,6 +266,16 @@ impl EngineBlocks {
             }
         }
         Ok(())
+    }
+
+    /// Marks a held router hash indexed (a branch point), reporting it once.
+    fn index_held(&mut self, hash: BlockHash, family: Option<BlockHash>, delta: &mut BlockDelta) {
+        if let Some(held) = self.held.get_mut(&hash)
+            && !held.indexed
+        {
+            held.indexed = true;
+            delta.stored.push(FamilyBlock { hash, family });
+        }
     }
 
     fn removed(&mut self, e: &BlockRemoved, delta: &mut BlockDelta) {
