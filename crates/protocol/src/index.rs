@@ -61,7 +61,8 @@ pub fn branch_point(start: usize, run_len: usize) -> Option<usize> {
 }
 
 /// How many leading blocks of a chain a routing call may probe between
-/// indexed blocks, for tips and branch points: 32k tokens at block size 32.
+/// indexed blocks, for tips and branch points: 16k tokens at vLLM's default
+/// block size of 16.
 /// Past it a match is credited at its last anchor, as before.
 pub const GAP_PROBE_BLOCKS: usize = 1024;
 

@@ -281,9 +281,13 @@ impl PrefixCache {
             if (!fresh || i == last) && !run.is_empty() {
                 let len = run.len();
                 let mut indexed = Vec::new();
-                // The block this prefill grew from, if a branch point.
-                if let Some(p) = branch_point(run[0].2, len) {
-                    let pb = &mut self.blocks[held.blocks[p]];
+                // The block this prefill grew from, if a branch point: the
+                // cached block of that hash (this request's own block there
+                // may be a duplicate another request cached first).
+                if let Some(&pb) =
+                    branch_point(run[0].2, len).and_then(|p| self.cached.get(&held.hashes[p]))
+                {
+                    let pb = &mut self.blocks[pb];
                     if let (false, Some(hash)) = (pb.indexed, pb.hash) {
                         pb.indexed = true;
                         indexed.push(FamilyBlock {

@@ -468,3 +468,28 @@ fn a_prefill_that_branches_between_anchors_indexes_its_parent() {
     };
     assert!(!indexed.iter().any(|b| b.hash == h(13)));
 }
+
+#[test]
+fn a_branch_point_cached_by_another_request_is_indexed_too() {
+    // Both requests allocate before either computes: the second's first 13
+    // blocks are duplicates of the first's, cached by the first's commit.
+    let mut c = cache(64);
+    let first: Vec<u64> = (1..=24).collect();
+    let mut second: Vec<u64> = (1..=13).collect();
+    second.extend(101..=105);
+    c.allocate(RequestId(1), &hs(&first), 24).unwrap();
+    c.allocate(RequestId(2), &hs(&second), 18).unwrap();
+    c.commit(RequestId(1)).unwrap();
+    c.drain_events();
+    c.commit(RequestId(2)).unwrap();
+    let events = c.drain_events();
+    let [CacheEvent::Stored { indexed, .. }] = events.as_slice() else {
+        panic!("one run expected: {events:?}");
+    };
+    let got: Vec<BlockHash> = indexed.iter().map(|b| b.hash).collect();
+    assert_eq!(got, hs(&[13, 103, 105]));
+    for id in [1, 2] {
+        c.free(RequestId(id)).unwrap();
+    }
+    c.check_invariants().unwrap();
+}

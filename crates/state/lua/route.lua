@@ -38,8 +38,9 @@
 -- scanning them (probe_chain in lib_routing.lua): one probe for a warm
 -- prompt, two for a cold one, three for a seen prompt with a new last block,
 -- then at most S - 1 for the deepest match that ends before the tip.
--- Complexity: O(workers x log indexed blocks + S +
--- claimed blocks); no O(prompt) step.
+-- Complexity: O(workers x log indexed blocks + S + claimed blocks), plus
+-- creating the arguments: the indexed blocks and at most
+-- GAP_PROBE_BLOCKS first blocks.
 local nhints = tonumber(ARGV[16])
 local first = 17 + 2 * nhints
 local chain, full = ARGV[first], ARGV[first + 1]

@@ -220,8 +220,8 @@ impl EngineBlocks {
         let start = parent.map_or(0, |(_, depth, _)| depth + 1);
         let mut family = parent.and_then(|(_, _, f)| f);
         let run = e.block_hashes.len();
-        if let (Some((digest, _, parent_family)), Some(_)) = (parent, branch_point(start, run)) {
-            self.index_held(digest.external(), parent_family, delta);
+        if let (Some((digest, _, _)), Some(_)) = (parent, branch_point(start, run)) {
+            self.index_held(digest.external(), delta);
         }
         for (offset, (engine, digest)) in e.block_hashes.iter().zip(digests).enumerate() {
             let depth = start + offset;
@@ -269,12 +269,15 @@ impl EngineBlocks {
     }
 
     /// Marks a held router hash indexed (a branch point), reporting it once.
-    fn index_held(&mut self, hash: BlockHash, family: Option<BlockHash>, delta: &mut BlockDelta) {
+    fn index_held(&mut self, hash: BlockHash, delta: &mut BlockDelta) {
         if let Some(held) = self.held.get_mut(&hash)
             && !held.indexed
         {
             held.indexed = true;
-            delta.stored.push(FamilyBlock { hash, family });
+            delta.stored.push(FamilyBlock {
+                hash,
+                family: held.family,
+            });
         }
     }
 
