@@ -44,7 +44,9 @@ pub struct WorkerMatch {
 /// The prefix match of one chain against every live worker of a model.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PrefixProbe {
-    /// Indexed blocks examined before no worker matched any longer.
+    /// Blocks examined: by a lookup, the indexed blocks scanned before no
+    /// worker matched any longer; by the route, every probe (gap probes
+    /// included).
     pub scanned_blocks: usize,
     /// Every live worker, in lease order.
     pub workers: Vec<WorkerMatch>,
