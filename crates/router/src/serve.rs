@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_util::MetricKindMask;
 use tokio::net::TcpListener;
 
 use std::sync::Arc;
@@ -32,14 +33,37 @@ pub fn metrics_handle() -> anyhow::Result<PrometheusHandle> {
     // the global one (all their metrics would read empty).
     static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
     let installed = HANDLE.get_or_init(|| {
-        let recorder = PrometheusBuilder::new().build_recorder();
+        // Per-worker gauges of workers that left stop being exported.
+        let recorder = PrometheusBuilder::new()
+            .idle_timeout(MetricKindMask::GAUGE, Some(GAUGE_IDLE))
+            .build_recorder();
         let handle = recorder.handle();
         metrics::set_global_recorder(recorder)
             .map_err(|e| format!("another metrics recorder is installed: {e}"))?;
         spawn_upkeep(handle.clone());
+        zero_counters();
         Ok(handle)
     });
     installed.clone().map_err(|e| anyhow::anyhow!(e))
+}
+
+/// A gauge not set for this long is dropped from `/metrics`.
+const GAUGE_IDLE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Exports at 0 the counters that alert rules take a rate of
+/// (`deploy/prometheus/alerts.yml`), so that their series exist from the
+/// first scrape, before the first event.
+fn zero_counters() {
+    for outcome in ["hit", "miss", "spill", "fallback", "no_worker"] {
+        metrics::counter!("prefix_router_decisions_total", "outcome" => outcome).absolute(0);
+    }
+    for name in [
+        "prefix_router_fallback_routes_total",
+        "prefix_router_upstream_retries_total",
+        "prefix_router_forwarding_loops_total",
+    ] {
+        metrics::counter!(name).absolute(0);
+    }
 }
 
 /// Histogram samples accumulate until upkeep drains them, which rendering

@@ -16,6 +16,7 @@ mod inflight;
 mod orca;
 mod prompts;
 mod ranking;
+mod worker_gauges;
 
 pub use cpu_pool::{CpuPool, PoolBusy};
 pub use error::ProxyError;
@@ -67,6 +68,8 @@ pub struct Proxy {
     known: RwLock<HashMap<String, SeenWorkers>>,
     /// How long a worker seen live stays a fallback target (a worker lease).
     known_for: std::time::Duration,
+    /// Per-worker load gauges, from the decisions' views of the fleet.
+    gauges: worker_gauges::WorkerGauges,
 }
 
 /// When a model's workers were last seen live, and their (id, url).
@@ -94,6 +97,7 @@ impl Proxy {
             upstream,
             max_attempts: max_attempts.max(1),
             known: RwLock::new(HashMap::new()),
+            gauges: worker_gauges::WorkerGauges::default(),
             known_for: std::time::Duration::from_secs(15),
         }
     }

@@ -161,6 +161,7 @@ impl Proxy {
         if let Ok(mut known) = self.known.write() {
             known.insert(model.to_owned(), (Instant::now(), workers));
         }
+        self.gauges.record(model, targets);
     }
 
     /// The workers last seen live; with `recent_only`, only if seen within

@@ -329,12 +329,16 @@ impl Worker {
             return;
         }
         let who = &self.config.identity;
+        let started = std::time::Instant::now();
         let sent = async {
             self.client.evicted(who, &batch.evicted).await?;
             self.client.stored(who, &batch.stored).await
         };
         match sent.await {
             Ok(()) => {
+                // A report reaches the fleet within a flush interval plus this.
+                metrics::histogram!("prefix_router_push_flush_seconds")
+                    .record(started.elapsed().as_secs_f64());
                 self.shared.stats.flushes.fetch_add(1, Ordering::Relaxed);
                 metrics::counter!("prefix_router_push_total", "op" => "flush").increment(1);
                 for (op, n) in [

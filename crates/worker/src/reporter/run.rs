@@ -122,6 +122,17 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ReporterError> {
     let hasher = BlockHasher::new(cfg.block_size, &cfg.hash_seed)?;
+    // The counters alert rules take a rate of exist from the first scrape.
+    for name in [
+        "prefix_router_reporter_resyncs_total",
+        "prefix_router_reporter_engine_restarts_total",
+        "prefix_router_reporter_scrape_failures_total",
+        "prefix_router_reporter_unmappable_total",
+    ] {
+        metrics::counter!(name).absolute(0);
+    }
+    metrics::counter!("prefix_router_push_dropped_hashes_total", "reason" => "overflow")
+        .absolute(0);
     let exporter = match cfg.metrics_listen {
         Some(addr) => Some(serve_metrics(
             tokio::net::TcpListener::bind(addr).await?,
