@@ -17,9 +17,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a router: the worker push API and the fleet's shared state.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Run beside a stock vLLM engine: report its KV cache to the fleet.
-    Reporter(ReporterArgs),
+    Reporter(Box<ReporterArgs>),
     /// Read-only view of the fleet's shared state in Valkey; with --check,
     /// verify its invariants (exit 1 on a violation, 2 on an error).
     Inspect(InspectArgs),
@@ -36,7 +36,7 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     match cli.command {
         Command::Serve(args) => {
-            let cfg = ServeConfig::resolve(args)?;
+            let cfg = ServeConfig::resolve(*args)?;
             runtime.block_on(prefix_router::run(cfg))
         }
         Command::Reporter(args) => {

@@ -109,8 +109,9 @@ struct Inner {
 }
 
 impl ModelTokenizer {
-    /// Loads `tokenizer.json` and `tokenizer_config.json` from `dir`; caches
-    /// up to `cache_tokens` tokens of text chunks.
+    /// Loads `tokenizer.json` and `tokenizer_config.json` from `dir` (and
+    /// `chat_template.jinja`, which wins over the config's template, when
+    /// present); caches up to `cache_tokens` tokens of text chunks.
     pub fn from_dir(dir: &Path, cache_tokens: usize) -> Result<Self, TokenizeError> {
         Self::from_dir_with_chunks(dir, cache_tokens, DEFAULT_CHUNK_BYTES)
     }
@@ -129,7 +130,7 @@ impl ModelTokenizer {
         let tokenizer =
             Tokenizer::from_bytes(&bytes).map_err(|e| TokenizeError::Tokenizer(e.to_string()))?;
         let cfg_path = dir.join("tokenizer_config.json");
-        let config = match std::fs::read(&cfg_path) {
+        let mut config: TokenizerConfig = match std::fs::read(&cfg_path) {
             Ok(b) => serde_json::from_slice(&b).map_err(|source| TokenizeError::Config {
                 path: cfg_path,
                 source,
@@ -142,6 +143,18 @@ impl ModelTokenizer {
                 });
             }
         };
+        // A template kept apart wins over the config's, as in transformers.
+        let jinja = dir.join("chat_template.jinja");
+        match std::fs::read_to_string(&jinja) {
+            Ok(t) => config.chat_template = Some(ChatTemplateField::One(t)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(TokenizeError::Read {
+                    path: jinja,
+                    source,
+                });
+            }
+        }
         let specials = post_processor_specials(&tokenizer)?;
         let chunkable = is_byte_level(&bytes);
         // Byte-level vocabularies spell each byte as one character.

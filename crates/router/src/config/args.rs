@@ -42,9 +42,14 @@ pub struct ServeArgs {
     /// The model of the static workers, and of reports that name none.
     #[arg(long, env = "PREFIX_ROUTER_MODEL")]
     pub model: Option<String>,
-    /// Directory with the model's tokenizer.json and tokenizer_config.json.
+    /// Directory with the model's tokenizer.json and tokenizer_config.json
+    /// [default: a Hugging Face `--model` id's files, from the local
+    /// Hugging Face cache or the hub].
     #[arg(long, env = "PREFIX_ROUTER_TOKENIZER_DIR")]
     pub tokenizer_dir: Option<PathBuf>,
+    /// The revision (branch, tag or commit) of a Hugging Face `--model` id.
+    #[arg(long, env = "PREFIX_ROUTER_MODEL_REVISION")]
+    pub model_revision: Option<String>,
     /// Bearer token of the internal and admin routes.
     #[arg(long, env = "PREFIX_ROUTER_INTERNAL_TOKEN", hide_env_values = true)]
     pub internal_token: Option<String>,

@@ -25,6 +25,7 @@ pub(super) struct FileConfig {
     pub(super) workers: Vec<String>,
     pub(super) model: Option<String>,
     pub(super) tokenizer_dir: Option<PathBuf>,
+    pub(super) model_revision: Option<String>,
     pub(super) internal_token: Option<String>,
     pub(super) allow_unauthenticated_internal: Option<bool>,
     pub(super) router_id: Option<String>,

@@ -3,6 +3,7 @@
 
 mod args;
 mod file;
+mod hub;
 mod models;
 mod static_worker;
 
@@ -179,23 +180,15 @@ impl ServeConfig {
         } else {
             args.loras
         })?;
-        let single = match (&model, &tokenizer_dir) {
-            (Some(name), Some(dir)) => Some(ModelConfig {
-                name: name.clone(),
-                tokenizer_dir: dir.clone(),
-                block_size,
-                hash_seed: hash_seed.clone(),
-                loras: loras.clone(),
-            }),
-            _ if !loras.is_empty() => bail!(
-                "--lora needs --model and --tokenizer-dir (or put `loras` in a [[models]] entry)"
-            ),
-            _ => None,
-        };
         let defaults = models::ModelDefaults {
             block_size,
             hash_seed: hash_seed.clone(),
+            revision: args
+                .model_revision
+                .or(file.model_revision)
+                .unwrap_or_else(|| "main".into()),
         };
+        let single = models::single_model(&model, &tokenizer_dir, &loras, &defaults, &file.models)?;
         let models = models::resolve_models(single, file.models, &defaults)?;
         let listen = args
             .listen

@@ -1,5 +1,7 @@
 //! [`ModelConfig`]: the base models a router hashes prompts for, from
-//! `--model`/`--tokenizer-dir` and the TOML file's `[[models]]` array.
+//! `--model`/`--tokenizer-dir` and the TOML file's `[[models]]` array. A
+//! model named by its Hugging Face id needs no tokenizer directory: its
+//! files come from the Hugging Face cache or the hub (`hub`).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -27,7 +29,8 @@ pub struct ModelConfig {
 #[serde(deny_unknown_fields)]
 pub(super) struct FileModel {
     name: String,
-    tokenizer_dir: PathBuf,
+    tokenizer_dir: Option<PathBuf>,
+    revision: Option<String>,
     block_size: Option<usize>,
     hash_seed: Option<String>,
     #[serde(default, alias = "lora")]
@@ -40,6 +43,49 @@ pub(super) struct ModelDefaults {
     pub block_size: usize,
     /// The top-level `hash_seed`.
     pub hash_seed: Option<String>,
+    /// The top-level `model_revision` (`main` unless set).
+    pub revision: String,
+}
+
+/// The model of `--model`/`--tokenizer-dir`, if one is hashed: with a
+/// tokenizer directory, or named by a Hugging Face id that no `[[models]]`
+/// entry of `file` configures.
+pub(super) fn single_model(
+    model: &Option<String>,
+    tokenizer_dir: &Option<PathBuf>,
+    loras: &[(String, String)],
+    defaults: &ModelDefaults,
+    file: &[FileModel],
+) -> anyhow::Result<Option<ModelConfig>> {
+    let dir = match (model, tokenizer_dir) {
+        (Some(_), Some(dir)) => dir.clone(),
+        (Some(name), None)
+            if super::hub::is_hub_id(name) && !file.iter().any(|m| m.name == *name) =>
+        {
+            hub_dir(name, &defaults.revision)?
+        }
+        _ if !loras.is_empty() => {
+            bail!("--lora needs --model and --tokenizer-dir (or put `loras` in a [[models]] entry)")
+        }
+        _ => return Ok(None),
+    };
+    Ok(model.as_ref().map(|name| ModelConfig {
+        name: name.clone(),
+        tokenizer_dir: dir,
+        block_size: defaults.block_size,
+        hash_seed: defaults.hash_seed.clone(),
+        loras: loras.to_vec(),
+    }))
+}
+
+fn hub_dir(id: &str, revision: &str) -> anyhow::Result<PathBuf> {
+    super::hub::tokenizer_dir(id, revision, &super::hub::HubSettings::from_env()).with_context(
+        || {
+            format!(
+                "model {id:?}: no tokenizer directory given, and none from the Hugging Face hub"
+            )
+        },
+    )
 }
 
 /// `single` (from `--model`/`--tokenizer-dir`) first, then the file's
@@ -53,10 +99,20 @@ pub(super) fn resolve_models(
     let mut models: Vec<ModelConfig> = single.into_iter().collect();
     for (i, m) in file.into_iter().enumerate() {
         let what = format!("[[models]] entry {} ({:?})", i + 1, m.name);
+        let tokenizer_dir = match m.tokenizer_dir {
+            Some(dir) => dir,
+            None if super::hub::is_hub_id(&m.name) => {
+                hub_dir(&m.name, m.revision.as_deref().unwrap_or(&defaults.revision))
+                    .with_context(|| what.clone())?
+            }
+            None => bail!(
+                "{what}: tokenizer_dir is required unless the name is a Hugging Face id (org/name)"
+            ),
+        };
         models.push(ModelConfig {
             loras: super::parse_loras(m.loras).with_context(|| what.clone())?,
             name: m.name,
-            tokenizer_dir: m.tokenizer_dir,
+            tokenizer_dir,
             block_size: m.block_size.unwrap_or(defaults.block_size),
             hash_seed: m.hash_seed.or_else(|| defaults.hash_seed.clone()),
         });

@@ -1,0 +1,263 @@
+//! A model's tokenizer files by Hugging Face id (`--model Qwen/Qwen3-8B`
+//! without `--tokenizer-dir`): found in the local Hugging Face cache, or
+//! downloaded into it from the hub.
+//!
+//! The cache is the hub's own layout, shared with `transformers` and vLLM:
+//! `<cache>/models--<org>--<name>/snapshots/<commit>/<file>`, with
+//! `refs/<revision>` holding the commit a branch or tag points to. The
+//! cache is `HF_HUB_CACHE`, else `HF_HOME/hub`, else
+//! `~/.cache/huggingface/hub`; `HF_HUB_OFFLINE=1` forbids downloads;
+//! `HF_ENDPOINT` names the hub (default `https://huggingface.co`), and
+//! `HF_TOKEN` is sent for gated models. Files are fetched from
+//! `<endpoint>/<id>/resolve/<revision>/<file>`, whose `x-repo-commit`
+//! header names the snapshot.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+/// Needed: the tokenizer. Optional: its config (special tokens, the chat
+/// template) and a chat template kept apart (`chat_template.jinja`).
+pub const REQUIRED: &str = "tokenizer.json";
+/// Downloaded when the repository has them.
+pub const OPTIONAL: [&str; 2] = ["tokenizer_config.json", "chat_template.jinja"];
+
+/// Where the cache is and whether and where to download.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HubSettings {
+    /// The hub cache directory.
+    pub cache: PathBuf,
+    /// The hub's base URL.
+    pub endpoint: String,
+    /// No downloads.
+    pub offline: bool,
+    /// Bearer token for gated repositories.
+    pub token: Option<String>,
+}
+
+impl HubSettings {
+    /// From the environment, as the `huggingface_hub` library reads it.
+    pub fn from_env() -> Self {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let cache = var("HF_HUB_CACHE")
+            .map(PathBuf::from)
+            .or_else(|| var("HF_HOME").map(|h| PathBuf::from(h).join("hub")))
+            .unwrap_or_else(|| {
+                PathBuf::from(var("HOME").unwrap_or_else(|| ".".into()))
+                    .join(".cache/huggingface/hub")
+            });
+        let offline = var("HF_HUB_OFFLINE").is_some_and(|v| {
+            matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on")
+        });
+        HubSettings {
+            cache,
+            endpoint: var("HF_ENDPOINT").unwrap_or_else(|| "https://huggingface.co".into()),
+            offline,
+            token: var("HF_TOKEN"),
+        }
+    }
+}
+
+/// Whether `name` reads as a hub id (`org/name`), not a served name.
+pub fn is_hub_id(name: &str) -> bool {
+    let mut parts = name.split('/');
+    let ok = |p: Option<&str>| {
+        p.is_some_and(|p| {
+            !p.is_empty()
+                && p != "."
+                && p != ".."
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        })
+    };
+    ok(parts.next()) && ok(parts.next()) && parts.next().is_none()
+}
+
+fn is_commit(rev: &str) -> bool {
+    rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn check_revision(rev: &str) -> anyhow::Result<()> {
+    let ok = !rev.is_empty()
+        && !rev.contains("..")
+        && rev
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b));
+    if !ok {
+        bail!("revision {rev:?} is not a branch, tag or commit name");
+    }
+    Ok(())
+}
+
+/// The directory holding `id`'s tokenizer files at `revision`: the cached
+/// snapshot, downloaded first when it lacks `tokenizer.json` (unless
+/// offline). Errors name the missing files and where they were looked for.
+pub fn tokenizer_dir(id: &str, revision: &str, hub: &HubSettings) -> anyhow::Result<PathBuf> {
+    if !is_hub_id(id) {
+        bail!("{id:?} is not a Hugging Face model id (org/name)");
+    }
+    check_revision(revision)?;
+    let repo = hub.cache.join(format!("models--{}", id.replace('/', "--")));
+    if let Some(dir) = cached(&repo, revision)? {
+        return Ok(dir);
+    }
+    if hub.offline {
+        bail!(
+            "model {id:?} at revision {revision:?}: {REQUIRED} is not in the Hugging Face cache ({}) and HF_HUB_OFFLINE forbids downloading it (also wanted: {})",
+            repo.display(),
+            OPTIONAL.join(", ")
+        );
+    }
+    download(id, revision, &repo, hub)
+}
+
+/// The cached snapshot of `revision` if it holds the tokenizer.
+fn cached(repo: &Path, revision: &str) -> anyhow::Result<Option<PathBuf>> {
+    let commit = if is_commit(revision) {
+        revision.to_owned()
+    } else {
+        match std::fs::read_to_string(repo.join("refs").join(revision)) {
+            Ok(c) => c.trim().to_owned(),
+            Err(_) => return Ok(None),
+        }
+    };
+    if !is_commit(&commit) {
+        bail!(
+            "{} does not hold a commit hash",
+            repo.join("refs").join(revision).display()
+        );
+    }
+    let dir = repo.join("snapshots").join(&commit);
+    Ok(dir.join(REQUIRED).is_file().then_some(dir))
+}
+
+/// Downloads the tokenizer files on a thread of its own (configuration is
+/// read before, and outside of, the server's runtime).
+fn download(id: &str, revision: &str, repo: &Path, hub: &HubSettings) -> anyhow::Result<PathBuf> {
+    let (id, revision, repo, hub) = (
+        id.to_owned(),
+        revision.to_owned(),
+        repo.to_owned(),
+        hub.clone(),
+    );
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting a runtime for the download")?;
+        rt.block_on(fetch_all(&id, &revision, &repo, &hub))
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("the download thread panicked"))?
+}
+
+async fn fetch_all(
+    id: &str,
+    revision: &str,
+    repo: &Path,
+    hub: &HubSettings,
+) -> anyhow::Result<PathBuf> {
+    let http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(300))
+        .build()?;
+    let (commit, body) = fetch(&http, id, revision, REQUIRED, hub)
+        .await?
+        .with_context(|| {
+            format!(
+                "model {id:?} at revision {revision:?}: the hub ({}) has no {REQUIRED}",
+                hub.endpoint
+            )
+        })?;
+    // Later files from the same commit, whatever the branch does meanwhile.
+    let dir = repo.join("snapshots").join(&commit);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    write(&dir.join(REQUIRED), &body)?;
+    for file in OPTIONAL {
+        if let Some((_, body)) = fetch(&http, id, &commit, file, hub).await? {
+            write(&dir.join(file), &body)?;
+        }
+    }
+    if !is_commit(revision) {
+        let r = repo.join("refs").join(revision);
+        if let Some(parent) = r.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        write(&r, commit.as_bytes())?;
+    }
+    tracing::info!(model = id, revision, commit, dir = %dir.display(), "downloaded the tokenizer from the hub");
+    Ok(dir)
+}
+
+/// One file: `Some((commit, body))`, `None` if the repository lacks it.
+async fn fetch(
+    http: &reqwest::Client,
+    id: &str,
+    revision: &str,
+    file: &str,
+    hub: &HubSettings,
+) -> anyhow::Result<Option<(String, Vec<u8>)>> {
+    let url = format!(
+        "{}/{id}/resolve/{revision}/{file}",
+        hub.endpoint.trim_end_matches('/')
+    );
+    let mut req = http.get(&url);
+    if let Some(t) = &hub.token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.with_context(|| format!("GET {url}"))?;
+    match resp.status().as_u16() {
+        200 => {}
+        404 => return Ok(None),
+        401 | 403 => bail!(
+            "GET {url}: HTTP {} (a gated or private model: set HF_TOKEN)",
+            resp.status()
+        ),
+        s => bail!("GET {url}: HTTP {s}"),
+    }
+    let commit = resp
+        .headers()
+        .get("x-repo-commit")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .filter(|c| is_commit(c))
+        .or_else(|| is_commit(revision).then(|| revision.to_owned()))
+        .with_context(|| format!("GET {url}: no x-repo-commit header"))?;
+    let body = resp
+        .bytes()
+        .await
+        .with_context(|| format!("reading {url}"))?;
+    Ok(Some((commit, body.to_vec())))
+}
+
+/// Writes through a temporary file, so that a crash leaves no half file.
+fn write(path: &Path, body: &[u8]) -> anyhow::Result<()> {
+    let tmp = path.with_extension("part");
+    std::fs::write(&tmp, body).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hub_ids_are_org_slash_name() {
+        assert!(is_hub_id("Qwen/Qwen3-8B"));
+        assert!(is_hub_id("meta-llama/Llama-3.1-8B-Instruct"));
+        for bad in ["qwen3", "a/b/c", "../x", "a/..", "/x", "a/", "a b/c"] {
+            assert!(!is_hub_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn revisions_cannot_leave_the_cache() {
+        assert!(check_revision("main").is_ok());
+        assert!(check_revision("refs/pr/1").is_ok());
+        assert!(check_revision("../../etc").is_err());
+        assert!(check_revision("").is_err());
+    }
+}
