@@ -24,10 +24,11 @@ const ID: &str = "Qwen/Qwen3-8B";
 const MAIN: &str = "1111111111111111111111111111111111111111";
 const V1: &str = "2222222222222222222222222222222222222222";
 
-/// Requests the hub answered.
+/// Requests the hub answered, and where its content host is.
 #[derive(Default)]
 struct Hub {
     served: AtomicUsize,
+    cdn: String,
 }
 
 async fn resolve(
@@ -44,17 +45,53 @@ async fn resolve(
         "v1" | V1 => V1,
         _ => return StatusCode::NOT_FOUND.into_response(),
     };
-    if format!("{org}/{name}") != ID || headers.get("authorization").is_some() {
+    if format!("{org}/{name}") != ID {
         return StatusCode::NOT_FOUND.into_response();
     }
+    let _ = headers;
+    if !tokenizer_dir().join(&file).is_file() {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    // Large files live in LFS: the hub names the commit and redirects to
+    // a content host, which names none.
+    if file == "tokenizer.json" {
+        return (
+            StatusCode::FOUND,
+            [
+                ("x-repo-commit", commit),
+                (
+                    "location",
+                    format!("{}/cdn/tokenizer.json", hub.cdn).as_str(),
+                ),
+            ],
+        )
+            .into_response();
+    }
+    let body = std::fs::read(tokenizer_dir().join(&file)).unwrap();
+    ([("x-repo-commit", commit)], body).into_response()
+}
+
+async fn cdn(UrlPath(file): UrlPath<String>, headers: HeaderMap) -> Response {
+    // The token is for the hub only.
+    if headers.get("authorization").is_some() {
+        return StatusCode::BAD_REQUEST.into_response();
+    }
     match std::fs::read(tokenizer_dir().join(&file)) {
-        Ok(body) => ([("x-repo-commit", commit)], body).into_response(),
+        Ok(body) => body.into_response(),
         Err(_) => StatusCode::NOT_FOUND.into_response(),
     }
 }
 
+/// The hub, and its content host on another port (another origin).
 async fn start_hub() -> (String, Arc<Hub>) {
-    let hub = Arc::new(Hub::default());
+    let cdn_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let cdn_url = format!("http://{}", cdn_listener.local_addr().unwrap());
+    let cdn_app = axum::Router::new().route("/cdn/{file}", axum::routing::get(cdn));
+    tokio::spawn(async move { axum::serve(cdn_listener, cdn_app).await });
+    let hub = Arc::new(Hub {
+        served: AtomicUsize::new(0),
+        cdn: cdn_url,
+    });
     let app = axum::Router::new()
         .route(
             "/{org}/{name}/resolve/{rev}/{file}",
@@ -186,6 +223,23 @@ async fn a_model_named_by_its_hub_id_finds_or_fetches_its_tokenizer() {
     .await;
     assert_eq!(explained(&pinned, ID).await, want);
     assert!(snapshot(cache.path(), V1).join("tokenizer.json").is_file());
+
+    // With a token (a gated model's): the content host never sees it.
+    let cache2 = tempfile::tempdir().unwrap();
+    let with_token = [
+        ("HF_ENDPOINT", endpoint.as_str()),
+        ("HF_HUB_CACHE", cache2.path().to_str().unwrap()),
+        ("HF_TOKEN", "hf_secret"),
+        ("PREFIX_ROUTER_LOG", "warn"),
+    ];
+    let tokened = RouterProcess::start_with(
+        &valkey.url(),
+        &["--model", ID, "--key-prefix", "e"],
+        &with_token,
+        None,
+    )
+    .await;
+    assert_eq!(explained(&tokened, ID).await, want);
 
     // Offline with a revision not in the cache: refused, naming the file
     // and the cache.

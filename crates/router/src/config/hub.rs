@@ -158,9 +158,13 @@ async fn fetch_all(
     repo: &Path,
     hub: &HubSettings,
 ) -> anyhow::Result<PathBuf> {
+    // Redirects are followed by hand: the hub names the commit on its own
+    // answer, and a large file (LFS) is then served by another host, which
+    // must not see the token.
     let http = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .timeout(Duration::from_secs(300))
+        .redirect(reqwest::redirect::Policy::none())
         .build()?;
     let (commit, body) = fetch(&http, id, revision, REQUIRED, hub)
         .await?
@@ -191,6 +195,9 @@ async fn fetch_all(
     Ok(dir)
 }
 
+/// Redirects followed per file.
+const MAX_REDIRECTS: usize = 5;
+
 /// One file: `Some((commit, body))`, `None` if the repository lacks it.
 async fn fetch(
     http: &reqwest::Client,
@@ -199,37 +206,56 @@ async fn fetch(
     file: &str,
     hub: &HubSettings,
 ) -> anyhow::Result<Option<(String, Vec<u8>)>> {
-    let url = format!(
+    let first = format!(
         "{}/{id}/resolve/{revision}/{file}",
         hub.endpoint.trim_end_matches('/')
     );
-    let mut req = http.get(&url);
-    if let Some(t) = &hub.token {
-        req = req.bearer_auth(t);
+    let mut url = reqwest::Url::parse(&first).with_context(|| format!("HF_ENDPOINT: {first}"))?;
+    let hub_origin = url.origin();
+    let mut commit = is_commit(revision).then(|| revision.to_owned());
+    for _ in 0..=MAX_REDIRECTS {
+        let mut req = http.get(url.clone());
+        if let (Some(t), true) = (&hub.token, url.origin() == hub_origin) {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.with_context(|| format!("GET {url}"))?;
+        if let Some(c) = resp
+            .headers()
+            .get("x-repo-commit")
+            .and_then(|v| v.to_str().ok())
+            .filter(|c| is_commit(c))
+        {
+            commit = Some(c.to_owned());
+        }
+        match resp.status().as_u16() {
+            200 => {
+                let commit =
+                    commit.with_context(|| format!("GET {first}: no x-repo-commit header"))?;
+                let body = resp
+                    .bytes()
+                    .await
+                    .with_context(|| format!("reading {url}"))?;
+                return Ok(Some((commit, body.to_vec())));
+            }
+            301 | 302 | 303 | 307 | 308 => {
+                let to = resp
+                    .headers()
+                    .get(reqwest::header::LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                    .with_context(|| format!("GET {url}: a redirect without Location"))?;
+                url = url
+                    .join(to)
+                    .with_context(|| format!("GET {url}: bad Location {to:?}"))?;
+            }
+            404 => return Ok(None),
+            401 | 403 => bail!(
+                "GET {url}: HTTP {} (a gated or private model: set HF_TOKEN)",
+                resp.status()
+            ),
+            s => bail!("GET {url}: HTTP {s}"),
+        }
     }
-    let resp = req.send().await.with_context(|| format!("GET {url}"))?;
-    match resp.status().as_u16() {
-        200 => {}
-        404 => return Ok(None),
-        401 | 403 => bail!(
-            "GET {url}: HTTP {} (a gated or private model: set HF_TOKEN)",
-            resp.status()
-        ),
-        s => bail!("GET {url}: HTTP {s}"),
-    }
-    let commit = resp
-        .headers()
-        .get("x-repo-commit")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .filter(|c| is_commit(c))
-        .or_else(|| is_commit(revision).then(|| revision.to_owned()))
-        .with_context(|| format!("GET {url}: no x-repo-commit header"))?;
-    let body = resp
-        .bytes()
-        .await
-        .with_context(|| format!("reading {url}"))?;
-    Ok(Some((commit, body.to_vec())))
+    bail!("GET {first}: more than {MAX_REDIRECTS} redirects")
 }
 
 /// Writes through a temporary file, so that a crash leaves no half file.
