@@ -312,6 +312,41 @@ async fn statuses_and_bodies_pass_through_and_other_routes_are_forwarded() {
 }
 
 #[tokio::test]
+async fn the_w3c_trace_context_reaches_the_worker_unchanged() {
+    let f = fleet(2).await;
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let state = "vendor=abc,other=xyz";
+    // A fake worker streams a chunk per release.
+    for w in &f.workers {
+        for _ in SSE_CHUNKS {
+            w.release.send(()).unwrap();
+        }
+    }
+    for stream in [false, true] {
+        let resp = http()
+            .post(f.router.url("/v1/completions"))
+            .header("traceparent", parent)
+            .header("tracestate", state)
+            .json(&json!({"model": MODEL, "prompt": long_prompt("trace"), "max_tokens": 2, "stream": stream}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let _ = resp.bytes().await;
+    }
+    let seen: Vec<_> = f
+        .workers
+        .iter()
+        .flat_map(|w| w.shared.trace.lock().unwrap().clone())
+        .collect();
+    assert_eq!(seen.len(), 2);
+    for (p, s) in seen {
+        assert_eq!(p.as_deref(), Some(parent));
+        assert_eq!(s.as_deref(), Some(state));
+    }
+}
+
+#[tokio::test]
 async fn bad_requests_get_json_errors() {
     let f = fleet(1).await;
     for (body, want) in [

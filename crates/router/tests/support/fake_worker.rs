@@ -43,6 +43,8 @@ pub struct Shared {
     /// How long every other request stalls before it is answered (none
     /// unless set), like an engine busy with a long generation.
     pub answer_delay: Mutex<Option<Duration>>,
+    /// The W3C trace context of each request (`traceparent`, `tracestate`).
+    pub trace: Mutex<Vec<(Option<String>, Option<String>)>>,
 }
 
 /// The SSE chunks a streamed answer sends, in order.
@@ -142,6 +144,17 @@ async fn handle(
     }
     shared.hits.fetch_add(1, Ordering::SeqCst);
     shared.paths.lock().unwrap().push(uri.path().to_owned());
+    let header = |n: &str| {
+        headers
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    shared
+        .trace
+        .lock()
+        .unwrap()
+        .push((header("traceparent"), header("tracestate")));
     let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
     shared.bodies.lock().unwrap().push(json.clone());
     let delay = *shared.answer_delay.lock().unwrap();
