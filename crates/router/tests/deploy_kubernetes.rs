@@ -1,0 +1,354 @@
+//! Static checks of `deploy/kubernetes/` (no cluster here): every manifest
+//! parses, has a known apiVersion and kind and a valid name; every
+//! kustomization's resources and patches exist, and a patch names an
+//! object of its bases; selectors select pods; Services, probes and the
+//! autoscaler point at ports and workloads that exist; secrets referenced
+//! exist with the key; and every flag and `PREFIX_ROUTER_*` variable given
+//! to a `prefix-router` container is one the binary's `--help` lists.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes")
+}
+
+/// Every document of a YAML file, as JSON.
+fn docs(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_norway::Deserializer::from_str(&text)
+        .map(|d| {
+            let v = serde_norway::Value::deserialize(d).unwrap();
+            serde_json::to_value(&v).unwrap()
+        })
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+const KINDS: [(&str, &str); 9] = [
+    ("v1", "Service"),
+    ("v1", "Secret"),
+    ("apps/v1", "Deployment"),
+    ("apps/v1", "StatefulSet"),
+    ("batch/v1", "Job"),
+    ("autoscaling/v2", "HorizontalPodAutoscaler"),
+    ("policy/v1", "PodDisruptionBudget"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
+    ("kustomize.config.k8s.io/v1beta1", "Kustomization"),
+];
+
+fn dns_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+/// The objects a kustomization directory produces (resources, then the
+/// patches' deletions), checking its files on the way.
+fn build(dir: &Path) -> Vec<Value> {
+    let k = &docs(&dir.join("kustomization.yaml"))[0];
+    assert_eq!(k["kind"], "Kustomization");
+    let mut out = Vec::new();
+    for r in k["resources"].as_array().unwrap() {
+        let p = dir.join(r.as_str().unwrap());
+        if p.is_dir() {
+            out.extend(build(&p));
+        } else {
+            assert!(p.is_file(), "{}: missing {}", dir.display(), p.display());
+            out.extend(docs(&p));
+        }
+    }
+    for patch in k["patches"].as_array().into_iter().flatten() {
+        let p = dir.join(patch["path"].as_str().unwrap());
+        for d in docs(&p) {
+            let (kind, name) = (&d["kind"], &d["metadata"]["name"]);
+            let at = out
+                .iter()
+                .position(|o| o["kind"] == *kind && o["metadata"]["name"] == *name)
+                .unwrap_or_else(|| panic!("{}: patches no object ({kind} {name})", p.display()));
+            if d["$patch"] == "delete" {
+                out.remove(at);
+            } else {
+                merge(&mut out[at], &d);
+            }
+        }
+    }
+    out
+}
+
+/// A strategic merge, enough for these patches: maps merge, lists of named
+/// maps merge by name, other values replace.
+fn merge(into: &mut Value, patch: &Value) {
+    match (into, patch) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+        (Value::Array(a), Value::Array(b))
+            if b.iter().all(|x| x.get("name").is_some()) && !b.is_empty() =>
+        {
+            for item in b {
+                match a.iter_mut().find(|x| x.get("name") == item.get("name")) {
+                    Some(x) => merge(x, item),
+                    None => a.push(item.clone()),
+                }
+            }
+        }
+        (slot, v) => *slot = v.clone(),
+    }
+}
+
+fn labels_match(selector: &Value, labels: &Value) -> bool {
+    selector
+        .as_object()
+        .is_some_and(|s| s.iter().all(|(k, v)| labels.get(k) == Some(v)))
+}
+
+fn pod_templates(objects: &[Value]) -> Vec<(&Value, &Value)> {
+    objects
+        .iter()
+        .filter(|o| ["Deployment", "StatefulSet", "Job"].contains(&o["kind"].as_str().unwrap()))
+        .map(|o| (o, &o["spec"]["template"]))
+        .collect()
+}
+
+/// `prefix-router <sub> --help`.
+fn help(sub: &str) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_prefix-router"))
+        .args([sub, "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn check(objects: &[Value], what: &str) {
+    let mut names = BTreeSet::new();
+    for o in objects {
+        let pair = (
+            o["apiVersion"].as_str().unwrap(),
+            o["kind"].as_str().unwrap(),
+        );
+        assert!(KINDS.contains(&pair), "{what}: unknown {pair:?}");
+        let name = o["metadata"]["name"].as_str().unwrap();
+        assert!(dns_label(name), "{what}: bad name {name}");
+        assert!(
+            names.insert((pair.1, name)),
+            "{what}: {pair:?} {name} twice"
+        );
+    }
+    let secrets: BTreeMap<&str, &Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == "Secret")
+        .map(|o| (o["metadata"]["name"].as_str().unwrap(), &o["stringData"]))
+        .collect();
+    let pods = pod_templates(objects);
+    let mut helps = BTreeMap::new();
+    for (w, t) in &pods {
+        if w["kind"] != "Job" {
+            assert!(
+                labels_match(
+                    &w["spec"]["selector"]["matchLabels"],
+                    &t["metadata"]["labels"]
+                ),
+                "{what}: {} selects no pod of its own",
+                w["metadata"]["name"]
+            );
+        }
+        for c in t["spec"]["containers"].as_array().unwrap() {
+            assert!(c["image"].as_str().is_some_and(|i| !i.is_empty()));
+            let ports: BTreeSet<&str> = c["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| p["name"].as_str().unwrap())
+                .collect();
+            for probe in ["readinessProbe", "livenessProbe"] {
+                let p = &c[probe];
+                for kind in ["httpGet", "tcpSocket"] {
+                    if let Some(port) = p[kind]["port"].as_str() {
+                        assert!(
+                            ports.contains(port),
+                            "{what}: {probe} on unknown port {port}"
+                        );
+                    }
+                }
+            }
+            for e in c["env"].as_array().into_iter().flatten() {
+                if let Some(r) = e["valueFrom"].get("secretKeyRef") {
+                    let s = secrets
+                        .get(r["name"].as_str().unwrap())
+                        .unwrap_or_else(|| panic!("{what}: no secret {}", r["name"]));
+                    assert!(
+                        s.get(r["key"].as_str().unwrap()).is_some(),
+                        "{what}: no key {}",
+                        r["key"]
+                    );
+                }
+            }
+            if c["image"].as_str().unwrap().starts_with("prefix-router:") {
+                let args: Vec<&str> = c["args"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| a.as_str().unwrap())
+                    .collect();
+                let sub = args[0];
+                let text = helps.entry(sub).or_insert_with(|| help(sub));
+                for a in &args {
+                    if a.starts_with("--") {
+                        assert!(
+                            text.contains(&format!("{a} ")) || text.contains(&format!("{a}\n")),
+                            "{what}: `{sub}` has no flag {a}"
+                        );
+                    }
+                }
+                for e in c["env"].as_array().into_iter().flatten() {
+                    let n = e["name"].as_str().unwrap();
+                    if n.starts_with("PREFIX_ROUTER_") && n != "PREFIX_ROUTER_LOG" {
+                        assert!(
+                            text.contains(&format!("env: {n}")),
+                            "{what}: `{sub}` reads no {n}"
+                        );
+                    }
+                }
+                // The router's probes are its real health routes.
+                for probe in ["readinessProbe", "livenessProbe"] {
+                    if let Some(path) = c[probe]["httpGet"]["path"].as_str() {
+                        assert!(
+                            ["/health", "/ready"].contains(&path),
+                            "{what}: probe {path}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    for s in objects.iter().filter(|o| o["kind"] == "Service") {
+        let sel = &s["spec"]["selector"];
+        let targets: Vec<_> = pods
+            .iter()
+            .filter(|(_, t)| labels_match(sel, &t["metadata"]["labels"]))
+            .collect();
+        assert!(
+            !targets.is_empty(),
+            "{what}: Service {} selects no pod",
+            s["metadata"]["name"]
+        );
+        for p in s["spec"]["ports"].as_array().unwrap() {
+            if let Some(tp) = p["targetPort"].as_str() {
+                assert!(
+                    targets.iter().all(|(_, t)| t["spec"]["containers"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|c| {
+                            c["ports"]
+                                .as_array()
+                                .into_iter()
+                                .flatten()
+                                .any(|cp| cp["name"] == tp)
+                        })),
+                    "{what}: Service {} targets port {tp} a pod lacks",
+                    s["metadata"]["name"]
+                );
+            }
+        }
+    }
+    for h in objects
+        .iter()
+        .filter(|o| o["kind"] == "HorizontalPodAutoscaler")
+    {
+        let r = &h["spec"]["scaleTargetRef"];
+        assert!(
+            objects
+                .iter()
+                .any(|o| o["kind"] == r["kind"] && o["metadata"]["name"] == r["name"]),
+            "{what}: HPA target"
+        );
+    }
+    for p in objects
+        .iter()
+        .filter(|o| ["PodDisruptionBudget", "NetworkPolicy"].contains(&o["kind"].as_str().unwrap()))
+    {
+        let sel = if p["kind"] == "NetworkPolicy" {
+            &p["spec"]["podSelector"]["matchLabels"]
+        } else {
+            &p["spec"]["selector"]["matchLabels"]
+        };
+        assert!(
+            pods.iter()
+                .any(|(_, t)| labels_match(sel, &t["metadata"]["labels"])),
+            "{what}: {} {} selects no pod",
+            p["kind"],
+            p["metadata"]["name"]
+        );
+    }
+}
+
+#[test]
+fn the_kubernetes_manifests_hold_together() {
+    let base = build(&root().join("base"));
+    check(&base, "base");
+    let kinds: BTreeSet<&str> = base.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+    for k in [
+        "Deployment",
+        "StatefulSet",
+        "Service",
+        "HorizontalPodAutoscaler",
+        "NetworkPolicy",
+        "Secret",
+        "PodDisruptionBudget",
+    ] {
+        assert!(kinds.contains(k), "base has no {k}");
+    }
+    let cluster = build(&root().join("overlays/valkey-cluster"));
+    check(&cluster, "valkey-cluster");
+    // The overlay swaps the single Valkey for the cluster and seeds the routers.
+    assert!(!cluster.iter().any(|o| o["metadata"]["name"] == "valkey"));
+    let router = cluster
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "prefix-router")
+        .unwrap();
+    let args = router["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap();
+    let seeds = args
+        .iter()
+        .position(|a| a == "--valkey")
+        .map(|i| args[i + 1].as_str().unwrap())
+        .unwrap();
+    assert_eq!(seeds.split(',').count(), 3);
+}
+
+#[test]
+fn the_checks_catch_a_wrong_flag_and_a_dangling_selector() {
+    let mut base = build(&root().join("base"));
+    let at = base
+        .iter()
+        .position(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "prefix-router")
+        .unwrap();
+    base[at]["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array_mut()
+        .unwrap()
+        .push(Value::from("--no-such-flag"));
+    let wrong_flag = std::panic::catch_unwind(|| check(&base, "mutated"));
+    assert!(wrong_flag.is_err());
+    let mut base = build(&root().join("base"));
+    let s = base
+        .iter()
+        .position(|o| o["kind"] == "Service" && o["metadata"]["name"] == "valkey")
+        .unwrap();
+    base[s]["spec"]["selector"] = serde_json::json!({"app.kubernetes.io/name": "valkye"});
+    assert!(std::panic::catch_unwind(|| check(&base, "mutated")).is_err());
+}
