@@ -41,7 +41,6 @@ pub fn metrics_handle() -> anyhow::Result<PrometheusHandle> {
         metrics::set_global_recorder(recorder)
             .map_err(|e| format!("another metrics recorder is installed: {e}"))?;
         spawn_upkeep(handle.clone());
-        zero_counters();
         Ok(handle)
     });
     installed.clone().map_err(|e| anyhow::anyhow!(e))
@@ -210,7 +209,11 @@ pub async fn serve_with(
     let app = AppState {
         store: store.clone(),
         default_model: cfg.model.clone(),
-        metrics: metrics_handle()?,
+        metrics: {
+            let handle = metrics_handle()?;
+            zero_counters();
+            handle
+        },
         proxy: Arc::new(build_proxy(&cfg, store.clone())?),
         forward_paths: Arc::new(cfg.forward_paths.clone()),
         listeners: Arc::new(

@@ -296,10 +296,48 @@ fn check(objects: &[Value], what: &str) {
     }
 }
 
+/// The value after `flag` in `args`.
+fn flag<'a>(args: &'a [Value], flag: &str) -> Option<&'a str> {
+    let i = args.iter().position(|a| a == flag)?;
+    args.get(i + 1).and_then(Value::as_str)
+}
+
+/// Routers, reporters and engines hash alike: one block size and one hash
+/// seed (vLLM's `PYTHONHASHSEED`) everywhere, or every match is a miss.
+fn hashing_agrees(objects: &[Value], what: &str) {
+    let mut sizes = BTreeSet::new();
+    let mut seeds = BTreeSet::new();
+    let mut seen = 0;
+    for (_, t) in pod_templates(objects) {
+        for c in t["spec"]["containers"].as_array().unwrap() {
+            let image = c["image"].as_str().unwrap();
+            let args = c["args"].as_array().cloned().unwrap_or_default();
+            if image.starts_with("vllm/") {
+                sizes.insert(flag(&args, "--block-size").map(str::to_owned));
+                let seed = c["env"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|e| e["name"] == "PYTHONHASHSEED");
+                seeds.insert(seed.and_then(|e| e["value"].as_str()).map(str::to_owned));
+                seen += 1;
+            } else if image.starts_with("prefix-router:") {
+                sizes.insert(flag(&args, "--block-size").map(str::to_owned));
+                seeds.insert(flag(&args, "--hash-seed").map(str::to_owned));
+                seen += 1;
+            }
+        }
+    }
+    assert!(seen >= 3, "{what}: {seen} hashing containers");
+    assert_eq!(sizes.len(), 1, "{what}: block sizes differ: {sizes:?}");
+    assert_eq!(seeds.len(), 1, "{what}: hash seeds differ: {seeds:?}");
+}
+
 #[test]
 fn the_kubernetes_manifests_hold_together() {
     let base = build(&root().join("base"));
     check(&base, "base");
+    hashing_agrees(&base, "base");
     let kinds: BTreeSet<&str> = base.iter().map(|o| o["kind"].as_str().unwrap()).collect();
     for k in [
         "Deployment",
@@ -314,6 +352,7 @@ fn the_kubernetes_manifests_hold_together() {
     }
     let cluster = build(&root().join("overlays/valkey-cluster"));
     check(&cluster, "valkey-cluster");
+    hashing_agrees(&cluster, "valkey-cluster");
     // The overlay swaps the single Valkey for the cluster and seeds the routers.
     assert!(!cluster.iter().any(|o| o["metadata"]["name"] == "valkey"));
     let router = cluster
@@ -344,6 +383,18 @@ fn the_checks_catch_a_wrong_flag_and_a_dangling_selector() {
         .push(Value::from("--no-such-flag"));
     let wrong_flag = std::panic::catch_unwind(|| check(&base, "mutated"));
     assert!(wrong_flag.is_err());
+    // A router without the engines' hash seed.
+    let mut base = build(&root().join("base"));
+    let at = base
+        .iter()
+        .position(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "prefix-router")
+        .unwrap();
+    let args = base[at]["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array_mut()
+        .unwrap();
+    let i = args.iter().position(|a| a == "--hash-seed").unwrap();
+    args.drain(i..i + 2);
+    assert!(std::panic::catch_unwind(|| hashing_agrees(&base, "mutated")).is_err());
     let mut base = build(&root().join("base"));
     let s = base
         .iter()

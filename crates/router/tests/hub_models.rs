@@ -23,6 +23,8 @@ use support::{TOKEN, Valkey, http, tokenizer_dir};
 const ID: &str = "Qwen/Qwen3-8B";
 const MAIN: &str = "1111111111111111111111111111111111111111";
 const V1: &str = "2222222222222222222222222222222222222222";
+/// A revision whose tokenizer_config.json the hub fails to serve.
+const BROKEN: &str = "3333333333333333333333333333333333333333";
 
 /// Requests the hub answered, and where its content host is.
 #[derive(Default)]
@@ -43,6 +45,10 @@ async fn resolve(
     let commit = match rev.as_str() {
         "main" | MAIN => MAIN,
         "v1" | V1 => V1,
+        BROKEN if file == "tokenizer_config.json" => {
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        }
+        BROKEN => BROKEN,
         _ => return StatusCode::NOT_FOUND.into_response(),
     };
     if format!("{org}/{name}") != ID {
@@ -263,11 +269,30 @@ async fn a_model_named_by_its_hub_id_finds_or_fetches_its_tokenizer() {
     // A gated model without a token.
     let err = refused(&valkey.url(), &["--model", "gated/model"], &online);
     assert!(err.contains("HF_TOKEN"), "{err}");
-    // A revision that would leave the cache.
+    // Revisions that would leave the cache.
+    let outside = cache.path().join("outside");
+    for rev in ["../../x", outside.to_str().unwrap()] {
+        let err = refused(
+            &valkey.url(),
+            &["--model", ID, "--model-revision", rev],
+            &online,
+        );
+        assert!(err.contains("revision"), "{err}");
+    }
+    assert!(!outside.exists());
+    // A download that fails halfway leaves no snapshot to trust later.
     let err = refused(
         &valkey.url(),
-        &["--model", ID, "--model-revision", "../../x"],
+        &["--model", ID, "--model-revision", BROKEN],
         &online,
     );
-    assert!(err.contains("revision"), "{err}");
+    assert!(err.contains("HTTP 500"), "{err}");
+    assert!(!snapshot(cache.path(), BROKEN).exists());
+    let snapshots =
+        std::fs::read_dir(cache.path().join("models--Qwen--Qwen3-8B/snapshots")).unwrap();
+    assert_eq!(
+        snapshots.count(),
+        2,
+        "only the two whole snapshots, no leftovers"
+    );
 }

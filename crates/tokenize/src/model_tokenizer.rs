@@ -146,7 +146,20 @@ impl ModelTokenizer {
         // A template kept apart wins over the config's, as in transformers.
         let jinja = dir.join("chat_template.jinja");
         match std::fs::read_to_string(&jinja) {
-            Ok(t) => config.chat_template = Some(ChatTemplateField::One(t)),
+            // It is the default template; named ones (`tool_use`) stay.
+            Ok(t) => {
+                config.chat_template = Some(match config.chat_template.take() {
+                    Some(ChatTemplateField::Named(mut named)) => {
+                        named.retain(|n| n.name != "default");
+                        named.push(NamedTemplate {
+                            name: "default".into(),
+                            template: t,
+                        });
+                        ChatTemplateField::Named(named)
+                    }
+                    _ => ChatTemplateField::One(t),
+                })
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(source) => {
                 return Err(TokenizeError::Read {

@@ -23,8 +23,9 @@ pub const REQUIRED: &str = "tokenizer.json";
 /// Downloaded when the repository has them.
 pub const OPTIONAL: [&str; 2] = ["tokenizer_config.json", "chat_template.jinja"];
 
-/// Where the cache is and whether and where to download.
-#[derive(Debug, Clone, PartialEq)]
+/// Where the cache is and whether and where to download (no `Debug`: it
+/// holds the token).
+#[derive(Clone, PartialEq)]
 pub struct HubSettings {
     /// The hub cache directory.
     pub cache: PathBuf,
@@ -75,20 +76,31 @@ pub fn is_hub_id(name: &str) -> bool {
 }
 
 fn is_commit(rev: &str) -> bool {
-    rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-fn check_revision(rev: &str) -> anyhow::Result<()> {
-    let ok = !rev.is_empty()
-        && !rev.contains("..")
+    rev.len() == 40
         && rev
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b));
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// A branch, tag or commit name that stays a relative path of plain parts
+/// (`refs/pr/1` is one): no empty, `.` or `..` part, no leading `/`.
+fn check_revision(rev: &str) -> anyhow::Result<()> {
+    let ok = rev.split('/').all(|part| {
+        !part.is_empty()
+            && part != "."
+            && part != ".."
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    });
     if !ok {
         bail!("revision {rev:?} is not a branch, tag or commit name");
     }
     Ok(())
 }
+
+/// Largest file taken from the hub (a tokenizer is tens of MB).
+const MAX_FILE_BYTES: usize = 256 << 20;
 
 /// The directory holding `id`'s tokenizer files at `revision`: the cached
 /// snapshot, downloaded first when it lacks `tokenizer.json` (unless
@@ -175,21 +187,23 @@ async fn fetch_all(
             )
         })?;
     // Later files from the same commit, whatever the branch does meanwhile.
-    let dir = repo.join("snapshots").join(&commit);
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    write(&dir.join(REQUIRED), &body)?;
+    let mut files = vec![(REQUIRED, body)];
     for file in OPTIONAL {
         if let Some((_, body)) = fetch(&http, id, &commit, file, hub).await? {
-            write(&dir.join(file), &body)?;
+            files.push((file, body));
         }
     }
+    let dir = place_snapshot(repo, &commit, &files)?;
     if !is_commit(revision) {
         let r = repo.join("refs").join(revision);
-        if let Some(parent) = r.parent() {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("creating {}", parent.display()))?;
-        }
-        write(&r, commit.as_bytes())?;
+        let parent = r.parent().unwrap_or(repo);
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+        let tmp = unique_tmp(parent, "ref");
+        let written =
+            std::fs::write(&tmp, commit.as_bytes()).and_then(|()| std::fs::rename(&tmp, &r));
+        let _ = std::fs::remove_file(&tmp);
+        written.with_context(|| format!("writing {}", r.display()))?;
     }
     tracing::info!(model = id, revision, commit, dir = %dir.display(), "downloaded the tokenizer from the hub");
     Ok(dir)
@@ -199,6 +213,7 @@ async fn fetch_all(
 const MAX_REDIRECTS: usize = 5;
 
 /// One file: `Some((commit, body))`, `None` if the repository lacks it.
+/// Errors name the hub's URL, never a redirect's (it may be signed).
 async fn fetch(
     http: &reqwest::Client,
     id: &str,
@@ -207,8 +222,9 @@ async fn fetch(
     hub: &HubSettings,
 ) -> anyhow::Result<Option<(String, Vec<u8>)>> {
     let first = format!(
-        "{}/{id}/resolve/{revision}/{file}",
-        hub.endpoint.trim_end_matches('/')
+        "{}/{id}/resolve/{}/{file}",
+        hub.endpoint.trim_end_matches('/'),
+        revision.replace('/', "%2F")
     );
     let mut url = reqwest::Url::parse(&first).with_context(|| format!("HF_ENDPOINT: {first}"))?;
     let hub_origin = url.origin();
@@ -218,7 +234,7 @@ async fn fetch(
         if let (Some(t), true) = (&hub.token, url.origin() == hub_origin) {
             req = req.bearer_auth(t);
         }
-        let resp = req.send().await.with_context(|| format!("GET {url}"))?;
+        let mut resp = req.send().await.with_context(|| format!("GET {first}"))?;
         if let Some(c) = resp
             .headers()
             .get("x-repo-commit")
@@ -231,39 +247,69 @@ async fn fetch(
             200 => {
                 let commit =
                     commit.with_context(|| format!("GET {first}: no x-repo-commit header"))?;
-                let body = resp
-                    .bytes()
+                let mut body = Vec::new();
+                while let Some(chunk) = resp
+                    .chunk()
                     .await
-                    .with_context(|| format!("reading {url}"))?;
-                return Ok(Some((commit, body.to_vec())));
+                    .with_context(|| format!("reading {first}"))?
+                {
+                    if body.len() + chunk.len() > MAX_FILE_BYTES {
+                        bail!("GET {first}: over {MAX_FILE_BYTES} bytes");
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                return Ok(Some((commit, body)));
             }
             301 | 302 | 303 | 307 | 308 => {
                 let to = resp
                     .headers()
                     .get(reqwest::header::LOCATION)
                     .and_then(|v| v.to_str().ok())
-                    .with_context(|| format!("GET {url}: a redirect without Location"))?;
+                    .with_context(|| format!("GET {first}: a redirect without Location"))?;
                 url = url
                     .join(to)
-                    .with_context(|| format!("GET {url}: bad Location {to:?}"))?;
+                    .with_context(|| format!("GET {first}: a bad redirect"))?;
             }
             404 => return Ok(None),
             401 | 403 => bail!(
-                "GET {url}: HTTP {} (a gated or private model: set HF_TOKEN)",
+                "GET {first}: HTTP {} (no such model, or a gated or private one: check the id, set HF_TOKEN, accept its terms)",
                 resp.status()
             ),
-            s => bail!("GET {url}: HTTP {s}"),
+            s => bail!("GET {first}: HTTP {s}"),
         }
     }
     bail!("GET {first}: more than {MAX_REDIRECTS} redirects")
 }
 
-/// Writes through a temporary file, so that a crash leaves no half file.
-fn write(path: &Path, body: &[u8]) -> anyhow::Result<()> {
-    let tmp = path.with_extension("part");
-    std::fs::write(&tmp, body).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
+/// Writes `files` as `repo/snapshots/<commit>/`, whole or not at all: into
+/// a fresh folder beside it, then renamed (a concurrent router that placed
+/// the same snapshot first wins).
+fn place_snapshot(repo: &Path, commit: &str, files: &[(&str, Vec<u8>)]) -> anyhow::Result<PathBuf> {
+    let snapshots = repo.join("snapshots");
+    std::fs::create_dir_all(&snapshots)
+        .with_context(|| format!("creating {}", snapshots.display()))?;
+    let dir = snapshots.join(commit);
+    let tmp = unique_tmp(&snapshots, commit);
+    let written = std::fs::create_dir(&tmp).and_then(|()| {
+        files
+            .iter()
+            .try_for_each(|(name, body)| std::fs::write(tmp.join(name), body))
+    });
+    let placed = written.and_then(|()| std::fs::rename(&tmp, &dir));
+    let _ = std::fs::remove_dir_all(&tmp);
+    match placed {
+        Ok(()) => Ok(dir),
+        Err(_) if dir.join(REQUIRED).is_file() => Ok(dir),
+        Err(e) => Err(e).with_context(|| format!("writing {}", dir.display())),
+    }
+}
+
+/// A fresh name in `dir`, unique to this process and moment.
+fn unique_tmp(dir: &Path, what: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    dir.join(format!(".{what}.{}.{nanos}.tmp", std::process::id()))
 }
 
 #[cfg(test)]
@@ -282,8 +328,17 @@ mod tests {
     #[test]
     fn revisions_cannot_leave_the_cache() {
         assert!(check_revision("main").is_ok());
+        assert!(check_revision("v1.0").is_ok());
         assert!(check_revision("refs/pr/1").is_ok());
-        assert!(check_revision("../../etc").is_err());
-        assert!(check_revision("").is_err());
+        for bad in ["../../etc", "", "/tmp/x", "a//b", "a/./b", ".", "a/"] {
+            assert!(check_revision(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn commits_are_lower_case_hex() {
+        assert!(is_commit(&"a".repeat(40)));
+        assert!(!is_commit(&"A".repeat(40)));
+        assert!(!is_commit(&"a".repeat(39)));
     }
 }
