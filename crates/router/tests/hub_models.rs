@@ -39,7 +39,10 @@ async fn resolve(
     headers: HeaderMap,
 ) -> Response {
     hub.served.fetch_add(1, Ordering::Relaxed);
-    if org == "gated" {
+    // A gated repository: the same tokenizer, for the right token only.
+    let authorized =
+        headers.get("authorization").and_then(|v| v.to_str().ok()) == Some("Bearer hf_secret");
+    if org == "gated" && !authorized {
         return StatusCode::UNAUTHORIZED.into_response();
     }
     let commit = match rev.as_str() {
@@ -51,10 +54,9 @@ async fn resolve(
         BROKEN => BROKEN,
         _ => return StatusCode::NOT_FOUND.into_response(),
     };
-    if format!("{org}/{name}") != ID {
+    if format!("{org}/{name}") != ID && org != "gated" {
         return StatusCode::NOT_FOUND.into_response();
     }
-    let _ = headers;
     if !tokenizer_dir().join(&file).is_file() {
         return StatusCode::NOT_FOUND.into_response();
     }
@@ -246,6 +248,28 @@ async fn a_model_named_by_its_hub_id_finds_or_fetches_its_tokenizer() {
     )
     .await;
     assert_eq!(explained(&tokened, ID).await, want);
+
+    // A gated model with the token `huggingface-cli login` saved.
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("token"), "hf_secret\n").unwrap();
+    let logged_in = [
+        ("HF_ENDPOINT", endpoint.as_str()),
+        ("HF_HOME", home.path().to_str().unwrap()),
+        ("PREFIX_ROUTER_LOG", "warn"),
+    ];
+    let gated = RouterProcess::start_with(
+        &valkey.url(),
+        &["--model", "gated/model", "--key-prefix", "f"],
+        &logged_in,
+        None,
+    )
+    .await;
+    assert_eq!(explained(&gated, "gated/model").await, want);
+    assert!(
+        home.path()
+            .join("hub/models--gated--model/refs/main")
+            .is_file()
+    );
 
     // Offline with a revision not in the cache: refused, naming the file
     // and the cache.

@@ -8,7 +8,8 @@
 //! cache is `HF_HUB_CACHE`, else `HF_HOME/hub`, else
 //! `~/.cache/huggingface/hub`; `HF_HUB_OFFLINE=1` forbids downloads;
 //! `HF_ENDPOINT` names the hub (default `https://huggingface.co`), and
-//! `HF_TOKEN` is sent for gated models. Files are fetched from
+//! `HF_TOKEN` (else the file `huggingface-cli login` writes, `HF_TOKEN_PATH`
+//! or `HF_HOME/token`) is sent for gated models. Files are fetched from
 //! `<endpoint>/<id>/resolve/<revision>/<file>`, whose `x-repo-commit`
 //! header names the snapshot.
 
@@ -41,13 +42,22 @@ impl HubSettings {
     /// From the environment, as the `huggingface_hub` library reads it.
     pub fn from_env() -> Self {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let home = var("HF_HOME").map(PathBuf::from).unwrap_or_else(|| {
+            PathBuf::from(var("HOME").unwrap_or_else(|| ".".into())).join(".cache/huggingface")
+        });
         let cache = var("HF_HUB_CACHE")
             .map(PathBuf::from)
-            .or_else(|| var("HF_HOME").map(|h| PathBuf::from(h).join("hub")))
-            .unwrap_or_else(|| {
-                PathBuf::from(var("HOME").unwrap_or_else(|| ".".into()))
-                    .join(".cache/huggingface/hub")
-            });
+            .unwrap_or_else(|| home.join("hub"));
+        // `huggingface-cli login` keeps the token in a file.
+        let token_file = var("HF_TOKEN_PATH")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| home.join("token"));
+        let token = var("HF_TOKEN").or_else(|| {
+            std::fs::read_to_string(token_file)
+                .ok()
+                .map(|t| t.trim().to_owned())
+                .filter(|t| !t.is_empty())
+        });
         let offline = var("HF_HUB_OFFLINE").is_some_and(|v| {
             matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on")
         });
@@ -55,7 +65,7 @@ impl HubSettings {
             cache,
             endpoint: var("HF_ENDPOINT").unwrap_or_else(|| "https://huggingface.co".into()),
             offline,
-            token: var("HF_TOKEN"),
+            token,
         }
     }
 }
