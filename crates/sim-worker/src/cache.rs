@@ -29,6 +29,7 @@
 use std::collections::{HashMap, HashSet};
 
 mod free_queue;
+mod indexing;
 mod invariants;
 mod types;
 
@@ -39,7 +40,7 @@ use super::RequestId;
 use super::events::{CacheEvent, CacheReplay, ReplayError};
 use protocol::family::{DEFAULT_FAMILY_BLOCKS, FamilyBlock, chain_family};
 use protocol::hashing::BlockHash;
-use protocol::index::{branch_point, is_indexed_in_run};
+use protocol::index::branch_point;
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Block {
@@ -264,8 +265,7 @@ impl PrefixCache {
         let mut parent = None;
         let mut stored = 0;
         let last = held.hashes.len().saturating_sub(1);
-        let depth = self.family_blocks;
-        let chain_fam = chain_family(&held.hashes, depth);
+        let chain_fam = chain_family(&held.hashes, self.family_blocks);
         for (i, (&b, &h)) in held.blocks.iter().zip(&held.hashes).enumerate() {
             let block = &mut self.blocks[b];
             let fresh = block.hash.is_none() && !self.cached.contains_key(&h);
@@ -279,37 +279,18 @@ impl PrefixCache {
                 stored += 1;
             }
             if (!fresh || i == last) && !run.is_empty() {
-                let len = run.len();
-                let mut indexed = Vec::new();
-                // The block this prefill grew from, if a branch point: the
-                // cached block of that hash (this request's own block there
-                // may be a duplicate another request cached first).
-                if let Some(&pb) =
-                    branch_point(run[0].2, len).and_then(|p| self.cached.get(&held.hashes[p]))
-                {
-                    let pb = &mut self.blocks[pb];
-                    if let (false, Some(hash)) = (pb.indexed, pb.hash) {
-                        pb.indexed = true;
-                        indexed.push(FamilyBlock {
-                            hash,
-                            family: pb.family,
-                        });
-                    }
-                }
-                for (offset, &(b, h, position)) in run.iter().enumerate() {
-                    let on = is_indexed_in_run(position, offset, len);
-                    // Blocks of the head (before the family block) have none.
-                    let family = if position + 1 >= depth {
-                        chain_fam
-                    } else {
-                        None
-                    };
-                    self.blocks[b].indexed = on;
-                    self.blocks[b].family = family;
-                    if on {
-                        indexed.push(FamilyBlock { hash: h, family });
-                    }
-                }
+                // The block the run grew from, if a branch point: the cached
+                // block of that hash (this request's own block there may be
+                // a duplicate another request cached first).
+                let branch = branch_point(run[0].2, run.len())
+                    .and_then(|p| self.cached.get(&held.hashes[p]).copied());
+                let indexed = indexing::index_run(
+                    &mut self.blocks,
+                    self.family_blocks,
+                    branch,
+                    &run,
+                    chain_fam,
+                );
                 events.push(CacheEvent::Stored {
                     hashes: run.drain(..).map(|(_, h, _)| h).collect(),
                     parent,
@@ -374,22 +355,6 @@ impl PrefixCache {
     /// Every cached hash, sorted: a snapshot for a full sync.
     pub fn cached_hashes(&self) -> Vec<BlockHash> {
         let mut v: Vec<BlockHash> = self.cached.keys().copied().collect();
-        v.sort_unstable();
-        v
-    }
-
-    /// Every cached hash the fleet's index holds, with its family, sorted:
-    /// what a full sync sends.
-    pub fn indexed_hashes(&self) -> Vec<FamilyBlock> {
-        let mut v: Vec<FamilyBlock> = self
-            .cached
-            .iter()
-            .filter(|&(_, &b)| self.blocks[b].indexed)
-            .map(|(&hash, &b)| FamilyBlock {
-                hash,
-                family: self.blocks[b].family,
-            })
-            .collect();
         v.sort_unstable();
         v
     }
