@@ -92,16 +92,13 @@ impl StateStore {
             .iter()
             .flat_map(|(w, n)| [w.clone(), n.to_string()])
             .collect();
-        let packed = packed_chain(head);
-        let first: Vec<u8> = head[..head.len().min(GAP_PROBE_BLOCKS)]
-            .iter()
-            .flat_map(|h| h.0.to_be_bytes())
-            .collect();
+        let indexed = packed_chain(head);
+        let first = packed(&head[..head.len().min(GAP_PROBE_BLOCKS)]);
         let args: Vec<&[u8]> = fixed
             .iter()
             .chain(&hint_args)
             .map(String::as_bytes)
-            .chain([packed.as_slice(), first.as_slice()])
+            .chain([indexed.as_slice(), first.as_slice()])
             .collect();
         let part = self.route_part(model, head)?;
         let reply: Vec<redis::Value> = self.run_bytes(Lane::Hot, S, &part, &args).await?;
@@ -117,13 +114,15 @@ impl StateStore {
     }
 }
 
-/// The chain's indexed blocks as one argument: their hashes as 8 big-endian
-/// bytes each, concatenated (half the bytes of hex; the script reads only
-/// the blocks it probes or claims).
+/// The chain's indexed blocks as one argument (see [`packed`]).
 fn packed_chain(hashes: &[BlockHash]) -> Vec<u8> {
-    indexed_positions(hashes.len())
-        .flat_map(|p| hashes[p].0.to_be_bytes())
-        .collect()
+    packed(indexed_positions(hashes.len()).map(|p| &hashes[p]))
+}
+
+/// Hashes as one argument: 8 big-endian bytes each, concatenated (half the
+/// bytes of hex; the script reads only the blocks it probes or claims).
+fn packed<'a>(hashes: impl IntoIterator<Item = &'a BlockHash>) -> Vec<u8> {
+    hashes.into_iter().flat_map(|h| h.0.to_be_bytes()).collect()
 }
 
 const HEADER: usize = 4;

@@ -255,7 +255,9 @@ impl Fleet {
         for port in &self.router_ports {
             let url = format!("http://127.0.0.1:{port}/admin/workers");
             loop {
-                let live = self.live_workers(&url).await.unwrap_or(0);
+                let live = live_workers(&self.http, &url, &self.spec.routers.token)
+                    .await
+                    .unwrap_or(0);
                 if live >= self.sims.len() {
                     break;
                 }
@@ -270,22 +272,6 @@ impl Fleet {
             }
         }
         Ok(())
-    }
-
-    async fn live_workers(&self, url: &str) -> anyhow::Result<usize> {
-        let v: Value = self
-            .http
-            .get(url)
-            .bearer_auth(&self.spec.routers.token)
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
-        Ok(v["workers"]
-            .as_array()
-            .map(|ws| ws.iter().filter(|w| w["status"] == "live").count())
-            .unwrap_or(0))
     }
 
     /// The balancer's URL: where clients send requests.
@@ -388,4 +374,21 @@ impl Fleet {
         self.balancer.kill();
         self.valkey.stop();
     }
+}
+
+/// How many workers a router's `GET /admin/workers` (at `url`) lists as
+/// `live`.
+pub async fn live_workers(http: &reqwest::Client, url: &str, token: &str) -> anyhow::Result<usize> {
+    let v: Value = http
+        .get(url)
+        .bearer_auth(token)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    Ok(v["workers"]
+        .as_array()
+        .map(|ws| ws.iter().filter(|w| w["status"] == "live").count())
+        .unwrap_or(0))
 }

@@ -235,6 +235,32 @@ async fn engine_version(http: &reqwest::Client, url: &str) -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
+/// The command line of [`run_rag`].
+fn rag_argv(
+    args: &RealEngineArgs,
+    url: &str,
+    model_dir: &std::path::Path,
+    out: &std::path::Path,
+) -> Vec<String> {
+    let (rate, duration) = (
+        args.rag_rate.to_string(),
+        format!("{}s", args.rag_duration.as_secs()),
+    );
+    let (documents, words) = (
+        args.rag_documents.to_string(),
+        args.rag_doc_words.to_string(),
+    );
+    let (tokenizer, out) = (model_dir.display().to_string(), out.display().to_string());
+    #[rustfmt::skip]
+    let argv = [
+        "loadtest", "run", "--target", url, "--workload", "rag", "--api", "completions",
+        "--rate", &rate, "--duration", &duration, "--documents", &documents,
+        "--doc-words", &words, "--output-tokens", "8", "--calibration", "0",
+        "--model", MODEL, "--tokenizer-dir", &tokenizer, "--out", &out,
+    ];
+    argv.map(str::to_owned).to_vec()
+}
+
 /// `loadtest run --target <balancer> --workload rag` against the fleet.
 async fn run_rag(
     args: &RealEngineArgs,
@@ -242,35 +268,7 @@ async fn run_rag(
     model_dir: &std::path::Path,
     out: &std::path::Path,
 ) -> anyhow::Result<Summary> {
-    let argv: Vec<String> = ["loadtest", "run", "--target"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([
-            t.balancer.url(),
-            "--workload".into(),
-            "rag".into(),
-            "--api".into(),
-            "completions".into(),
-            "--rate".into(),
-            args.rag_rate.to_string(),
-            "--duration".into(),
-            format!("{}s", args.rag_duration.as_secs()),
-            "--documents".into(),
-            args.rag_documents.to_string(),
-            "--doc-words".into(),
-            args.rag_doc_words.to_string(),
-            "--output-tokens".into(),
-            "8".into(),
-            "--calibration".into(),
-            "0".into(),
-            "--model".into(),
-            MODEL.into(),
-            "--tokenizer-dir".into(),
-            model_dir.display().to_string(),
-            "--out".into(),
-            out.display().to_string(),
-        ])
-        .collect();
+    let argv = rag_argv(args, &t.balancer.url(), model_dir, out);
     let Command::Run(run) = Cli::try_parse_from(argv)?.command else {
         bail!("not a run command");
     };
@@ -281,4 +279,29 @@ async fn run_rag(
         .and_then(|s| s.arms.first())
         .map(|a| a.summary.clone())
         .context("the RAG run has no result")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rag_run_is_a_valid_loadtest_command() {
+        let Ok(Cli {
+            command: Command::RealEngine(args),
+        }) = Cli::try_parse_from(["loadtest", "real-engine"])
+        else {
+            panic!("real-engine parses");
+        };
+        let argv = rag_argv(&args, "http://127.0.0.1:1", "/m".as_ref(), "/o".as_ref());
+        let Ok(Cli {
+            command: Command::Run(run),
+        }) = Cli::try_parse_from(argv)
+        else {
+            panic!("the RAG command line parses");
+        };
+        assert_eq!(run.target.as_deref(), Some("http://127.0.0.1:1"));
+        assert_eq!(run.workload, "rag");
+        assert_eq!(run.documents, args.rag_documents);
+    }
 }

@@ -227,30 +227,15 @@ impl Topology {
                     bail!("{} exited ({status}); see {}", r.name(), r.log().display());
                 }
             }
-            let listed: serde_json::Value = self
-                .http
-                .get(format!("{router}/admin/workers"))
-                .bearer_auth(TOKEN)
-                .send()
-                .await?
-                .json()
-                .await?;
-            let live = listed["workers"]
-                .as_array()
-                .map(|ws| {
-                    ws.iter()
-                        .filter(|w| w["lease_left_ms"].as_i64().unwrap_or(0) > 0)
-                        .count()
-                })
+            let url = format!("{router}/admin/workers");
+            let live = crate::fleet::live_workers(&self.http, &url, TOKEN)
+                .await
                 .unwrap_or(0);
             if live >= self.engines.len() {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                bail!(
-                    "only {live} of {} workers registered: {listed}",
-                    self.engines.len()
-                );
+                bail!("{url} lists {live} live workers of {}", self.engines.len());
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
