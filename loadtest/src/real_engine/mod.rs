@@ -195,8 +195,7 @@ pub async fn real_engine(args: RealEngineArgs) -> anyhow::Result<PathBuf> {
             for i in 0..t.engines.len() {
                 t.reset_prefix_cache(i).await?;
             }
-            t.restart_routers(&["--policy".to_owned(), policy.to_owned()])
-                .await?;
+            t.restart_routers(policy).await?;
             tokio::time::sleep(Duration::from_secs(2)).await;
             let summary =
                 run_rag(&args, &t, &model_dir, &out.join(format!("rag-{policy}"))).await?;

@@ -8,6 +8,8 @@ use anyhow::{Context, bail};
 use fleet::process::{ChildProc, ProcSpec, wait_http_ok};
 use fleet::{Haproxy, Valkey, free_port};
 
+use crate::fleet::{LaunchContext, RouterCommon, RouterKind, View};
+
 /// The internal token of the check's fleet.
 pub const TOKEN: &str = "real-engine-token";
 /// The served model name.
@@ -160,7 +162,15 @@ impl Topology {
         let router_ports = vec![free_port()?, free_port()?];
         let mut routers = Vec::new();
         for (i, &port) in router_ports.iter().enumerate() {
-            routers.push(router_spec(&settings, &valkey.url(), i, port, router_args).spawn()?);
+            let spec = router_spec(
+                &settings,
+                &valkey.url(),
+                i,
+                port,
+                "cache_aware",
+                router_args,
+            );
+            routers.push(spec.spawn()?);
         }
         let http = reqwest::Client::new();
         for (r, &port) in routers.iter_mut().zip(&router_ports) {
@@ -241,15 +251,16 @@ impl Topology {
         }
     }
 
-    /// Restarts every router with `args` added (e.g. another policy).
-    pub async fn restart_routers(&mut self, args: &[String]) -> anyhow::Result<()> {
+    /// Restarts every router with `policy` (and the default settings).
+    pub async fn restart_routers(&mut self, policy: &str) -> anyhow::Result<()> {
         for i in 0..self.routers.len() {
             let spec = router_spec(
                 &self.settings,
                 &self.valkey.url(),
                 i,
                 self.router_ports[i],
-                args,
+                policy,
+                &[],
             );
             self.routers[i].respawn_as(spec).await?;
             let url = format!("http://127.0.0.1:{}/ready", self.router_ports[i]);
@@ -305,28 +316,45 @@ impl Topology {
     }
 }
 
-fn router_spec(s: &Settings, valkey: &str, i: usize, port: u16, extra: &[String]) -> ProcSpec {
-    let name = format!("router-{i}");
-    ProcSpec::new(&name, &s.router_bin, s.dir.join(format!("{name}.log")))
-        .args([
-            "serve".to_owned(),
-            "--listen".into(),
-            format!("127.0.0.1:{port}"),
-            "--valkey".into(),
-            valkey.to_owned(),
-            "--model".into(),
-            MODEL.into(),
-            "--tokenizer-dir".into(),
-            s.model_dir.display().to_string(),
-            "--block-size".into(),
-            s.block_size.to_string(),
-            "--hash-seed".into(),
-            "0".into(),
-            "--router-id".into(),
-            name.clone(),
-        ])
-        .args(extra.iter().cloned())
-        .env("PREFIX_ROUTER_INTERNAL_TOKEN", TOKEN)
+/// Router `i` as the load test starts its routers (`fleet::router_spec`),
+/// with the engines' block size and hash seed and `extra` flags.
+fn router_spec(
+    s: &Settings,
+    valkey: &str,
+    i: usize,
+    port: u16,
+    policy: &str,
+    extra: &[String],
+) -> ProcSpec {
+    let kind = RouterKind::PrefixRouter {
+        policy: policy.to_owned(),
+        view: View::Shared,
+    };
+    let mut extra_args = vec![
+        "--block-size".to_owned(),
+        s.block_size.to_string(),
+        "--hash-seed".into(),
+        "0".into(),
+    ];
+    extra_args.extend(extra.iter().cloned());
+    let common = RouterCommon {
+        program: s.router_bin.clone(),
+        token: TOKEN.to_owned(),
+        extra_args,
+        log_level: "info".to_owned(),
+    };
+    let ctx = LaunchContext {
+        host: "127.0.0.1".into(),
+        port,
+        aux_port: 0,
+        index: i,
+        generation: 0,
+        worker_urls: Vec::new(),
+        model: MODEL.into(),
+        tokenizer_dir: s.model_dir.clone(),
+        valkey_url: valkey.to_owned(),
+    };
+    crate::fleet::router_spec(&kind, &common, &ctx, &s.dir)
 }
 
 fn reporter_spec(s: &Settings, e: &Engine, fleet_url: &str) -> ProcSpec {
