@@ -7,6 +7,8 @@
 //!
 //! * `serve`: a router process: listeners, background loops (leases, gc,
 //!   load scraping), graceful shutdown, the metrics recorder.
+//! * `epp`: `prefix-router epp`, the Gateway API Inference Extension
+//!   endpoint picker: Envoy's ext_proc gRPC over the same routing path.
 //! * `api`: HTTP handlers (thin): OpenAI routes, the worker push API,
 //!   `/admin/*`, auth, JSON errors, connection guards.
 //! * `proxy`: the routing path: prompt → blocks → lookup → policy → claim
@@ -25,6 +27,7 @@
 
 mod api;
 mod config;
+mod epp;
 mod forward_paths;
 mod hop;
 mod load_scrape;
@@ -32,6 +35,8 @@ mod proxy;
 pub mod routing;
 mod serve;
 
-pub use config::{ExposureArgs, ModelConfig, ServeArgs, ServeConfig, StaticWorker};
+pub use config::{
+    BodyMode, EppArgs, EppSettings, ExposureArgs, ModelConfig, ServeArgs, ServeConfig, StaticWorker,
+};
 pub use protocol::headers::WORKER_HEADER;
 pub use serve::{metrics_handle, run, serve_on, serve_with, wait_for_signal};

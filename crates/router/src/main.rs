@@ -1,7 +1,7 @@
 //! The `prefix-router` binary.
 
 use clap::{Parser, Subcommand};
-use prefix_router::{ServeArgs, ServeConfig};
+use prefix_router::{EppArgs, ServeArgs, ServeConfig};
 use state::inspect::InspectArgs;
 use tracing_subscriber::EnvFilter;
 use worker::reporter::ReporterArgs;
@@ -18,6 +18,9 @@ struct Cli {
 enum Command {
     /// Run a router: the worker push API and the fleet's shared state.
     Serve(Box<ServeArgs>),
+    /// Run a router as a Gateway API Inference Extension endpoint picker:
+    /// everything `serve` does, plus Envoy's ext_proc gRPC service.
+    Epp(Box<EppArgs>),
     /// Run beside a stock vLLM engine: report its KV cache to the fleet.
     Reporter(Box<ReporterArgs>),
     /// Read-only view of the fleet's shared state in Valkey; with --check,
@@ -37,6 +40,10 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
             let cfg = ServeConfig::resolve(*args)?;
+            runtime.block_on(prefix_router::run(cfg))
+        }
+        Command::Epp(args) => {
+            let cfg = ServeConfig::resolve_epp(*args)?;
             runtime.block_on(prefix_router::run(cfg))
         }
         Command::Reporter(args) => {

@@ -252,6 +252,7 @@ pub async fn serve_with(
         shutdown.await;
         let _ = down_tx.send(true);
     });
+    let picker = crate::epp::spawn(&cfg, app.proxy.clone(), store.clone(), down_rx.clone()).await?;
     let public_surface = if internal.is_some() {
         Surface::Public
     } else {
@@ -280,6 +281,9 @@ pub async fn serve_with(
             tokio::try_join!(public_server, internal_server)?;
         }
         None => public_server.await?,
+    }
+    if let Some(picker) = picker {
+        picker.await??;
     }
     for t in tasks {
         let _ = t.await;

@@ -55,6 +55,9 @@ pub(super) struct FileConfig {
     pub(super) model_grace: Option<String>,
     #[serde(default)]
     pub(super) forward_paths: Vec<String>,
+    /// `epp` only (see [`super::EppArgs`]); `serve` ignores them.
+    pub(super) grpc_listen: Option<SocketAddr>,
+    pub(super) epp_body_mode: Option<super::BodyMode>,
     /// More base models, each with its own tokenizer (`[[models]]`).
     #[serde(default)]
     pub(super) models: Vec<models::FileModel>,

@@ -2,12 +2,14 @@
 //! (`PREFIX_ROUTER_*`) < command-line flags.
 
 mod args;
+mod epp;
 mod file;
 mod hub;
 mod models;
 mod static_worker;
 
 pub use args::{ExposureArgs, ServeArgs};
+pub use epp::{BodyMode, EppArgs, EppSettings};
 pub use models::ModelConfig;
 pub use static_worker::StaticWorker;
 
@@ -92,6 +94,8 @@ pub struct ServeConfig {
     pub epsilon: f64,
     /// Cost of one queued request, in prompt tokens.
     pub queue_cost_tokens: f64,
+    /// The endpoint picker's gRPC service, when run as `epp`.
+    pub epp: Option<EppSettings>,
 }
 
 impl ServeConfig {
@@ -315,6 +319,7 @@ impl ServeConfig {
                 file.scrape_metrics_interval,
                 "scrape_metrics_interval",
             )?),
+            epp: None,
         })
     }
 }
@@ -351,6 +356,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("scrape_metrics_interval", &self.scrape_metrics_interval)
             .field("epsilon", &self.epsilon)
             .field("queue_cost_tokens", &self.queue_cost_tokens)
+            .field("epp", &self.epp)
             .finish()
     }
 }

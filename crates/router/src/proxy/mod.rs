@@ -14,6 +14,7 @@ mod explain;
 mod forward;
 mod inflight;
 mod orca;
+mod pick;
 mod prompts;
 mod ranking;
 mod worker_gauges;
@@ -22,6 +23,7 @@ pub use cpu_pool::{CpuPool, PoolBusy};
 pub use error::ProxyError;
 pub use forward::Upstream;
 pub use inflight::InFlightGuard;
+pub use pick::Pick;
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -124,6 +126,13 @@ impl Proxy {
     pub fn with_cpu_pool(mut self, pool: CpuPool) -> Self {
         self.pool = pool;
         self
+    }
+
+    /// Whether any worker was seen live (the fallback has somewhere to go).
+    pub fn knows_workers(&self) -> bool {
+        self.known
+            .read()
+            .is_ok_and(|k| k.values().any(|(_, workers)| !workers.is_empty()))
     }
 
     /// Reads `body` on the pool: the routed model, the prompt's chain and

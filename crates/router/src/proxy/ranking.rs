@@ -8,6 +8,9 @@ use super::{Chain, Proxy, ProxyError};
 use crate::routing::{CacheAwareConfig, Candidate, ConsistentHash, Policy, RouteRequest};
 use state::{ROUTE_HEAD, StateError};
 
+/// Which worker URLs a request may go to.
+pub type UrlFilter<'a> = dyn Fn(&str) -> bool + Send + Sync + 'a;
+
 impl Proxy {
     /// Ranked targets, and whether they came from the shared state (else
     /// from the fallback, where nothing is claimed or counted).
@@ -15,6 +18,19 @@ impl Proxy {
         &self,
         model: &str,
         chain: &Chain,
+    ) -> Result<(Vec<Target>, bool), ProxyError> {
+        self.rank_within(model, chain, None).await
+    }
+
+    /// As [`rank`](Self::rank), over the workers whose URL `allowed`
+    /// accepts (all without it). With a filter the choice is not made by
+    /// the atomic script, which ranks every live worker: the policy ranks a
+    /// read-only lookup, and the caller claims for its first choice.
+    pub(super) async fn rank_within(
+        &self,
+        model: &str,
+        chain: &Chain,
+        allowed: Option<&UrlFilter<'_>>,
     ) -> Result<(Vec<Target>, bool), ProxyError> {
         let block_size = self
             .prompts
@@ -25,7 +41,13 @@ impl Proxy {
             prompt_tokens: chain.prompt_tokens,
             prefix_key: chain.hashes.first().map_or(0, |h| h.0),
         };
-        let shared = match &self.atomic {
+        let keep = |mut all: Vec<Target>| {
+            if let Some(allowed) = allowed {
+                all.retain(|t| allowed(&t.url));
+            }
+            all
+        };
+        let shared = match self.atomic.as_ref().filter(|_| allowed.is_none()) {
             Some(cfg) => {
                 self.route_and_claim(model, chain, cfg, &request, block_size)
                     .await
@@ -33,7 +55,7 @@ impl Proxy {
             None => self.store.probe(model, &chain.hashes).await.map(|lookup| {
                 let all = targets(&lookup, block_size);
                 self.remember(model, &all);
-                self.order(self.policy.as_ref(), &request, all)
+                self.order(self.policy.as_ref(), &request, keep(all))
             }),
         };
         match shared {
@@ -45,12 +67,12 @@ impl Proxy {
                     model,
                     "no live worker in the shared state; routing over workers seen within a lease"
                 );
-                Ok((self.fallback(model, &request, true), false))
+                Ok((keep(self.fallback(model, &request, true)), false))
             }
             Ok(ranked) => Ok((ranked, true)),
             Err(e) if e.is_unavailable() => {
                 tracing::warn!(error = %e, model, "valkey unavailable; routing by consistent hash over known workers");
-                Ok((self.fallback(model, &request, false), false))
+                Ok((keep(self.fallback(model, &request, false)), false))
             }
             Err(e) => Err(e.into()),
         }

@@ -130,16 +130,36 @@ pub const TOKEN: &str = "test-token";
 impl Router {
     /// A router on `valkey` with `args` (listen, valkey and token are filled in).
     pub async fn start(valkey_url: &str, args: ServeArgs) -> Router {
-        Self::launch(valkey_url, args, false).await
+        Self::launch(valkey_url, args, false, None).await
+    }
+
+    /// As [`Router::start`], run as `prefix-router epp`: the ext_proc gRPC
+    /// service on `grpc` too, assuming `body_mode` when Envoy names none.
+    pub async fn start_epp(
+        valkey_url: &str,
+        args: ServeArgs,
+        grpc: SocketAddr,
+        body_mode: prefix_router::BodyMode,
+    ) -> Router {
+        let epp = prefix_router::EppSettings {
+            grpc_listen: grpc,
+            body_mode,
+        };
+        Self::launch(valkey_url, args, false, Some(epp)).await
     }
 
     /// As [`Router::start`], with a second, internal listener on another
     /// ephemeral port (`--internal-listen`).
     pub async fn start_split(valkey_url: &str, args: ServeArgs) -> Router {
-        Self::launch(valkey_url, args, true).await
+        Self::launch(valkey_url, args, true, None).await
     }
 
-    async fn launch(valkey_url: &str, mut args: ServeArgs, split: bool) -> Router {
+    async fn launch(
+        valkey_url: &str,
+        mut args: ServeArgs,
+        split: bool,
+        epp: Option<prefix_router::EppSettings>,
+    ) -> Router {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -165,7 +185,8 @@ impl Router {
         if args.internal_token.is_none() && !args.allow_unauthenticated_internal {
             args.internal_token = Some(TOKEN.into());
         }
-        let cfg = ServeConfig::resolve(args).expect("config");
+        let mut cfg = ServeConfig::resolve(args).expect("config");
+        cfg.epp = epp;
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let shutdown = async move {

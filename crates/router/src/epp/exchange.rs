@@ -1,0 +1,319 @@
+//! [`Exchange`]: one HTTP request's ext_proc stream, message by message:
+//! gather the body, pick, answer in the order Envoy's body mode requires,
+//! follow the response to its end and release the in-flight count.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use bytes::Bytes;
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
+use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
+};
+
+use super::EppContext;
+use super::messages::{Phase, body_pieces, destination, immediate, proceed};
+use super::metadata::{endpoint_of, header, served, subset_hint};
+use super::usage::UsageTail;
+use crate::api::ApiError;
+use crate::config::BodyMode;
+use crate::proxy::{Endpoint, Pick, ProxyError};
+
+/// What to send back for one message from Envoy.
+pub enum Step {
+    /// These answers (possibly none), and go on.
+    Send(Vec<ProcessingResponse>),
+    /// This answer, then end the stream (an immediate response).
+    Stop(Box<ProcessingResponse>),
+}
+
+/// How a body reaches the picker in this stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Not sent.
+    Skipped,
+    /// In chunks, each answered before the next (headers answered first).
+    Streamed,
+    /// Whole, after the headers were answered.
+    Buffered,
+    /// Whole, or cut at Envoy's buffer limit.
+    BufferedPartial,
+    /// Chunks without waiting; the processor hands them back.
+    FullDuplex,
+}
+
+impl Mode {
+    fn from_envoy(mode: i32) -> Mode {
+        match BodySendMode::try_from(mode) {
+            Ok(BodySendMode::Streamed) => Mode::Streamed,
+            Ok(BodySendMode::Buffered) => Mode::Buffered,
+            Ok(BodySendMode::BufferedPartial) => Mode::BufferedPartial,
+            Ok(BodySendMode::FullDuplexStreamed) => Mode::FullDuplex,
+            // GRPC mode is for gRPC upstreams, which an inference pool
+            // is not: treated as not sent.
+            _ => Mode::Skipped,
+        }
+    }
+}
+
+impl From<BodyMode> for Mode {
+    fn from(m: BodyMode) -> Mode {
+        match m {
+            BodyMode::Buffered => Mode::Buffered,
+            BodyMode::FullDuplexStreamed => Mode::FullDuplex,
+        }
+    }
+}
+
+/// One request's stream.
+pub struct Exchange {
+    ctx: Arc<EppContext>,
+    request_mode: Mode,
+    response_mode: Mode,
+    /// Envoy named the modes (first message of the stream).
+    modes_known: bool,
+    endpoint: Endpoint,
+    subset: Option<HashSet<String>>,
+    body: Vec<u8>,
+    pick: Option<Pick>,
+    /// The pick's workers as endpoints, aligned with its URLs.
+    endpoints: Vec<String>,
+    usage: UsageTail,
+    response_ok: bool,
+}
+
+impl Exchange {
+    pub fn new(ctx: Arc<EppContext>) -> Self {
+        let mode = Mode::from(ctx.body_mode);
+        Exchange {
+            ctx,
+            request_mode: mode,
+            response_mode: mode,
+            modes_known: false,
+            endpoint: Endpoint::Other,
+            subset: None,
+            body: Vec::new(),
+            pick: None,
+            endpoints: Vec::new(),
+            usage: UsageTail::default(),
+            response_ok: false,
+        }
+    }
+
+    /// Handles one message from Envoy.
+    pub async fn on(&mut self, req: ProcessingRequest) -> Step {
+        if let (false, Some(config)) = (self.modes_known, &req.protocol_config) {
+            self.request_mode = Mode::from_envoy(config.request_body_mode);
+            self.response_mode = Mode::from_envoy(config.response_body_mode);
+            self.modes_known = true;
+        }
+        if self.subset.is_none() {
+            self.subset = subset_hint(req.metadata_context.as_ref());
+        }
+        match req.request {
+            Some(Request::RequestHeaders(h)) => self.on_request_headers(h).await,
+            Some(Request::RequestBody(b)) => self.on_request_body(b).await,
+            Some(Request::RequestTrailers(_)) => answer(proceed(Phase::RequestTrailers)),
+            Some(Request::ResponseHeaders(h)) => {
+                if let Some(served) = served(req.metadata_context.as_ref()) {
+                    self.served(&served).await;
+                }
+                let status = header(h.headers.as_ref(), ":status");
+                self.response_ok = status.as_deref() == Some("200");
+                if h.end_of_stream {
+                    self.finish();
+                }
+                answer(proceed(Phase::ResponseHeaders))
+            }
+            Some(Request::ResponseBody(b)) => self.on_response_body(b),
+            Some(Request::ResponseTrailers(_)) => {
+                self.finish();
+                answer(proceed(Phase::ResponseTrailers))
+            }
+            None => Step::Send(Vec::new()),
+        }
+    }
+
+    async fn on_request_headers(&mut self, h: HttpHeaders) -> Step {
+        let path = header(h.headers.as_ref(), ":path").unwrap_or_default();
+        self.endpoint = match path.split('?').next().unwrap_or_default() {
+            "/v1/completions" => Endpoint::Completions,
+            "/v1/chat/completions" => Endpoint::ChatCompletions,
+            _ => Endpoint::Other,
+        };
+        if h.end_of_stream || self.request_mode == Mode::Skipped {
+            // Nothing to read: by load, among the default model's workers.
+            let Some(model) = self.ctx.default_model.clone() else {
+                return reject(ApiError::bad_request(
+                    "the endpoint picker routes by the request body's model and prompt; this request has no body and the picker has no --model",
+                ));
+            };
+            let body = serde_json::json!({ "model": model }).to_string();
+            self.endpoint = Endpoint::Other;
+            return match self.decide(Phase::RequestHeaders, body.into()).await {
+                Ok(answers) => Step::Send(answers),
+                Err(e) => reject(e),
+            };
+        }
+        match self.request_mode {
+            // The destination waits for the body.
+            Mode::FullDuplex => Step::Send(Vec::new()),
+            Mode::Buffered | Mode::BufferedPartial => answer(proceed(Phase::RequestHeaders)),
+            Mode::Streamed | Mode::Skipped => reject(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "epp_misconfigured",
+                "the endpoint picker needs the request body: set the ext_proc filter's request_body_mode to FULL_DUPLEX_STREAMED or BUFFERED",
+            )),
+        }
+    }
+
+    async fn on_request_body(&mut self, b: HttpBody) -> Step {
+        if self.body.len() + b.body.len() > self.ctx.max_body_bytes {
+            return reject(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request_too_large",
+                format!(
+                    "the request body is larger than {} bytes",
+                    self.ctx.max_body_bytes
+                ),
+            ));
+        }
+        self.body.extend_from_slice(&b.body);
+        if !b.end_of_stream {
+            return match self.request_mode {
+                Mode::FullDuplex => Step::Send(Vec::new()),
+                // Envoy's buffer filled before the body ended: the prompt
+                // would be cut.
+                _ => reject(ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "request_too_large",
+                    "the request body is larger than the gateway's ext_proc buffer",
+                )),
+            };
+        }
+        let body = Bytes::from(std::mem::take(&mut self.body));
+        let phase = match self.request_mode {
+            Mode::FullDuplex => Phase::RequestHeaders,
+            _ => Phase::RequestBody,
+        };
+        match self.decide(phase, body.clone()).await {
+            Ok(mut answers) => {
+                if self.request_mode == Mode::FullDuplex {
+                    answers.extend(body_pieces(Phase::RequestBody, &body, true));
+                }
+                Step::Send(answers)
+            }
+            Err(e) => reject(e),
+        }
+    }
+
+    /// Picks for `body` and answers `phase` with the destination.
+    async fn decide(
+        &mut self,
+        phase: Phase,
+        body: Bytes,
+    ) -> Result<Vec<ProcessingResponse>, ApiError> {
+        let proxy = &self.ctx.proxy;
+        let pick = match &self.subset {
+            Some(subset) => {
+                let allowed = |url: &str| endpoint_of(url).is_some_and(|e| subset.contains(&e));
+                proxy.pick(self.endpoint, &body, Some(&allowed)).await
+            }
+            None => proxy.pick(self.endpoint, &body, None).await,
+        }
+        .map_err(|e| self.rejection(e))?;
+        self.endpoints = pick.urls().filter_map(endpoint_of).collect();
+        if self.endpoints.len() != pick.urls().count() {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no_ready_endpoint",
+                "a chosen worker's URL has no host:port",
+            ));
+        }
+        tracing::debug!(
+            worker = pick.worker_id(0),
+            endpoints = %self.endpoints.join(","),
+            prompt_tokens = pick.prompt_tokens(),
+            tracked = pick.tracked(),
+            "picked"
+        );
+        let answer = destination(phase, &self.endpoints);
+        self.pick = Some(pick);
+        metrics::counter!("prefix_router_epp_picks_total", "outcome" => "picked").increment(1);
+        Ok(vec![answer])
+    }
+
+    /// An error as the protocol wants it: no endpoint → 503, shed → 429.
+    fn rejection(&self, e: ProxyError) -> ApiError {
+        match e {
+            ProxyError::UnknownModel(model) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no_ready_endpoint",
+                match self.subset {
+                    Some(_) => format!(
+                        "no live worker of model {model:?} is in the gateway's endpoint subset"
+                    ),
+                    None => format!("model {model:?} is not served by any live worker"),
+                },
+            ),
+            ProxyError::Busy(_) => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "tokenizer_busy",
+                e.to_string(),
+            ),
+            other => ApiError::from(other),
+        }
+    }
+
+    /// Envoy's retries reached `endpoint`: the count follows.
+    async fn served(&mut self, endpoint: &str) {
+        let Some(index) = self.endpoints.iter().position(|e| e == endpoint) else {
+            return;
+        };
+        if let Some(pick) = self.pick.as_mut() {
+            self.ctx.proxy.served(pick, index).await;
+        }
+    }
+
+    fn on_response_body(&mut self, b: HttpBody) -> Step {
+        if self.response_ok {
+            self.usage.feed(&b.body);
+        }
+        let answers = match self.response_mode {
+            Mode::FullDuplex => body_pieces(Phase::ResponseBody, &b.body, b.end_of_stream),
+            _ => vec![proceed(Phase::ResponseBody)],
+        };
+        if b.end_of_stream {
+            self.finish();
+        }
+        Step::Send(answers)
+    }
+
+    /// The response ended: record the engine's usage, release the count.
+    pub fn finish(&mut self) {
+        let Some(pick) = self.pick.take() else {
+            return;
+        };
+        if let Some(usage) = self.usage.usage() {
+            let model = pick.model().to_owned();
+            metrics::counter!("prefix_router_engine_prompt_tokens_total", "model" => model.clone())
+                .increment(usage.prompt_tokens);
+            metrics::counter!("prefix_router_engine_cached_tokens_total", "model" => model)
+                .increment(usage.cached_tokens);
+        }
+    }
+}
+
+fn answer(response: ProcessingResponse) -> Step {
+    Step::Send(vec![response])
+}
+
+fn reject(error: ApiError) -> Step {
+    metrics::counter!("prefix_router_epp_picks_total", "outcome" => error.kind).increment(1);
+    if error.status.is_server_error() {
+        tracing::warn!(status = %error.status, error = %error.message, "endpoint picker refused a request");
+    }
+    Step::Stop(Box::new(immediate(&error)))
+}

@@ -1,0 +1,170 @@
+//! The ext_proc answers the picker sends: continue, the destination
+//! (headers, dynamic metadata, the body handed back), an immediate error.
+
+use std::collections::HashMap;
+
+use envoy_types::pb::envoy::config::core::v3::{HeaderValue, HeaderValueOption};
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    BodyMutation, BodyResponse, CommonResponse, HeaderMutation, HeadersResponse, ImmediateResponse,
+    ProcessingResponse, StreamedBodyResponse, TrailersResponse, body_mutation,
+    processing_response::Response,
+};
+use envoy_types::pb::envoy::r#type::v3::HttpStatus;
+use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
+
+use crate::api::ApiError;
+
+/// The header (and metadata key) that names the chosen endpoints.
+pub const DESTINATION_KEY: &str = "x-gateway-destination-endpoint";
+/// The dynamic metadata namespace of the destination.
+pub const DESTINATION_NAMESPACE: &str = "envoy.lb";
+/// Largest body piece handed back in one message (as GIE's picker does:
+/// well under gRPC's default 4 MiB message cap).
+const BODY_PIECE: usize = 62 * 1024;
+
+/// Which message of the HTTP exchange an answer is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    RequestHeaders,
+    RequestBody,
+    RequestTrailers,
+    ResponseHeaders,
+    ResponseBody,
+    ResponseTrailers,
+}
+
+fn wrap(phase: Phase, common: Option<CommonResponse>) -> ProcessingResponse {
+    let headers = || HeadersResponse {
+        response: common.clone(),
+    };
+    let body = || BodyResponse {
+        response: common.clone(),
+    };
+    let response = match phase {
+        Phase::RequestHeaders => Response::RequestHeaders(headers()),
+        Phase::ResponseHeaders => Response::ResponseHeaders(headers()),
+        Phase::RequestBody => Response::RequestBody(body()),
+        Phase::ResponseBody => Response::ResponseBody(body()),
+        Phase::RequestTrailers => Response::RequestTrailers(TrailersResponse::default()),
+        Phase::ResponseTrailers => Response::ResponseTrailers(TrailersResponse::default()),
+    };
+    ProcessingResponse {
+        response: Some(response),
+        ..ProcessingResponse::default()
+    }
+}
+
+/// Go on unchanged.
+pub fn proceed(phase: Phase) -> ProcessingResponse {
+    wrap(phase, None)
+}
+
+/// The destination: `endpoints` (`ip:port`, best first) set as the header
+/// and as `envoy.lb` dynamic metadata, the same value in both (the
+/// protocol forbids two), with the route cache cleared so that the header
+/// is seen by routing. Sent as the answer to `phase`: the request's
+/// headers, or its body when that was buffered (then Envoy applies the
+/// header mutation before forwarding).
+pub fn destination(phase: Phase, endpoints: &[String]) -> ProcessingResponse {
+    let value = endpoints.join(",");
+    let common = CommonResponse {
+        header_mutation: Some(HeaderMutation {
+            set_headers: vec![header(DESTINATION_KEY, &value)],
+            remove_headers: Vec::new(),
+        }),
+        clear_route_cache: true,
+        ..CommonResponse::default()
+    };
+    let mut answer = wrap(phase, Some(common));
+    answer.dynamic_metadata = Some(namespace(
+        DESTINATION_NAMESPACE,
+        [(DESTINATION_KEY, string(value))],
+    ));
+    answer
+}
+
+/// The body handed back in full-duplex streamed mode, where Envoy forwards
+/// only what the processor returns: in pieces, the last marked as the end.
+pub fn body_pieces(phase: Phase, body: &[u8], end_of_stream: bool) -> Vec<ProcessingResponse> {
+    let mut pieces: Vec<&[u8]> = body.chunks(BODY_PIECE).collect();
+    if pieces.is_empty() {
+        pieces.push(&[]);
+    }
+    let last = pieces.len() - 1;
+    pieces
+        .into_iter()
+        .enumerate()
+        .map(|(i, piece)| {
+            let common = CommonResponse {
+                body_mutation: Some(BodyMutation {
+                    mutation: Some(body_mutation::Mutation::StreamedResponse(
+                        StreamedBodyResponse {
+                            body: piece.to_vec(),
+                            end_of_stream: end_of_stream && i == last,
+                            ..StreamedBodyResponse::default()
+                        },
+                    )),
+                }),
+                ..CommonResponse::default()
+            };
+            wrap(phase, Some(common))
+        })
+        .collect()
+}
+
+/// Answers the client at once with `error` (status and the router's JSON
+/// error body); the request goes nowhere.
+pub fn immediate(error: &ApiError) -> ProcessingResponse {
+    let body = serde_json::json!({
+        "error": { "message": error.message, "type": error.kind, "code": error.status.as_u16() }
+    });
+    ProcessingResponse {
+        response: Some(Response::ImmediateResponse(ImmediateResponse {
+            status: Some(HttpStatus {
+                code: i32::from(error.status.as_u16()),
+            }),
+            headers: Some(HeaderMutation {
+                set_headers: vec![header("content-type", "application/json")],
+                remove_headers: Vec::new(),
+            }),
+            body: body.to_string().into_bytes(),
+            grpc_status: None,
+            details: format!("prefix_router_{}", error.kind),
+        })),
+        ..ProcessingResponse::default()
+    }
+}
+
+fn header(key: &str, value: &str) -> HeaderValueOption {
+    HeaderValueOption {
+        header: Some(HeaderValue {
+            key: key.to_owned(),
+            raw_value: value.as_bytes().to_vec(),
+            ..HeaderValue::default()
+        }),
+        ..HeaderValueOption::default()
+    }
+}
+
+fn string(s: String) -> Value {
+    Value {
+        kind: Some(Kind::StringValue(s)),
+    }
+}
+
+fn namespace<const N: usize>(name: &str, fields: [(&str, Value); N]) -> Struct {
+    let inner = Struct {
+        fields: fields
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect::<HashMap<_, _>>(),
+    };
+    Struct {
+        fields: HashMap::from([(
+            name.to_owned(),
+            Value {
+                kind: Some(Kind::StructValue(inner)),
+            },
+        )]),
+    }
+}

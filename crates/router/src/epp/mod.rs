@@ -1,0 +1,199 @@
+//! `prefix-router epp`: the router as a Gateway API Inference Extension
+//! endpoint picker. Envoy calls it over the ext_proc gRPC protocol for
+//! each request; it tokenizes and routes exactly as `serve` does (same
+//! shared state, same atomic claim) and tells Envoy where to send the
+//! request, in the `x-gateway-destination-endpoint` header and the
+//! `envoy.lb` dynamic metadata (GIE's Endpoint Picker Protocol); Envoy
+//! forwards it itself.
+//!
+//! Layout (each uses only those above it):
+//!
+//! * `messages`: the answers: continue, destination, body handed back,
+//!   immediate error.
+//! * `metadata`: what is read from Envoy's messages (headers, subset hint,
+//!   served endpoint), and worker URLs as `ip:port`.
+//! * `usage`: the engine's prompt and cached tokens, from a response's end.
+//! * `exchange`: one request's stream, message by message.
+//! * this file: the gRPC services (ext_proc and health) and their listener.
+//!
+//! Below: `proxy` ([`Proxy::pick`]), `config` (`EppSettings`).
+
+mod exchange;
+mod messages;
+mod metadata;
+mod usage;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::{
+    ExternalProcessor, ExternalProcessorServer,
+};
+use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
+use futures_util::Stream;
+use state::StateStore;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tonic::{Request, Response, Status, Streaming};
+use tonic_health::ServingStatus;
+
+use crate::config::{BodyMode, ServeConfig};
+use crate::proxy::Proxy;
+use exchange::{Exchange, Step};
+
+/// The gRPC service names whose health the picker reports, as GIE's do.
+const HEALTH_SERVICES: [&str; 3] = [
+    "liveness",
+    "readiness",
+    "envoy.service.ext_proc.v3.ExternalProcessor",
+];
+
+/// What every stream shares.
+struct EppContext {
+    proxy: Arc<Proxy>,
+    body_mode: BodyMode,
+    max_body_bytes: usize,
+    /// The model of requests without a body.
+    default_model: Option<String>,
+}
+
+struct Picker {
+    ctx: Arc<EppContext>,
+}
+
+#[tonic::async_trait]
+impl ExternalProcessor for Picker {
+    type ProcessStream = Pin<Box<dyn Stream<Item = Result<ProcessingResponse, Status>> + Send>>;
+
+    async fn process(
+        &self,
+        request: Request<Streaming<ProcessingRequest>>,
+    ) -> Result<Response<Self::ProcessStream>, Status> {
+        let mut inbound = request.into_inner();
+        let (tx, rx) = mpsc::channel(16);
+        let ctx = self.ctx.clone();
+        // The exchange (and the in-flight count it holds) lives as long as
+        // Envoy's stream: to the response's end, or until Envoy goes away.
+        tokio::spawn(async move {
+            let mut exchange = Exchange::new(ctx);
+            loop {
+                let message = match inbound.message().await {
+                    Ok(Some(m)) => m,
+                    Ok(None) => break,
+                    Err(status) => {
+                        tracing::debug!(%status, "ext_proc stream ended by the gateway");
+                        break;
+                    }
+                };
+                match exchange.on(message).await {
+                    Step::Send(answers) => {
+                        for a in answers {
+                            if tx.send(Ok(a)).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Step::Stop(answer) => {
+                        let _ = tx.send(Ok(*answer)).await;
+                        break;
+                    }
+                }
+            }
+            exchange.finish();
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// Serves ext_proc and gRPC health on `listener` until `down` turns true.
+/// Readiness follows Valkey (checked every second), or the proxy's
+/// fallback: a picker that can still route by the workers it last saw
+/// stays ready when Valkey is away.
+async fn serve(
+    listener: TcpListener,
+    ctx: EppContext,
+    store: StateStore,
+    mut down: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    for name in HEALTH_SERVICES {
+        reporter
+            .set_service_status(name, ServingStatus::NotServing)
+            .await;
+    }
+    reporter
+        .set_service_status("liveness", ServingStatus::Serving)
+        .await;
+    reporter
+        .set_service_status("", ServingStatus::Serving)
+        .await;
+    let ctx = Arc::new(ctx);
+    let proxy = ctx.proxy.clone();
+    let mut health_down = down.clone();
+    let readiness = tokio::spawn(async move {
+        loop {
+            let ready = store.ping().await.is_ok() || proxy.knows_workers();
+            let status = if ready {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            };
+            for name in &HEALTH_SERVICES[1..] {
+                reporter.set_service_status(*name, status).await;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = health_down.wait_for(|d| *d) => break,
+            }
+        }
+        for name in HEALTH_SERVICES {
+            reporter
+                .set_service_status(name, ServingStatus::NotServing)
+                .await;
+        }
+    });
+    let max_message = ctx.max_body_bytes.saturating_add(1 << 20);
+    let ext_proc = ExternalProcessorServer::from_arc(Arc::new(Picker { ctx }))
+        .max_decoding_message_size(max_message)
+        .max_encoding_message_size(max_message);
+    let addr = listener.local_addr()?;
+    tracing::info!(grpc_listen = %addr, "endpoint picker serving ext_proc");
+    let served = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(health)
+        .add_service(ext_proc)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+            let _ = down.wait_for(|d| *d).await;
+        })
+        .await
+        .context("ext_proc gRPC server");
+    let _ = readiness.await;
+    served
+}
+
+/// Starts the picker when `cfg` asks for one (`prefix-router epp`): binds
+/// its listener (an error if it cannot) and serves until `down`.
+pub async fn spawn(
+    cfg: &ServeConfig,
+    proxy: Arc<Proxy>,
+    store: StateStore,
+    down: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Option<JoinHandle<anyhow::Result<()>>>> {
+    let Some(settings) = &cfg.epp else {
+        return Ok(None);
+    };
+    let listener = TcpListener::bind(settings.grpc_listen)
+        .await
+        .with_context(|| format!("binding the ext_proc listener {}", settings.grpc_listen))?;
+    let ctx = EppContext {
+        proxy,
+        body_mode: settings.body_mode,
+        max_body_bytes: cfg.max_body_bytes,
+        default_model: cfg.model.clone(),
+    };
+    Ok(Some(tokio::spawn(serve(listener, ctx, store, down))))
+}

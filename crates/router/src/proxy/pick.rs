@@ -1,0 +1,115 @@
+//! [`Proxy::pick`]: the routing decision without the forwarding, for a
+//! gateway that sends the request itself (the endpoint picker).
+
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::candidates::Target;
+use super::prompts::{Chain, Parsed};
+use super::ranking::UrlFilter;
+use super::{Endpoint, InFlightGuard, Proxy, ProxyError, decision, record_outcome};
+
+/// Where a request should go: the workers in order, the first claimed and
+/// counted in flight (as [`Proxy::handle`] does before forwarding) until
+/// this is dropped or the request is [`served`](Proxy::served) elsewhere.
+pub struct Pick {
+    model: String,
+    chain: Chain,
+    ranked: Vec<Target>,
+    /// Whether the ranking came from the shared state (else the fallback:
+    /// nothing claimed or counted).
+    tracked: bool,
+    /// Which of `ranked` the count is on.
+    counted_on: usize,
+    guard: InFlightGuard,
+}
+
+impl Pick {
+    /// The routed model.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// The chosen workers' base URLs, best first (the rest are fallbacks).
+    pub fn urls(&self) -> impl Iterator<Item = &str> {
+        self.ranked.iter().map(|t| t.url.as_str())
+    }
+
+    /// The id of the worker at `index` of [`urls`](Self::urls).
+    pub fn worker_id(&self, index: usize) -> Option<&str> {
+        self.ranked
+            .get(index)
+            .map(|t| t.candidate.worker_id.as_str())
+    }
+
+    /// Tokens of the prompt, as the engine counts them.
+    pub fn prompt_tokens(&self) -> u64 {
+        self.chain.prompt_tokens
+    }
+
+    /// Whether the decision came from the shared state (else from the
+    /// fallback, with Valkey away).
+    pub fn tracked(&self) -> bool {
+        self.tracked
+    }
+}
+
+impl Proxy {
+    /// Reads `body` for `endpoint`, ranks the workers (only those whose URL
+    /// `allowed` accepts, when given), claims the prompt's blocks for the
+    /// first and counts it in flight; at most `--max-attempts` workers.
+    pub async fn pick(
+        &self,
+        endpoint: Endpoint,
+        body: &Bytes,
+        allowed: Option<&UrlFilter<'_>>,
+    ) -> Result<Pick, ProxyError> {
+        let started = Instant::now();
+        let Parsed { model, chain, .. } = self.read(endpoint, body).await?;
+        let (mut ranked, tracked) = self.rank_within(&model, &chain, allowed).await?;
+        metrics::counter!("prefix_router_decisions_total", "outcome" => decision(&ranked, tracked))
+            .increment(1);
+        ranked.truncate(self.max_attempts);
+        let Some(first) = ranked.first() else {
+            return Err(ProxyError::UnknownModel(model));
+        };
+        let counted = first.assigned || (tracked && self.assign(&model, first, &chain).await);
+        let guard = InFlightGuard::new(
+            self.store.clone(),
+            &model,
+            &first.candidate.worker_id,
+            counted,
+        );
+        record_outcome(&model, first, &chain);
+        metrics::histogram!("prefix_router_route_seconds").record(started.elapsed().as_secs_f64());
+        Ok(Pick {
+            model,
+            chain,
+            ranked,
+            tracked,
+            counted_on: 0,
+            guard,
+        })
+    }
+
+    /// The gateway says the worker at `index` of the pick's URLs served the
+    /// request (the first failed): the count moves there, and that worker
+    /// is claimed the prompt's blocks as the first was.
+    pub async fn served(&self, pick: &mut Pick, index: usize) {
+        if index == pick.counted_on {
+            return;
+        }
+        let Some(target) = pick.ranked.get(index) else {
+            return;
+        };
+        let counted = pick.tracked && self.assign(&pick.model, target, &pick.chain).await;
+        pick.guard = InFlightGuard::new(
+            self.store.clone(),
+            &pick.model,
+            &target.candidate.worker_id,
+            counted,
+        );
+        pick.counted_on = index;
+    }
+}

@@ -1,0 +1,241 @@
+//! Envoy's side of an ext_proc stream, for the endpoint picker's tests:
+//! the messages it sends and the reading of the picker's answers.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue, Metadata};
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
+use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
+use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
+use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    CommonResponse, HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
+    ProtocolConfiguration, body_mutation,
+};
+use envoy_types::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
+use serde_json::Value as Json;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// The header (and `envoy.lb` metadata key) of the destination.
+pub const DESTINATION: &str = "x-gateway-destination-endpoint";
+
+/// One ext_proc stream, as Envoy holds it for one HTTP request.
+pub struct Envoy {
+    pub tx: Option<mpsc::Sender<ProcessingRequest>>,
+    pub rx: tonic::Streaming<ProcessingResponse>,
+}
+
+impl Envoy {
+    pub async fn open(grpc: SocketAddr) -> Envoy {
+        let mut client = ExternalProcessorClient::connect(format!("http://{grpc}"))
+            .await
+            .unwrap();
+        let (tx, rx) = mpsc::channel(16);
+        let answers = client.process(ReceiverStream::new(rx)).await.unwrap();
+        Envoy {
+            tx: Some(tx),
+            rx: answers.into_inner(),
+        }
+    }
+
+    pub async fn send(&self, message: ProcessingRequest) {
+        self.tx.as_ref().unwrap().send(message).await.unwrap();
+    }
+
+    pub async fn recv(&mut self) -> ProcessingResponse {
+        tokio::time::timeout(Duration::from_secs(20), self.rx.message())
+            .await
+            .expect("an answer within 20 s")
+            .expect("a healthy stream")
+            .expect("an answer, not the end of the stream")
+    }
+
+    /// True when the picker ended the stream.
+    pub async fn ended(&mut self) -> bool {
+        matches!(
+            tokio::time::timeout(Duration::from_secs(20), self.rx.message()).await,
+            Ok(Ok(None))
+        )
+    }
+
+    /// Ends the stream from Envoy's side (the HTTP request is over).
+    pub async fn close(mut self) {
+        self.tx.take();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.rx.message()).await;
+    }
+}
+
+pub fn headers_of(pairs: &[(&str, &str)]) -> HeaderMap {
+    HeaderMap {
+        headers: pairs
+            .iter()
+            .map(|(k, v)| HeaderValue {
+                key: (*k).into(),
+                raw_value: v.as_bytes().to_vec(),
+                ..HeaderValue::default()
+            })
+            .collect(),
+    }
+}
+
+pub fn modes(request: BodySendMode, response: BodySendMode) -> Option<ProtocolConfiguration> {
+    Some(ProtocolConfiguration {
+        request_body_mode: request as i32,
+        response_body_mode: response as i32,
+        ..ProtocolConfiguration::default()
+    })
+}
+
+pub fn request_headers(
+    path: &str,
+    end_of_stream: bool,
+    config: Option<ProtocolConfiguration>,
+    metadata: Option<Metadata>,
+) -> ProcessingRequest {
+    ProcessingRequest {
+        request: Some(Request::RequestHeaders(HttpHeaders {
+            headers: Some(headers_of(&[
+                (":method", "POST"),
+                (":path", path),
+                ("content-type", "application/json"),
+            ])),
+            end_of_stream,
+            ..HttpHeaders::default()
+        })),
+        protocol_config: config,
+        metadata_context: metadata,
+        ..ProcessingRequest::default()
+    }
+}
+
+pub fn request_body(body: &[u8], end_of_stream: bool) -> ProcessingRequest {
+    ProcessingRequest {
+        request: Some(Request::RequestBody(HttpBody {
+            body: body.to_vec(),
+            end_of_stream,
+            ..HttpBody::default()
+        })),
+        ..ProcessingRequest::default()
+    }
+}
+
+pub fn response_headers(status: &str, served: Option<&str>) -> ProcessingRequest {
+    let metadata = served.map(|s| {
+        namespace(
+            "envoy.lb",
+            "x-gateway-destination-endpoint-served",
+            string(s),
+        )
+    });
+    ProcessingRequest {
+        request: Some(Request::ResponseHeaders(HttpHeaders {
+            headers: Some(headers_of(&[(":status", status)])),
+            ..HttpHeaders::default()
+        })),
+        metadata_context: metadata,
+        ..ProcessingRequest::default()
+    }
+}
+
+pub fn response_body(body: &[u8], end_of_stream: bool) -> ProcessingRequest {
+    ProcessingRequest {
+        request: Some(Request::ResponseBody(HttpBody {
+            body: body.to_vec(),
+            end_of_stream,
+            ..HttpBody::default()
+        })),
+        ..ProcessingRequest::default()
+    }
+}
+
+pub fn string(s: &str) -> Value {
+    Value {
+        kind: Some(Kind::StringValue(s.into())),
+    }
+}
+
+pub fn namespace(name: &str, key: &str, value: Value) -> Metadata {
+    Metadata {
+        filter_metadata: HashMap::from([(
+            name.to_owned(),
+            Struct {
+                fields: HashMap::from([(key.to_owned(), value)]),
+            },
+        )]),
+        ..Metadata::default()
+    }
+}
+
+pub fn subset(endpoints: &[&str]) -> Metadata {
+    let list = Value {
+        kind: Some(Kind::ListValue(ListValue {
+            values: endpoints.iter().map(|e| string(e)).collect(),
+        })),
+    };
+    namespace(
+        "envoy.lb.subset_hint",
+        "x-gateway-destination-endpoint-subset",
+        list,
+    )
+}
+
+pub fn common(answer: &ProcessingResponse) -> Option<&CommonResponse> {
+    match answer.response.as_ref()? {
+        Response::RequestHeaders(h) | Response::ResponseHeaders(h) => h.response.as_ref(),
+        Response::RequestBody(b) | Response::ResponseBody(b) => b.response.as_ref(),
+        _ => None,
+    }
+}
+
+/// The destination an answer sets: the header's value, checked equal to
+/// the `envoy.lb` dynamic metadata's (the protocol forbids two values).
+pub fn destination(answer: &ProcessingResponse) -> Vec<String> {
+    let common = common(answer).expect("a headers or body answer");
+    assert!(common.clear_route_cache, "the route cache is cleared");
+    let mutation = common.header_mutation.as_ref().expect("a header mutation");
+    let header = mutation
+        .set_headers
+        .iter()
+        .filter_map(|h| h.header.as_ref())
+        .find(|h| h.key == DESTINATION)
+        .expect("the destination header");
+    let value = String::from_utf8(header.raw_value.clone()).unwrap();
+    let metadata = answer.dynamic_metadata.as_ref().expect("dynamic metadata");
+    let Some(Kind::StructValue(lb)) = &metadata.fields["envoy.lb"].kind else {
+        panic!("envoy.lb is a struct");
+    };
+    let Some(Kind::StringValue(meta)) = &lb.fields[DESTINATION].kind else {
+        panic!("the destination metadata is a string");
+    };
+    assert_eq!(&value, meta, "header and metadata agree");
+    value.split(',').map(str::to_owned).collect()
+}
+
+/// The body handed back in streamed pieces, and whether the last ended it.
+pub fn handed_back(answers: &[ProcessingResponse]) -> (Vec<u8>, bool) {
+    let mut body = Vec::new();
+    let mut ended = false;
+    for a in answers {
+        let mutation = common(a).and_then(|c| c.body_mutation.as_ref());
+        let Some(body_mutation::Mutation::StreamedResponse(piece)) =
+            mutation.and_then(|m| m.mutation.as_ref())
+        else {
+            panic!("a streamed body piece, got {a:?}");
+        };
+        assert!(!ended, "nothing after the end");
+        body.extend_from_slice(&piece.body);
+        ended = piece.end_of_stream;
+    }
+    (body, ended)
+}
+
+pub fn immediate(answer: &ProcessingResponse) -> (i32, Json) {
+    let Some(Response::ImmediateResponse(r)) = &answer.response else {
+        panic!("an immediate response, got {answer:?}");
+    };
+    let body: Json = serde_json::from_slice(&r.body).expect("a JSON error body");
+    (r.status.as_ref().unwrap().code, body)
+}
