@@ -30,7 +30,7 @@ fn docs(path: &Path) -> Vec<Value> {
         .collect()
 }
 
-const KINDS: [(&str, &str); 9] = [
+const KINDS: [(&str, &str); 11] = [
     ("v1", "Service"),
     ("v1", "Secret"),
     ("apps/v1", "Deployment"),
@@ -40,6 +40,8 @@ const KINDS: [(&str, &str); 9] = [
     ("policy/v1", "PodDisruptionBudget"),
     ("networking.k8s.io/v1", "NetworkPolicy"),
     ("kustomize.config.k8s.io/v1beta1", "Kustomization"),
+    ("inference.networking.k8s.io/v1", "InferencePool"),
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"),
 ];
 
 fn dns_label(name: &str) -> bool {
@@ -85,13 +87,17 @@ fn build(dir: &Path) -> Vec<Value> {
     out
 }
 
-/// A strategic merge, enough for these patches: maps merge, lists of named
-/// maps merge by name, other values replace.
+/// A strategic merge, enough for these patches: maps merge (a key set to
+/// null is deleted), lists of named maps merge by name, other values replace.
 fn merge(into: &mut Value, patch: &Value) {
     match (into, patch) {
         (Value::Object(a), Value::Object(b)) => {
             for (k, v) in b {
-                merge(a.entry(k.clone()).or_insert(Value::Null), v);
+                if v.is_null() {
+                    a.remove(k);
+                } else {
+                    merge(a.entry(k.clone()).or_insert(Value::Null), v);
+                }
             }
         }
         (Value::Array(a), Value::Array(b))
@@ -173,8 +179,31 @@ fn check(objects: &[Value], what: &str) {
                 .flatten()
                 .map(|p| p["name"].as_str().unwrap())
                 .collect();
-            for probe in ["readinessProbe", "livenessProbe"] {
+            let numbers: BTreeSet<u64> = c["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p["containerPort"].as_u64())
+                .collect();
+            for probe in ["startupProbe", "readinessProbe", "livenessProbe"] {
                 let p = &c[probe];
+                if let Some(o) = p.as_object() {
+                    let handlers = ["httpGet", "tcpSocket", "grpc", "exec"];
+                    let n = handlers.iter().filter(|h| o.contains_key(**h)).count();
+                    assert_eq!(n, 1, "{what}: {probe} has {n} handlers");
+                }
+                if let Some(port) = p["grpc"]["port"].as_u64() {
+                    assert!(
+                        numbers.contains(&port),
+                        "{what}: {probe} on unknown port {port}"
+                    );
+                    // The picker's gRPC health services (src/epp/mod.rs).
+                    let service = p["grpc"]["service"].as_str().unwrap_or("");
+                    assert!(
+                        ["", "liveness", "readiness"].contains(&service),
+                        "{what}: {probe} asks for gRPC health of {service:?}"
+                    );
+                }
                 for kind in ["httpGet", "tcpSocket"] {
                     if let Some(port) = p[kind]["port"].as_str() {
                         assert!(
@@ -265,6 +294,7 @@ fn check(objects: &[Value], what: &str) {
             }
         }
     }
+    inference_routing(objects, &pods, what);
     for h in objects
         .iter()
         .filter(|o| o["kind"] == "HorizontalPodAutoscaler")
@@ -293,6 +323,81 @@ fn check(objects: &[Value], what: &str) {
             p["kind"],
             p["metadata"]["name"]
         );
+    }
+}
+
+/// An InferencePool selects pods serving its target ports and names a
+/// picker Service whose port reaches a `prefix-router epp`; an HTTPRoute's
+/// pool exists.
+fn inference_routing(objects: &[Value], pods: &[(&Value, &Value)], what: &str) {
+    for pool in objects.iter().filter(|o| o["kind"] == "InferencePool") {
+        let name = &pool["metadata"]["name"];
+        let selected: Vec<_> = pods
+            .iter()
+            .filter(|(_, t)| {
+                labels_match(
+                    &pool["spec"]["selector"]["matchLabels"],
+                    &t["metadata"]["labels"],
+                )
+            })
+            .collect();
+        assert!(!selected.is_empty(), "{what}: pool {name} selects no pod");
+        for port in pool["spec"]["targetPorts"].as_array().unwrap() {
+            assert!(
+                selected.iter().all(|(_, t)| t["spec"]["containers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .flat_map(|c| c["ports"].as_array().into_iter().flatten())
+                    .any(|p| p["containerPort"] == port["number"])),
+                "{what}: pool {name} targets port {} its pods lack",
+                port["number"]
+            );
+        }
+        let picker = &pool["spec"]["endpointPickerRef"];
+        let service = objects
+            .iter()
+            .find(|o| o["kind"] == "Service" && o["metadata"]["name"] == picker["name"])
+            .unwrap_or_else(|| panic!("{what}: pool {name}: no picker Service {}", picker["name"]));
+        let port = service["spec"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["port"] == picker["port"]["number"])
+            .unwrap_or_else(|| panic!("{what}: pool {name}: the picker Service has no such port"));
+        let target = port["targetPort"].as_str().unwrap();
+        let runs_epp = pods.iter().any(|(_, t)| {
+            labels_match(&service["spec"]["selector"], &t["metadata"]["labels"])
+                && t["spec"]["containers"].as_array().unwrap().iter().any(|c| {
+                    c["args"][0] == "epp"
+                        && c["ports"].as_array().into_iter().flatten().any(|p| {
+                            p["name"] == target && {
+                                let listen = flag(c["args"].as_array().unwrap(), "--grpc-listen");
+                                listen.is_some_and(|l| {
+                                    l.ends_with(&format!(":{}", p["containerPort"]))
+                                })
+                            }
+                        })
+                })
+        });
+        assert!(
+            runs_epp,
+            "{what}: pool {name}'s picker port reaches no `prefix-router epp --grpc-listen`"
+        );
+    }
+    for route in objects.iter().filter(|o| o["kind"] == "HTTPRoute") {
+        for rule in route["spec"]["rules"].as_array().unwrap() {
+            for backend in rule["backendRefs"].as_array().unwrap() {
+                if backend["kind"] == "InferencePool" {
+                    assert!(
+                        objects.iter().any(|o| o["kind"] == "InferencePool"
+                            && o["metadata"]["name"] == backend["name"]),
+                        "{what}: route to a missing pool {}",
+                        backend["name"]
+                    );
+                }
+            }
+        }
     }
 }
 
@@ -368,6 +473,14 @@ fn the_kubernetes_manifests_hold_together() {
         .map(|i| args[i + 1].as_str().unwrap())
         .unwrap();
     assert_eq!(seeds.split(',').count(), 3);
+    let gateway = build(&root().join("overlays/inference-gateway"));
+    check(&gateway, "inference-gateway");
+    hashing_agrees(&gateway, "inference-gateway");
+    let kinds: BTreeSet<&str> = gateway
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains("InferencePool") && kinds.contains("HTTPRoute"));
 }
 
 #[test]
@@ -402,6 +515,14 @@ fn the_checks_catch_a_wrong_flag_and_a_dangling_selector() {
         .unwrap();
     base[s]["spec"]["selector"] = serde_json::json!({"app.kubernetes.io/name": "valkye"});
     assert!(std::panic::catch_unwind(|| check(&base, "mutated")).is_err());
+    // A pool whose picker port is not the one `epp` listens on.
+    let mut gateway = build(&root().join("overlays/inference-gateway"));
+    let pool = gateway
+        .iter()
+        .position(|o| o["kind"] == "InferencePool")
+        .unwrap();
+    gateway[pool]["spec"]["endpointPickerRef"]["port"]["number"] = Value::from(8080);
+    assert!(std::panic::catch_unwind(|| check(&gateway, "mutated")).is_err());
 }
 
 /// `deploy/kubernetes/schemas/`: Kubernetes 1.33's strict JSON schemas of
@@ -447,7 +568,11 @@ fn schemas() -> (boon::Schemas, BTreeMap<(String, String), boon::SchemaIndex>) {
 fn every_object_matches_the_kubernetes_schema() {
     let (schemas, index) = schemas();
     let mut checked = 0;
-    for dir in ["base", "overlays/valkey-cluster"] {
+    for dir in [
+        "base",
+        "overlays/valkey-cluster",
+        "overlays/inference-gateway",
+    ] {
         for o in build(&root().join(dir)) {
             let key = (
                 o["apiVersion"].as_str().unwrap().to_owned(),
@@ -472,4 +597,16 @@ fn every_object_matches_the_kubernetes_schema() {
     bad["spec"]["template"]["spec"]["contianers"] = serde_json::json!([]);
     let idx = index[&("apps/v1".to_owned(), "Deployment".to_owned())];
     assert!(schemas.validate(&bad, idx).is_err());
+    // So are the CRDs' (GIE's InferencePool, Gateway API's HTTPRoute).
+    let mut pool = build(&root().join("overlays/inference-gateway"))
+        .into_iter()
+        .find(|o| o["kind"] == "InferencePool")
+        .unwrap();
+    let idx = index[&(
+        "inference.networking.k8s.io/v1".to_owned(),
+        "InferencePool".to_owned(),
+    )];
+    assert!(schemas.validate(&pool, idx).is_ok());
+    pool["spec"]["endpointPickerRef"]["failureMode"] = Value::from("FailSometimes");
+    assert!(schemas.validate(&pool, idx).is_err());
 }
