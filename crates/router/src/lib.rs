@@ -16,6 +16,7 @@
 //! * [`routing`]: the policies, pure: `cache_aware`, `round_robin`,
 //!   `least_loaded`, `power_of_two`, `consistent_hash`, bounded load.
 //! * `load_scrape`: optional scraping of workers' `/metrics` for their load.
+//! * `telemetry`: the logger, and routing spans exported over OTLP.
 //! * `config`: flags, environment and TOML, resolved into [`ServeConfig`].
 //! * `hop`: forwarding-loop guards (the `via` mark, own listeners).
 //! * `forward_paths`: which `/v1/*` paths reach a worker, and the check
@@ -34,9 +35,11 @@ mod load_scrape;
 mod proxy;
 pub mod routing;
 mod serve;
+mod telemetry;
 
 pub use config::{
     BodyMode, EppArgs, EppSettings, ExposureArgs, ModelConfig, ServeArgs, ServeConfig, StaticWorker,
 };
 pub use protocol::headers::WORKER_HEADER;
 pub use serve::{metrics_handle, run, serve_on, serve_with, wait_for_signal};
+pub use telemetry::{OtlpSettings, TelemetryGuard, init as init_telemetry};

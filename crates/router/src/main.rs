@@ -3,7 +3,6 @@
 use clap::{Parser, Subcommand};
 use prefix_router::{EppArgs, ServeArgs, ServeConfig};
 use state::inspect::InspectArgs;
-use tracing_subscriber::EnvFilter;
 use worker::reporter::ReporterArgs;
 
 /// Stateless, cache-aware routers for LLM inference sharing one prefix index in Valkey.
@@ -29,13 +28,14 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_env("PREFIX_ROUTER_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .init();
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
+    let otlp = match &cli.command {
+        Command::Serve(args) => args.exposure.otlp()?,
+        Command::Epp(args) => args.serve.exposure.otlp()?,
+        _ => None,
+    };
+    let _telemetry = prefix_router::init_telemetry(otlp.as_ref())?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Runtime::new()?;
     match cli.command {
         Command::Serve(args) => {

@@ -43,19 +43,8 @@ struct Fleet {
 
 async fn fleet(body_mode: BodyMode) -> Fleet {
     let valkey = Valkey::start();
-    let mut pickers = Vec::new();
-    for _ in 0..2 {
-        let mut a = args();
-        a.model = Some(MODEL.into());
-        a.tokenizer_dir = Some(tokenizer_dir());
-        // Locality only: these tests are about pickers agreeing, not about
-        // spreading load.
-        a.epsilon = Some(100.0);
-        a.queue_cost_tokens = Some(0.0);
-        let grpc: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let router = Router::start_epp(&valkey.url(), a, grpc, body_mode).await;
-        pickers.push((router, grpc));
-    }
+    // The workers first: the pickers' start (two tokenizers loaded) is the
+    // heavy part, on 2 shared cores.
     let ttls = StateTtls {
         worker_lease: Duration::from_secs(600),
         ..StateTtls::default()
@@ -72,6 +61,19 @@ async fn fleet(body_mode: BodyMode) -> Fleet {
         store.heartbeat(MODEL, &hb).await.unwrap();
         endpoints.push(endpoint);
     }
+    let mut pickers = Vec::new();
+    for _ in 0..2 {
+        let mut a = args();
+        a.model = Some(MODEL.into());
+        a.tokenizer_dir = Some(tokenizer_dir());
+        // Locality only: these tests are about pickers agreeing, not about
+        // spreading load.
+        a.epsilon = Some(100.0);
+        a.queue_cost_tokens = Some(0.0);
+        let grpc: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let router = Router::start_epp(&valkey.url(), a, grpc, body_mode).await;
+        pickers.push((router, grpc));
+    }
     for (_, grpc) in &pickers {
         wait_serving(*grpc).await;
     }
@@ -84,7 +86,7 @@ async fn fleet(body_mode: BodyMode) -> Fleet {
 }
 
 async fn wait_serving(grpc: SocketAddr) {
-    for _ in 0..100 {
+    for _ in 0..600 {
         if health(grpc, "readiness").await == Some(ServingStatus::Serving) {
             return;
         }

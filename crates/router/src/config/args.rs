@@ -158,6 +158,15 @@ pub struct ExposureArgs {
     /// and are closed [default: half the open-file limit, at most 10000].
     #[arg(long, env = "PREFIX_ROUTER_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
+    /// OTLP/HTTP collector that routing spans are exported to, as
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` (`http://collector:4318`; spans go to
+    /// `/v1/traces`); a flag or the environment only [default: off].
+    #[arg(long, env = "PREFIX_ROUTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+    /// Share of new traces exported, 0 to 1; a client's sampling decision
+    /// in its `traceparent` is followed [default: 1].
+    #[arg(long, env = "PREFIX_ROUTER_OTLP_SAMPLE_RATIO")]
+    pub otlp_sample_ratio: Option<f64>,
     /// A `/v1/*` path forwarded to workers besides vLLM's inference routes
     /// (repeatable): `/v1/name`, or `/v1/prefix/*` for any path below it.
     #[arg(
@@ -166,4 +175,25 @@ pub struct ExposureArgs {
         value_delimiter = ','
     )]
     pub forward_paths: Vec<String>,
+}
+
+impl ExposureArgs {
+    /// The span export these flags ask for, if any.
+    pub fn otlp(&self) -> anyhow::Result<Option<crate::OtlpSettings>> {
+        let Some(endpoint) = self.otlp_endpoint.clone() else {
+            return Ok(None);
+        };
+        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+            anyhow::bail!("--otlp-endpoint {endpoint:?}: expected an http:// or https:// URL");
+        }
+        let sample_ratio = self.otlp_sample_ratio.unwrap_or(1.0);
+        if !(0.0..=1.0).contains(&sample_ratio) {
+            anyhow::bail!("--otlp-sample-ratio {sample_ratio}: expected 0 to 1");
+        }
+        Ok(Some(crate::OtlpSettings {
+            endpoint,
+            sample_ratio,
+            service_name: "prefix-router".into(),
+        }))
+    }
 }

@@ -34,8 +34,10 @@ use axum::response::Response;
 use bytes::Bytes;
 
 use crate::routing::{CacheAwareConfig, Policy};
+use crate::telemetry::{self, SPANS};
 use protocol::headers::{ORCA_REQUEST_HEADER, ORCA_RESPONSE_HEADER};
 use state::StateStore;
+use tracing::Instrument;
 
 use candidates::Target;
 use prompts::{Chain, Parsed, Prompts};
@@ -136,16 +138,41 @@ impl Proxy {
     }
 
     /// Reads `body` on the pool: the routed model, the prompt's chain and
-    /// whether the answer is streamed.
+    /// whether the answer is streamed. The pool's thread works within the
+    /// caller's span (its `tokenize` and `hash` spans nest there).
     async fn read(&self, endpoint: Endpoint, body: &Bytes) -> Result<Parsed, ProxyError> {
         let (prompts, body) = (self.prompts.clone(), body.clone());
+        let span = tracing::Span::current();
         self.pool
-            .run(body.len(), move || prompts.parse(endpoint, &body))
+            .run(body.len(), move || {
+                span.in_scope(|| prompts.parse(endpoint, &body))
+            })
             .await?
     }
 
     /// Routes and forwards one request; `body` is forwarded unchanged.
     pub async fn handle(
+        &self,
+        endpoint: Endpoint,
+        method: &Method,
+        path_and_query: &str,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Response, ProxyError> {
+        let span = tracing::info_span!(
+            target: SPANS,
+            "route",
+            otel.kind = "server",
+            model = tracing::field::Empty,
+            worker = tracing::field::Empty,
+        );
+        telemetry::continue_trace(&span, headers);
+        self.route_and_forward(endpoint, method, path_and_query, headers, body)
+            .instrument(span)
+            .await
+    }
+
+    async fn route_and_forward(
         &self,
         endpoint: Endpoint,
         method: &Method,
@@ -159,6 +186,7 @@ impl Proxy {
             chain,
             streamed,
         } = self.read(endpoint, &body).await?;
+        tracing::Span::current().record("model", model.as_str());
         // Ask non-streamed completions for vLLM's load report (ORCA),
         // unless the client asked itself.
         let asked_orca =
@@ -171,7 +199,10 @@ impl Proxy {
             );
         }
         let valkey = Instant::now();
-        let (ranked, tracked) = self.rank(&model, &chain).await?;
+        let (ranked, tracked) = self
+            .rank(&model, &chain)
+            .instrument(tracing::info_span!(target: SPANS, "valkey"))
+            .await?;
         phase("valkey", valkey);
         metrics::counter!("prefix_router_decisions_total", "outcome" => decision(&ranked, tracked))
             .increment(1);
@@ -182,12 +213,16 @@ impl Proxy {
             let guard = InFlightGuard::new(self.store.clone(), &model, worker, counted);
             metrics::histogram!("prefix_router_route_seconds")
                 .record(started.elapsed().as_secs_f64());
+            let upstream = tracing::info_span!(target: SPANS, "upstream", otel.kind = "client", worker = %worker);
+            telemetry::hand_on(&upstream, &mut headers);
             match self
                 .upstream
                 .send(method, &target.url, path_and_query, &headers, body.clone())
+                .instrument(upstream)
                 .await
             {
                 Ok(resp) => {
+                    tracing::Span::current().record("worker", worker.as_str());
                     record_outcome(&model, target, &chain);
                     self.record_orca_load(&model, worker, &resp);
                     let strip = asked_orca.then_some(ORCA_RESPONSE_HEADER);

@@ -20,6 +20,7 @@ use tokenize::{
 };
 
 use super::{Endpoint, ProxyError, phase};
+use crate::telemetry::SPANS;
 
 /// A request's prompt, reduced to what routing needs.
 pub(super) struct Chain {
@@ -161,6 +162,7 @@ impl Prompts {
             return Ok(none);
         };
         let tokenize = Instant::now();
+        let span = tracing::info_span!(target: SPANS, "tokenize").entered();
         let tokens = match endpoint {
             Endpoint::Completions => match fields.take_completion_prompt()? {
                 CompletionPrompt::Text(t) => pipeline
@@ -177,12 +179,16 @@ impl Prompts {
         };
         self.check_len(tokens.len())?;
         phase("tokenize", tokenize);
+        span.exit();
         let hash = Instant::now();
-        let hashes = pipeline.block_hashes(
-            &tokens,
-            tokenize::cache_salt(&fields.cache_salt),
-            resolved.lora.clone(),
-        );
+        let hashes =
+            tracing::info_span!(target: SPANS, "hash", tokens = tokens.len()).in_scope(|| {
+                pipeline.block_hashes(
+                    &tokens,
+                    tokenize::cache_salt(&fields.cache_salt),
+                    resolved.lora.clone(),
+                )
+            });
         phase("hash", hash);
         Ok(Chain {
             hashes,
