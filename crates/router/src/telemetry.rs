@@ -56,8 +56,16 @@ impl Drop for TelemetryGuard {
 /// Installs the process's logger (`PREFIX_ROUTER_LOG`, default `info`) and,
 /// with `otlp`, the span exporter.
 pub fn init(otlp: Option<&OtlpSettings>) -> anyhow::Result<TelemetryGuard> {
-    let filter =
-        || EnvFilter::try_from_env("PREFIX_ROUTER_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    // The routing spans are for the exporter, not the log: without one
+    // they are disabled at their call sites and cost nothing.
+    let filter = || {
+        let base =
+            EnvFilter::try_from_env("PREFIX_ROUTER_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+        match format!("{SPANS}=off").parse() {
+            Ok(off) => base.add_directive(off),
+            Err(_) => base,
+        }
+    };
     let fmt = tracing_subscriber::fmt::layer();
     let Some(otlp) = otlp else {
         tracing_subscriber::registry()
