@@ -13,6 +13,8 @@
 //!   → forward, with retries, fallback and in-flight accounting.
 //! * [`routing`]: the policies, pure: `cache_aware`, `round_robin`,
 //!   `least_loaded`, `power_of_two`, `consistent_hash`, bounded load.
+//! * `response_cache`: the optional cache of deterministic completions in
+//!   Valkey, asked by `proxy` before routing, replayed byte for byte.
 //! * `load_scrape`: optional scraping of workers' `/metrics` for their load.
 //! * `config`: flags, environment and TOML, resolved into [`ServeConfig`].
 //! * `hop`: forwarding-loop guards (the `via` mark, own listeners).
@@ -29,9 +31,13 @@ mod forward_paths;
 mod hop;
 mod load_scrape;
 mod proxy;
+mod response_cache;
 pub mod routing;
 mod serve;
 
-pub use config::{ExposureArgs, ModelConfig, ServeArgs, ServeConfig, StaticWorker};
+pub use config::{
+    ExposureArgs, ModelConfig, ResponseCacheArgs, ServeArgs, ServeConfig, StaticWorker,
+};
 pub use protocol::headers::WORKER_HEADER;
+pub use response_cache::{CACHE_HEADER, Settings as ResponseCacheSettings};
 pub use serve::{metrics_handle, run, serve_on, serve_with, wait_for_signal};

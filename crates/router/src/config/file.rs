@@ -55,6 +55,9 @@ pub(super) struct FileConfig {
     pub(super) model_grace: Option<String>,
     #[serde(default)]
     pub(super) forward_paths: Vec<String>,
+    pub(super) response_cache_ttl: Option<String>,
+    pub(super) response_cache_max_entry_bytes: Option<usize>,
+    pub(super) response_cache_max_bytes: Option<u64>,
     /// More base models, each with its own tokenizer (`[[models]]`).
     #[serde(default)]
     pub(super) models: Vec<models::FileModel>,
