@@ -334,3 +334,36 @@ async fn without_valkey_requests_are_still_served() {
         assert_eq!(f.worker.hits(), n, "routed by the fallback");
     }
 }
+
+/// `prefix-router inspect --check --json` on namespace `pr`: (exit code, report).
+fn inspect_check(valkey: &Valkey) -> (i32, Value) {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_prefix-router"))
+        .args(["inspect", "--check", "--json", "--recheck-delay", "0"])
+        .env("PREFIX_ROUTER_VALKEY", valkey.url())
+        .env("PREFIX_ROUTER_KEY_PREFIX", "pr")
+        .env("PREFIX_ROUTER_LOG", "warn")
+        .output()
+        .unwrap();
+    let report = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (o.status.code().unwrap_or(-1), report)
+}
+
+#[tokio::test]
+async fn inspect_knows_the_cache_keys_and_wants_them_to_expire() {
+    let f = fleet(Duration::from_secs(60), None, None).await;
+    post(&f, &json!({"model": MODEL, "prompt": "Keys?", "temperature": 0})).await;
+    wait_entries(&f.valkey, 1).await;
+    let (code, report) = inspect_check(&f.valkey);
+    assert_eq!((code, &report["clean"]), (0, &json!(true)), "{report:#}");
+    let key = entries(&f.valkey).remove(0);
+    let _: () = redis::cmd("PERSIST")
+        .arg(&key)
+        .query(&mut f.valkey.conn())
+        .unwrap();
+    let (code, report) = inspect_check(&f.valkey);
+    assert_eq!(code, 1, "{report:#}");
+    assert!(
+        report.to_string().contains("response-cache-without-ttl"),
+        "{report:#}"
+    );
+}
