@@ -351,7 +351,11 @@ fn inspect_check(valkey: &Valkey) -> (i32, Value) {
 #[tokio::test]
 async fn inspect_knows_the_cache_keys_and_wants_them_to_expire() {
     let f = fleet(Duration::from_secs(60), None, None).await;
-    post(&f, &json!({"model": MODEL, "prompt": "Keys?", "temperature": 0})).await;
+    post(
+        &f,
+        &json!({"model": MODEL, "prompt": "Keys?", "temperature": 0}),
+    )
+    .await;
     wait_entries(&f.valkey, 1).await;
     let (code, report) = inspect_check(&f.valkey);
     assert_eq!((code, &report["clean"]), (0, &json!(true)), "{report:#}");
