@@ -140,23 +140,15 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
         .with_context(|| format!("unknown policy {:?}", cfg.policy))?;
     let upstream = Upstream::new(Duration::from_secs(2)).context("building the HTTP client")?;
     let atomic = (policy.name() == "cache_aware").then_some(cache_aware);
-    let proxy = Proxy::new(
-        store.clone(),
-        pipelines,
-        policy,
-        atomic,
-        upstream,
-        cfg.max_attempts,
+    let cache = (cfg.response_cache.clone())
+        .map(|s| ResponseCache::new(store.clone(), s, cfg.valkey.hot_timeout));
+    Ok(
+        Proxy::new(store, pipelines, policy, atomic, upstream, cfg.max_attempts)
+            .with_max_prompt_tokens(cfg.max_prompt_tokens)
+            .with_cpu_pool(CpuPool::new(cfg.tokenize_threads, cfg.tokenize_queue))
+            .with_known_for(cfg.ttls.worker_lease)
+            .with_response_cache(cache),
     )
-    .with_max_prompt_tokens(cfg.max_prompt_tokens)
-    .with_cpu_pool(CpuPool::new(cfg.tokenize_threads, cfg.tokenize_queue))
-    .with_known_for(cfg.ttls.worker_lease);
-    // A lookup waits for Valkey as routing does, but at least 100 ms.
-    let lookup_timeout = cfg.valkey.hot_timeout.max(Duration::from_millis(100));
-    Ok(match &cfg.response_cache {
-        Some(s) => proxy.with_response_cache(ResponseCache::new(store, s.clone(), lookup_timeout)),
-        None => proxy,
-    })
 }
 
 /// Serves until SIGINT/SIGTERM, then ends this router's leases.

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::fake_worker::FakeWorker;
-use support::{Router, Valkey, args, register_fake};
+use support::{Router, Valkey, args};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -55,7 +55,7 @@ async fn fleet(extra_paths: &[&str]) -> (Valkey, Router, FakeWorker) {
     a.exposure.forward_paths = extra_paths.iter().map(|p| (*p).to_owned()).collect();
     let router = Router::start(&valkey.url(), a).await;
     let worker = FakeWorker::start("w0").await;
-    register_fake(&valkey, MODEL, &worker).await;
+    worker.register_in(&valkey, MODEL).await;
     (valkey, router, worker)
 }
 

@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 use prefix_router::{CACHE_HEADER, ResponseCacheArgs};
 use serde_json::{Value, json};
 use support::fake_worker::{FakeWorker, SSE_CHUNKS};
-use support::{Router, Valkey, args, http, register_fake, tokenizer_dir};
+use support::{Router, Valkey, args, http, tokenizer_dir};
 
 const MODEL: &str = "qwen3";
 
@@ -37,7 +37,7 @@ async fn fleet(ttl: Duration, max_entry: Option<usize>, max_bytes: Option<u64>) 
     });
     let router = Router::start(&valkey.url(), a).await;
     let worker = FakeWorker::start("w0").await;
-    register_fake(&valkey, MODEL, &worker).await;
+    worker.register_in(&valkey, MODEL).await;
     Fleet {
         valkey,
         router,

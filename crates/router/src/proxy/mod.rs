@@ -106,10 +106,10 @@ impl Proxy {
         }
     }
 
-    /// Answers identical deterministic completions from `cache` (off
-    /// unless set).
-    pub fn with_response_cache(mut self, cache: ResponseCache) -> Self {
-        self.cache = Some(cache);
+    /// Answers identical deterministic completions from `cache`, if any
+    /// (none by default).
+    pub fn with_response_cache(mut self, cache: Option<ResponseCache>) -> Self {
+        self.cache = cache;
         self
     }
 

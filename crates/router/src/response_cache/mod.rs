@@ -101,8 +101,11 @@ pub struct Miss {
 }
 
 impl ResponseCache {
-    /// A cache in `store`; lookups wait at most `lookup_timeout`.
-    pub fn new(store: StateStore, settings: Settings, lookup_timeout: Duration) -> Self {
+    /// A cache in `store`. A lookup waits for Valkey as long as a routing
+    /// call does (`valkey_timeout`), but at least 100 ms: an entry may be
+    /// larger than a routing reply.
+    pub fn new(store: StateStore, settings: Settings, valkey_timeout: Duration) -> Self {
+        let lookup_timeout = valkey_timeout.max(Duration::from_millis(100));
         for outcome in OUTCOMES {
             metrics::counter!("prefix_router_response_cache_total", "outcome" => outcome)
                 .absolute(0);

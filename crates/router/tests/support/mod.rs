@@ -265,24 +265,6 @@ pub async fn register(r: &Router, id: &str) {
     assert_eq!(st, 200, "{resp}");
 }
 
-/// Registers fake worker `w` for `model` straight in `valkey` (namespace
-/// `pr`), with a lease that outlives the slowest test on 2 shared cores.
-pub async fn register_fake(valkey: &Valkey, model: &str, w: &fake_worker::FakeWorker) {
-    let ttls = StateTtls {
-        worker_lease: Duration::from_secs(600),
-        ..StateTtls::default()
-    };
-    let hb = state::WorkerHeartbeat {
-        worker_id: w.name().into(),
-        url: w.url(),
-        load: None,
-    };
-    store(valkey, "pr", "test-probe", ttls)
-        .heartbeat(model, &hb)
-        .await
-        .expect("registering a fake worker");
-}
-
 /// The raw maps of one model, read straight from Valkey.
 #[derive(Debug, Default, PartialEq, Eq, Clone)]
 pub struct RawState {
