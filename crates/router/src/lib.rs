@@ -15,6 +15,8 @@
 //!   → forward, with retries, fallback and in-flight accounting.
 //! * [`routing`]: the policies, pure: `cache_aware`, `round_robin`,
 //!   `least_loaded`, `power_of_two`, `consistent_hash`, bounded load.
+//! * `response_cache`: the optional cache of deterministic completions in
+//!   Valkey, asked by `proxy` before routing, replayed byte for byte.
 //! * `load_scrape`: optional scraping of workers' `/metrics` for their load.
 //! * `telemetry`: the logger, and routing spans exported over OTLP.
 //! * `config`: flags, environment and TOML, resolved into [`ServeConfig`].
@@ -33,13 +35,16 @@ mod forward_paths;
 mod hop;
 mod load_scrape;
 mod proxy;
+mod response_cache;
 pub mod routing;
 mod serve;
 mod telemetry;
 
 pub use config::{
-    BodyMode, EppArgs, EppSettings, ExposureArgs, ModelConfig, ServeArgs, ServeConfig, StaticWorker,
+    BodyMode, EppArgs, EppSettings, ExposureArgs, ModelConfig, ResponseCacheArgs, ServeArgs,
+    ServeConfig, StaticWorker,
 };
 pub use protocol::headers::WORKER_HEADER;
+pub use response_cache::{CACHE_HEADER, Settings as ResponseCacheSettings};
 pub use serve::{metrics_handle, run, serve_on, serve_with, wait_for_signal};
 pub use telemetry::{OtlpSettings, TelemetryGuard, init as init_telemetry};

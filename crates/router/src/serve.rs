@@ -16,6 +16,7 @@ use crate::api::{
 use crate::config::ServeConfig;
 use crate::load_scrape::{ScrapeSettings, scrape_loop};
 use crate::proxy::{CpuPool, Proxy, Upstream};
+use crate::response_cache::ResponseCache;
 use crate::routing::{CacheAwareConfig, policy_by_name};
 use protocol::hashing::HashSeed;
 use protocol::redact_url;
@@ -139,11 +140,14 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
         .with_context(|| format!("unknown policy {:?}", cfg.policy))?;
     let upstream = Upstream::new(Duration::from_secs(2)).context("building the HTTP client")?;
     let atomic = (policy.name() == "cache_aware").then_some(cache_aware);
+    let cache = (cfg.response_cache.clone())
+        .map(|s| ResponseCache::new(store.clone(), s, cfg.valkey.hot_timeout));
     Ok(
         Proxy::new(store, pipelines, policy, atomic, upstream, cfg.max_attempts)
             .with_max_prompt_tokens(cfg.max_prompt_tokens)
             .with_cpu_pool(CpuPool::new(cfg.tokenize_threads, cfg.tokenize_queue))
-            .with_known_for(cfg.ttls.worker_lease),
+            .with_known_for(cfg.ttls.worker_lease)
+            .with_response_cache(cache),
     )
 }
 

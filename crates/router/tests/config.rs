@@ -35,6 +35,8 @@ internal_token = "file-token"
 speculative_ttl = "5s"
 worker_lease = "20s"
 scrape_metrics_interval = "2s"
+response_cache_ttl = "30s"
+response_cache_max_bytes = 1000000
 "#
     )
     .unwrap();
@@ -45,6 +47,7 @@ scrape_metrics_interval = "2s"
         std::env::set_var("PREFIX_ROUTER_KEY_PREFIX", "fromenv");
         std::env::set_var("PREFIX_ROUTER_WORKER_LEASE", "30s");
         std::env::set_var("PREFIX_ROUTER_SCRAPE_METRICS_INTERVAL", "3s");
+        std::env::set_var("PREFIX_ROUTER_RESPONSE_CACHE_MAX_ENTRY_BYTES", "5000");
     }
     let cfg = resolve(&[
         "--config",
@@ -73,7 +76,27 @@ scrape_metrics_interval = "2s"
         Some(Duration::from_secs(3)),
         "env over file"
     );
-    let flagged = resolve(&["--config", &path, "--scrape-metrics-interval", "250ms"]).unwrap();
+    let cache = cfg
+        .response_cache
+        .clone()
+        .expect("the file turns the cache on");
+    assert_eq!(cache.ttl, Duration::from_secs(30), "from the file");
+    assert_eq!(cache.max_bytes, 1_000_000, "from the file");
+    assert_eq!(cache.max_entry_bytes, 5000, "env over default");
+    let flagged = resolve(&[
+        "--config",
+        &path,
+        "--scrape-metrics-interval",
+        "250ms",
+        "--response-cache-ttl",
+        "45s",
+        "--response-cache-max-entry-bytes",
+        "6000",
+    ])
+    .unwrap();
+    let cache = flagged.response_cache.clone().unwrap();
+    assert_eq!(cache.ttl, Duration::from_secs(45), "flag over file");
+    assert_eq!(cache.max_entry_bytes, 6000, "flag over env");
     assert_eq!(
         flagged.scrape_metrics_interval,
         Some(Duration::from_millis(250)),
@@ -83,8 +106,14 @@ scrape_metrics_interval = "2s"
         std::env::remove_var("PREFIX_ROUTER_KEY_PREFIX");
         std::env::remove_var("PREFIX_ROUTER_WORKER_LEASE");
         std::env::remove_var("PREFIX_ROUTER_SCRAPE_METRICS_INTERVAL");
+        std::env::remove_var("PREFIX_ROUTER_RESPONSE_CACHE_MAX_ENTRY_BYTES");
     }
     let from_file = resolve(&["--config", &path]).unwrap();
+    assert_eq!(
+        from_file.response_cache.clone().unwrap().max_entry_bytes,
+        1_000_000,
+        "no entry is larger than the budget"
+    );
     assert_eq!(
         from_file.scrape_metrics_interval,
         Some(Duration::from_secs(2))
@@ -100,6 +129,38 @@ scrape_metrics_interval = "2s"
         "scraping is off by default"
     );
     assert!(open.models.is_empty());
+    assert_eq!(
+        open.response_cache, None,
+        "the response cache is off by default"
+    );
+    let on = resolve(&["--internal-token", "t", "--response-cache-ttl", "1m"]).unwrap();
+    let defaults = on.response_cache.unwrap();
+    assert_eq!(
+        (defaults.ttl, defaults.max_entry_bytes, defaults.max_bytes),
+        (Duration::from_secs(60), 1 << 20, 64 << 20)
+    );
+    for bad in [
+        &[
+            "--response-cache-ttl",
+            "10s",
+            "--response-cache-max-entry-bytes",
+            "0",
+        ][..],
+        &[
+            "--response-cache-ttl",
+            "10s",
+            "--response-cache-max-bytes",
+            "0",
+        ],
+        &["--response-cache-ttl", "soon"],
+    ] {
+        let argv: Vec<&str> = ["--internal-token", "t"]
+            .iter()
+            .chain(bad)
+            .copied()
+            .collect();
+        assert!(resolve(&argv).is_err(), "{bad:?}");
+    }
     assert!(resolve(&["--internal-token", "t", "--scrape-metrics-interval", "0s"]).is_err());
     // Static workers need a model; unknown file keys and bad durations are errors.
     assert!(resolve(&["--internal-token", "t", "--worker", "http://127.0.0.1:1"]).is_err());

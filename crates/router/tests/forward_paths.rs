@@ -12,9 +12,8 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use state::{StateTtls, WorkerHeartbeat};
 use support::fake_worker::FakeWorker;
-use support::{Router, Valkey, args, store};
+use support::{Router, Valkey, args};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -55,20 +54,8 @@ async fn fleet(extra_paths: &[&str]) -> (Valkey, Router, FakeWorker) {
     a.model = Some(MODEL.into());
     a.exposure.forward_paths = extra_paths.iter().map(|p| (*p).to_owned()).collect();
     let router = Router::start(&valkey.url(), a).await;
-    let ttls = StateTtls {
-        worker_lease: Duration::from_secs(600),
-        ..StateTtls::default()
-    };
     let worker = FakeWorker::start("w0").await;
-    let hb = WorkerHeartbeat {
-        worker_id: "w0".into(),
-        url: worker.url(),
-        load: None,
-    };
-    store(&valkey, "pr", "probe", ttls)
-        .heartbeat(MODEL, &hb)
-        .await
-        .unwrap();
+    worker.register_in(&valkey, MODEL).await;
     (valkey, router, worker)
 }
 

@@ -34,6 +34,12 @@ impl KeySpace {
         format!("{}:ids", self.model_base(model))
     }
 
+    /// `<ns>:{<part>}:rc:<key>`: a cached response of a model's part
+    /// (`response_put.lua` keeps its budget beside it).
+    pub fn response_entry(&self, part: &str, key_hex: &str) -> String {
+        format!("{}:rc:{key_hex}", self.model_base(part))
+    }
+
     /// `<ns>:models`: the set of models that ever had a worker.
     pub fn models(&self) -> String {
         format!("{}:models", self.namespace)
@@ -54,6 +60,7 @@ mod tests {
         let ks = KeySpace::new("pr").unwrap();
         assert_eq!(ks.worker_ids("Qwen/Qwen3-8B"), "pr:{Qwen/Qwen3-8B}:ids");
         assert_eq!(ks.models(), "pr:models");
+        assert_eq!(ks.response_entry("m", "ab"), "pr:{m}:rc:ab");
     }
 
     #[test]

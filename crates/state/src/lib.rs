@@ -29,6 +29,8 @@
 //! * `route_claim`: the cache-aware policy's atomic call (`route.lua`):
 //!   probe, route (choose the worker) and claim, in one step.
 //! * `view_record`: the routing view's binary per-worker records.
+//! * `response_cache`: the optional response cache's entries, admitted
+//!   within a byte budget (`response_put.lua`), read with a plain GET.
 //! * `gc`: the periodic cleanup every router runs.
 //! * `models`: the cap on models ([`ModelLimits`]) and forgetting a model
 //!   gc found without workers for the grace period.
@@ -51,6 +53,7 @@ mod leases;
 mod models;
 mod probe;
 mod repair;
+mod response_cache;
 mod route_claim;
 mod scripts;
 mod shards;
@@ -67,6 +70,7 @@ pub use leases::{WorkerHeartbeat, WorkerLease};
 pub use models::ModelLimits;
 pub use probe::{PrefixProbe, WorkerInfo, WorkerMatch, WorkerStatus};
 pub use repair::{MAX_REPAIR_BUCKETS, RepairOutcome};
+pub use response_cache::ResponsePut;
 pub use route_claim::{ROUTE_CLAIM, ROUTE_HEAD, RouteOutcome, RouteParams};
 pub use scripts::{ScriptName, ScriptSet};
 pub use shards::{Sharding, key_slot, part_model, part_names};
@@ -255,6 +259,13 @@ impl StateStore {
 fn chunks_or_empty(hashes: &[BlockHash], size: usize) -> impl Iterator<Item = &[BlockHash]> {
     let empty = hashes.is_empty().then_some(hashes);
     hashes.chunks(size.max(1)).chain(empty)
+}
+
+/// True when `s` is `len` lower-case hex digits (digests, keys).
+fn lower_hex(s: &str, len: usize) -> bool {
+    s.len() == len
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Hex forms of `hashes`, as the scripts take them.

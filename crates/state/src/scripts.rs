@@ -62,11 +62,13 @@ pub enum ScriptName {
     Route,
     /// Load reported in a response header.
     Load,
+    /// Admit a response to the response cache, within its byte budget.
+    ResponsePut,
 }
 
 impl ScriptName {
     /// Every script, in a fixed order.
-    pub const ALL: [ScriptName; 18] = [
+    pub const ALL: [ScriptName; 19] = [
         ScriptName::Heartbeat,
         ScriptName::Deregister,
         ScriptName::Claim,
@@ -85,6 +87,7 @@ impl ScriptName {
         ScriptName::Workers,
         ScriptName::Route,
         ScriptName::Load,
+        ScriptName::ResponsePut,
     ];
 
     /// The script's file name in `lua/`, also its metric label.
@@ -108,6 +111,7 @@ impl ScriptName {
             ScriptName::Workers => "workers.lua",
             ScriptName::Route => "route.lua",
             ScriptName::Load => "load.lua",
+            ScriptName::ResponsePut => "response_put.lua",
         }
     }
 
@@ -131,6 +135,7 @@ impl ScriptName {
             ScriptName::Workers => include_str!("../lua/workers.lua"),
             ScriptName::Route => include_str!("../lua/route.lua"),
             ScriptName::Load => include_str!("../lua/load.lua"),
+            ScriptName::ResponsePut => include_str!("../lua/response_put.lua"),
         }
     }
 

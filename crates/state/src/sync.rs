@@ -120,11 +120,7 @@ impl StateStore {
         digests: &str,
     ) -> Result<Option<Vec<String>>, StateError> {
         check_name("worker_id", worker_id)?;
-        let ok = digests.len() == 4096
-            && digests
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-        if !ok {
+        if !super::lower_hex(digests, 4096) {
             return Err(StateError::Invalid {
                 what: "digests",
                 detail: "must be 256 digests of 16 lower-case hex digits, one string".into(),

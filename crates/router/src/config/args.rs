@@ -8,6 +8,7 @@ use std::time::Duration;
 use protocol::parse_duration;
 
 use super::StaticWorker;
+use super::response_cache::ResponseCacheArgs;
 
 /// Flags of `prefix-router serve`; each also reads `PREFIX_ROUTER_<NAME>`.
 #[derive(Debug, Default, clap::Args)]
@@ -120,6 +121,9 @@ pub struct ServeArgs {
     /// variant of the binary's command enum) small.
     #[command(flatten)]
     pub exposure: Box<ExposureArgs>,
+    /// The optional response cache (boxed, as `exposure`).
+    #[command(flatten)]
+    pub response_cache: Box<ResponseCacheArgs>,
 }
 
 /// Flags of `serve` about the router's exposure to clients (flattened into

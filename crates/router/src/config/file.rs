@@ -58,6 +58,9 @@ pub(super) struct FileConfig {
     /// `epp` only (see [`super::EppArgs`]); `serve` ignores them.
     pub(super) grpc_listen: Option<SocketAddr>,
     pub(super) epp_body_mode: Option<super::BodyMode>,
+    pub(super) response_cache_ttl: Option<String>,
+    pub(super) response_cache_max_entry_bytes: Option<usize>,
+    pub(super) response_cache_max_bytes: Option<u64>,
     /// More base models, each with its own tokenizer (`[[models]]`).
     #[serde(default)]
     pub(super) models: Vec<models::FileModel>,

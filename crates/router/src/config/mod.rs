@@ -6,11 +6,13 @@ mod epp;
 mod file;
 mod hub;
 mod models;
+mod response_cache;
 mod static_worker;
 
 pub use args::{ExposureArgs, ServeArgs};
 pub use epp::{BodyMode, EppArgs, EppSettings};
 pub use models::ModelConfig;
+pub use response_cache::ResponseCacheArgs;
 pub use static_worker::StaticWorker;
 
 use std::net::SocketAddr;
@@ -96,6 +98,8 @@ pub struct ServeConfig {
     pub queue_cost_tokens: f64,
     /// The endpoint picker's gRPC service, when run as `epp`.
     pub epp: Option<EppSettings>,
+    /// The response cache; `None` when off.
+    pub response_cache: Option<crate::response_cache::Settings>,
 }
 
 impl ServeConfig {
@@ -179,7 +183,7 @@ impl ServeConfig {
         let tokenizer_dir = args.tokenizer_dir.or(file.tokenizer_dir);
         let block_size = args.block_size.or(file.block_size).unwrap_or(16);
         let hash_seed = args.hash_seed.or(file.hash_seed);
-        let loras = parse_loras(if args.loras.is_empty() {
+        let loras = models::parse_loras(if args.loras.is_empty() {
             file.loras
         } else {
             args.loras
@@ -244,6 +248,14 @@ impl ServeConfig {
         if max_prompt_tokens == 0 {
             bail!("--max-prompt-tokens must be positive");
         }
+        let response_cache = response_cache::resolve(
+            &args.response_cache,
+            response_cache::FileKeys {
+                ttl: file.response_cache_ttl,
+                max_entry_bytes: file.response_cache_max_entry_bytes,
+                max_bytes: file.response_cache_max_bytes,
+            },
+        )?;
         let forward_paths = ForwardPaths::new(if args.exposure.forward_paths.is_empty() {
             &file.forward_paths
         } else {
@@ -320,6 +332,7 @@ impl ServeConfig {
                 "scrape_metrics_interval",
             )?),
             epp: None,
+            response_cache,
         })
     }
 }
@@ -357,6 +370,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("epsilon", &self.epsilon)
             .field("queue_cost_tokens", &self.queue_cost_tokens)
             .field("epp", &self.epp)
+            .field("response_cache", &self.response_cache)
             .finish()
     }
 }
@@ -377,18 +391,6 @@ fn default_max_connections() -> usize {
         1024
     };
     (files / 2).clamp(64, 10_000)
-}
-
-fn parse_loras(specs: Vec<String>) -> anyhow::Result<Vec<(String, String)>> {
-    specs
-        .into_iter()
-        .map(|s| match s.split_once('=') {
-            Some((name, path)) if !name.is_empty() && !path.is_empty() => {
-                Ok((name.to_owned(), path.to_owned()))
-            }
-            _ => bail!("--lora {s:?}: expected NAME=PATH"),
-        })
-        .collect()
 }
 
 fn default_router_id() -> String {

@@ -110,7 +110,7 @@ pub(super) fn resolve_models(
             ),
         };
         models.push(ModelConfig {
-            loras: super::parse_loras(m.loras).with_context(|| what.clone())?,
+            loras: parse_loras(m.loras).with_context(|| what.clone())?,
             name: m.name,
             tokenizer_dir,
             block_size: m.block_size.unwrap_or(defaults.block_size),
@@ -160,4 +160,17 @@ fn check_tokenizer_dir(model: &str, dir: &Path) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// `--lora NAME=PATH` specs as (name, path).
+pub(super) fn parse_loras(specs: Vec<String>) -> anyhow::Result<Vec<(String, String)>> {
+    specs
+        .into_iter()
+        .map(|s| match s.split_once('=') {
+            Some((name, path)) if !name.is_empty() && !path.is_empty() => {
+                Ok((name.to_owned(), path.to_owned()))
+            }
+            _ => bail!("--lora {s:?}: expected NAME=PATH"),
+        })
+        .collect()
 }

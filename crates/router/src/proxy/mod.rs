@@ -33,6 +33,7 @@ use axum::http::{HeaderMap, Method};
 use axum::response::Response;
 use bytes::Bytes;
 
+use crate::response_cache::{Lookup, ResponseCache, request_key};
 use crate::routing::{CacheAwareConfig, Policy};
 use crate::telemetry::{self, SPANS};
 use protocol::headers::{ORCA_REQUEST_HEADER, ORCA_RESPONSE_HEADER};
@@ -74,6 +75,8 @@ pub struct Proxy {
     known_for: std::time::Duration,
     /// Per-worker load gauges, from the decisions' views of the fleet.
     gauges: worker_gauges::WorkerGauges,
+    /// Answers identical deterministic requests, when enabled.
+    cache: Option<ResponseCache>,
 }
 
 /// When a model's workers were last seen live, and their (id, url).
@@ -103,7 +106,15 @@ impl Proxy {
             known: RwLock::new(HashMap::new()),
             gauges: worker_gauges::WorkerGauges::default(),
             known_for: std::time::Duration::from_secs(15),
+            cache: None,
         }
+    }
+
+    /// Answers identical deterministic completions from `cache`, if any
+    /// (none by default).
+    pub fn with_response_cache(mut self, cache: Option<ResponseCache>) -> Self {
+        self.cache = cache;
+        self
     }
 
     /// Keeps workers seen live as fallback targets for `d` (the worker
@@ -181,6 +192,19 @@ impl Proxy {
         body: Bytes,
     ) -> Result<Response, ProxyError> {
         let started = Instant::now();
+        let miss = match self.cache.as_ref() {
+            Some(cache) if endpoint != Endpoint::Other => {
+                match self
+                    .cache_lookup(cache, path_and_query, headers, &body)
+                    .await
+                {
+                    Lookup::Hit(resp) => return Ok(resp),
+                    Lookup::Miss(miss) => Some((cache, miss)),
+                    Lookup::Bypass => None,
+                }
+            }
+            _ => None,
+        };
         let Parsed {
             model,
             chain,
@@ -226,7 +250,11 @@ impl Proxy {
                     record_outcome(&model, target, &chain);
                     self.record_orca_load(&model, worker, &resp);
                     let strip = asked_orca.then_some(ORCA_RESPONSE_HEADER);
-                    return Ok(forward::relay(resp, worker, guard, strip));
+                    let resp = forward::relay(resp, worker, guard, strip);
+                    return Ok(match miss {
+                        Some((cache, miss)) => cache.record(miss, resp),
+                        None => resp,
+                    });
                 }
                 Err(e) => {
                     tracing::warn!(worker, error = %e, "worker failed before answering; trying the next");
@@ -240,6 +268,41 @@ impl Proxy {
         } else {
             ProxyError::NoWorker(last_error)
         })
+    }
+
+    /// The cache's answer to a completion: its key is computed on the pool
+    /// (a JSON parse), the model named by its routed model (an adapter's
+    /// base), so that adapters share their base model's budget.
+    async fn cache_lookup(
+        &self,
+        cache: &ResponseCache,
+        path_and_query: &str,
+        headers: &HeaderMap,
+        body: &Bytes,
+    ) -> Lookup {
+        let (path, body_copy) = (path_and_query.to_owned(), body.clone());
+        let auth = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .map(|v| v.as_bytes().to_vec());
+        let prompts = self.prompts.clone();
+        let key = self
+            .pool
+            .run(body.len(), move || {
+                request_key(&path, auth.as_deref(), &body_copy).map(|mut k| {
+                    k.model = prompts.pipelines().resolve(&k.model).route_model.to_owned();
+                    k
+                })
+            })
+            .await;
+        match key {
+            Ok(Ok(key)) => cache.lookup(key).await,
+            Ok(Err(why)) => {
+                cache.skipped(why);
+                Lookup::Bypass
+            }
+            // The pool is full: parsing now would only delay the routing.
+            Err(_) => Lookup::Bypass,
+        }
     }
 
     /// Records the load a worker reported in its response, off the request path.

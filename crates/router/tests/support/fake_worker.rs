@@ -106,6 +106,24 @@ impl FakeWorker {
         self.shared.hits.load(Ordering::SeqCst)
     }
 
+    /// Registers it for `model` straight in `valkey` (namespace `pr`), with
+    /// a lease that outlives the slowest test on 2 shared cores.
+    pub async fn register_in(&self, valkey: &super::Valkey, model: &str) {
+        let ttls = state::StateTtls {
+            worker_lease: Duration::from_secs(600),
+            ..state::StateTtls::default()
+        };
+        let hb = state::WorkerHeartbeat {
+            worker_id: self.name.clone(),
+            url: self.url(),
+            load: None,
+        };
+        super::store(valkey, "pr", "test-probe", ttls)
+            .heartbeat(model, &hb)
+            .await
+            .expect("registering a fake worker");
+    }
+
     /// Makes `GET /metrics` answer `status` with `body`.
     pub fn set_metrics(&self, status: StatusCode, body: impl Into<String>) {
         *self.shared.metrics.lock().unwrap() = Some((status, body.into()));

@@ -50,6 +50,8 @@ pub enum Code {
     RouterLeaseTooFar,
     /// 3: a staged sync without a TTL (it would never go away).
     StageWithoutTtl,
+    /// 3: a response cache key without a TTL (it would never go away).
+    ResponseCacheWithoutTtl,
     /// 3: a TTL on a key the scripts keep forever (it would vanish).
     UnexpectedTtl,
     /// 4: a leased incarnation without a routing-view record.
@@ -106,6 +108,7 @@ impl Code {
             | LeaseTooFar
             | RouterLeaseTooFar
             | StageWithoutTtl
+            | ResponseCacheWithoutTtl
             | UnexpectedTtl => 3,
             MissingViewRecord
             | ViewRecordOfPurged
@@ -141,6 +144,7 @@ impl Code {
             LeaseTooFar => "lease-too-far",
             RouterLeaseTooFar => "router-lease-too-far",
             StageWithoutTtl => "stage-without-ttl",
+            ResponseCacheWithoutTtl => "response-cache-without-ttl",
             UnexpectedTtl => "unexpected-ttl",
             MissingViewRecord => "missing-view-record",
             ViewRecordOfPurged => "view-record-of-purged",

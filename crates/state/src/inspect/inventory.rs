@@ -26,14 +26,21 @@ pub(crate) struct ModelInventory {
     pub(crate) target: BTreeSet<u64>,
     /// Staged, uncommitted syncs.
     pub(crate) stages: u64,
-    /// All keys of the model.
+    /// All keys of the model's routing state (the response cache's keys,
+    /// which expire by themselves, are counted apart).
     pub(crate) keys: u64,
+    /// Response cache keys (entries and their budget's accounting).
+    pub(crate) response_cache: u64,
     /// Keys of the model whose type is wrong (they are not read further).
     pub(crate) wrong_type: BTreeSet<String>,
 }
 
 impl ModelInventory {
     fn add(&mut self, key: &ModelKey) {
+        if key.is_response_cache() {
+            self.response_cache += 1;
+            return;
+        }
         self.keys += 1;
         match key {
             ModelKey::Bucket(b) => self.buckets.push(*b),

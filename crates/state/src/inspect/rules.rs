@@ -201,13 +201,20 @@ pub(crate) fn key_issues(f: &KeyFacts) -> Vec<Issue> {
             ..
         }
     );
+    let cached = matches!(&f.class, KeyClass::Model { key, .. } if key.is_response_cache());
     if stage && f.pttl == -1 {
         out.push(Issue::new(
             Code::StageWithoutTtl,
             "a staged sync without a TTL",
         ));
     }
-    if !stage && f.pttl >= 0 {
+    if cached && f.pttl == -1 {
+        out.push(Issue::new(
+            Code::ResponseCacheWithoutTtl,
+            "a response cache key without a TTL",
+        ));
+    }
+    if !stage && !cached && f.pttl >= 0 {
         out.push(Issue::new(
             Code::UnexpectedTtl,
             format!(

@@ -62,13 +62,52 @@ pub(crate) enum ModelKey {
     Digests(u64),
     /// `stage_dg:<idx>:<sync_id>`
     StageDigests(u64, String),
+    /// `rc:<key>`: a cached response (64 hex digits), with a TTL.
+    ResponseEntry(String),
+    /// `rc_expiry`, `rc_sizes`, `rc_used`: the response cache's budget,
+    /// with a TTL.
+    ResponseIndex(ResponseIndex),
+}
+
+/// The response cache's accounting keys of a model's part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ResponseIndex {
+    /// `rc_expiry`: key → expiry (unix ms).
+    Expiry,
+    /// `rc_sizes`: key → bytes.
+    Sizes,
+    /// `rc_used`: the bytes counted.
+    Used,
+}
+
+impl ResponseIndex {
+    fn suffix(self) -> &'static str {
+        match self {
+            ResponseIndex::Expiry => "rc_expiry",
+            ResponseIndex::Sizes => "rc_sizes",
+            ResponseIndex::Used => "rc_used",
+        }
+    }
 }
 
 impl ModelKey {
+    /// True for the response cache's keys, which expire by themselves and
+    /// are no part of the routing state.
+    pub(crate) fn is_response_cache(&self) -> bool {
+        matches!(
+            self,
+            ModelKey::ResponseEntry(_) | ModelKey::ResponseIndex(_)
+        )
+    }
+
     /// The type the scripts give this key.
     pub(crate) fn expected_type(&self) -> KeyType {
         match self {
-            ModelKey::Seq => KeyType::Str,
+            ModelKey::Seq
+            | ModelKey::ResponseEntry(_)
+            | ModelKey::ResponseIndex(ResponseIndex::Used) => KeyType::Str,
+            ModelKey::ResponseIndex(ResponseIndex::Expiry) => KeyType::ZSet,
+            ModelKey::ResponseIndex(ResponseIndex::Sizes) => KeyType::Hash,
             ModelKey::Leases | ModelKey::Routers => KeyType::ZSet,
             ModelKey::Ids | ModelKey::View | ModelKey::Gc | ModelKey::Record(_) => KeyType::Hash,
             ModelKey::Bucket(_) | ModelKey::Digests(_) | ModelKey::StageDigests(..) => {
@@ -157,6 +196,9 @@ fn model_key(suffix: &str) -> Option<ModelKey> {
         "purge" => ModelKey::Purge,
         "routers" => ModelKey::Routers,
         "gc" => ModelKey::Gc,
+        "rc_expiry" => ModelKey::ResponseIndex(ResponseIndex::Expiry),
+        "rc_sizes" => ModelKey::ResponseIndex(ResponseIndex::Sizes),
+        "rc_used" => ModelKey::ResponseIndex(ResponseIndex::Used),
         _ => {
             let (kind, arg) = suffix.split_once(':')?;
             match kind {
@@ -166,6 +208,9 @@ fn model_key(suffix: &str) -> Option<ModelKey> {
                 "sp" => ModelKey::Spec(parse_idx(arg)?),
                 "s" => ModelKey::Target(parse_idx(arg)?),
                 "dg" => ModelKey::Digests(parse_idx(arg)?),
+                "rc" if arg.len() == 64 && arg.bytes().all(is_lower_hex) => {
+                    ModelKey::ResponseEntry(arg.to_owned())
+                }
                 "stage" | "stage_dg" => {
                     let (idx, sync_id) = arg.split_once(':')?;
                     let ok = !sync_id.is_empty()
@@ -269,6 +314,8 @@ impl ModelKeys {
             ModelKey::Stage(i, id) => format!("{b}:stage:{i}:{id}"),
             ModelKey::Digests(i) => format!("{b}:dg:{i}"),
             ModelKey::StageDigests(i, id) => format!("{b}:stage_dg:{i}:{id}"),
+            ModelKey::ResponseEntry(k) => format!("{b}:rc:{k}"),
+            ModelKey::ResponseIndex(i) => format!("{b}:{}", i.suffix()),
         }
     }
 }
@@ -295,6 +342,7 @@ mod tests {
             model: "Qwen/Q-8B".into(),
             key: k,
         };
+        let entry = format!("pr:{{Qwen/Q-8B}}:rc:{}", "0a".repeat(32));
         let cases = [
             ("pr:models", KeyClass::Models),
             ("pr:worker_model", KeyClass::WorkerModel),
@@ -302,6 +350,11 @@ mod tests {
             ("pr:{Qwen/Q-8B}:f:3a78", m(ModelKey::Bucket(0x3a78))),
             ("pr:{Qwen/Q-8B}:w:12", m(ModelKey::Record(12))),
             ("pr:{Qwen/Q-8B}:sp:3", m(ModelKey::Spec(3))),
+            (
+                "pr:{Qwen/Q-8B}:rc_used",
+                m(ModelKey::ResponseIndex(ResponseIndex::Used)),
+            ),
+            (entry.as_str(), m(ModelKey::ResponseEntry("0a".repeat(32)))),
             (
                 "pr:{Qwen/Q-8B}:stage:3:ab_c-1",
                 m(ModelKey::Stage(3, "ab_c-1".into())),
@@ -320,6 +373,8 @@ mod tests {
             "pr:{m}:r:x",
             "pr:{m}:stage:3:",
             "pr:{m}:other",
+            "pr:{m}:rc:0A",
+            "pr:{m}:rc:abc",
             "pr:{a b}:ids",
             "pr:{}:ids",
         ] {
