@@ -2,6 +2,7 @@
 //! (`PREFIX_ROUTER_*`) < command-line flags.
 
 mod args;
+mod defaults;
 mod epp;
 mod file;
 mod hub;
@@ -23,6 +24,7 @@ use anyhow::{Context, bail};
 
 use crate::forward_paths::ForwardPaths;
 
+use defaults::{default_max_connections, default_router_id};
 use file::{FileConfig, file_duration, load_file};
 
 use state::{BatchLimits, ConnectionSettings, ModelLimits, Sharding, StateTtls};
@@ -373,36 +375,4 @@ impl std::fmt::Debug for ServeConfig {
             .field("response_cache", &self.response_cache)
             .finish()
     }
-}
-
-/// Half the process's open-file limit (the other half is for the workers'
-/// side of proxied requests, Valkey and logs), at most 10,000, at least 64.
-fn default_max_connections() -> usize {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit only writes the struct it is given, which lives
-    // for the whole call.
-    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
-    let files = if ok {
-        usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
-    } else {
-        1024
-    };
-    (files / 2).clamp(64, 10_000)
-}
-
-fn default_router_id() -> String {
-    let host = std::fs::read_to_string("/etc/hostname")
-        .map(|h| h.trim().to_owned())
-        .ok()
-        .filter(|h| !h.is_empty() && protocol::check_name("router id", h).is_ok())
-        .unwrap_or_else(|| "router".into());
-    // A restarted router must not inherit a crashed one's in-flight counts.
-    format!(
-        "{host}-{}-{:06x}",
-        std::process::id(),
-        rand::random::<u32>() & 0xff_ffff
-    )
 }
