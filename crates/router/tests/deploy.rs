@@ -463,11 +463,19 @@ fn selected_packages(cmd: &str) -> Option<BTreeSet<String>> {
 /// its flags and the log filter.
 fn router_env_vars() -> BTreeSet<String> {
     let mut names = BTreeSet::new();
-    for file in [
-        "crates/router/src/config/args.rs",
-        "crates/router/src/config/mod.rs",
-        "crates/router/src/main.rs",
-    ] {
+    let config = root().join("crates/router/src/config");
+    let mut files: Vec<String> = std::fs::read_dir(&config)
+        .unwrap()
+        .map(|e| {
+            format!(
+                "crates/router/src/config/{}",
+                e.unwrap().file_name().to_string_lossy()
+            )
+        })
+        .collect();
+    files.push("crates/router/src/main.rs".into());
+    files.push("crates/router/src/telemetry.rs".into());
+    for file in &files {
         let text = read(file);
         for (i, _) in text.match_indices("\"PREFIX_ROUTER_") {
             let name: String = text[i + 1..]
