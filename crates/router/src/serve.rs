@@ -210,6 +210,14 @@ pub async fn serve_with(
         Ok(()) => tracing::info!("scripts loaded"),
         Err(e) => tracing::warn!(error = %e, "valkey not reachable yet; will retry on demand"),
     }
+    // Loading tokenizers takes seconds of CPU: off the async workers, which
+    // may be serving other things (tests run routers in their runtime).
+    let proxy = {
+        let (cfg, store) = (cfg.clone(), store.clone());
+        tokio::task::spawn_blocking(move || build_proxy(&cfg, store))
+            .await
+            .context("loading the models")??
+    };
     let app = AppState {
         store: store.clone(),
         default_model: cfg.model.clone(),
@@ -218,7 +226,7 @@ pub async fn serve_with(
             zero_counters();
             handle
         },
-        proxy: Arc::new(build_proxy(&cfg, store.clone())?),
+        proxy: Arc::new(proxy),
         forward_paths: Arc::new(cfg.forward_paths.clone()),
         listeners: Arc::new(
             std::iter::once(public.local_addr()?)
