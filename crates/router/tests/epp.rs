@@ -42,6 +42,10 @@ struct Fleet {
 }
 
 async fn fleet(body_mode: BodyMode) -> Fleet {
+    fleet_with(body_mode, None).await
+}
+
+async fn fleet_with(body_mode: BodyMode, client_timeout: Option<Duration>) -> Fleet {
     let valkey = Valkey::start();
     // The workers first: the pickers' start (two tokenizers loaded) is the
     // heavy part, on 2 shared cores.
@@ -70,6 +74,7 @@ async fn fleet(body_mode: BodyMode) -> Fleet {
         // spreading load.
         a.epsilon = Some(100.0);
         a.queue_cost_tokens = Some(0.0);
+        a.exposure.client_timeout = client_timeout;
         let grpc: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let router = Router::start_epp(&valkey.url(), a, grpc, body_mode).await;
         pickers.push((router, grpc));
@@ -517,6 +522,33 @@ async fn trailers_are_answered() {
     assert!(matches!(
         envoy.recv().await.response,
         Some(Response::RequestTrailers(_))
+    ));
+    envoy.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_that_never_ends_is_cut_off() {
+    let f = fleet_with(BodyMode::FullDuplexStreamed, Some(Duration::from_secs(1))).await;
+    let mut envoy = Envoy::open(f.pickers[0].1).await;
+    envoy
+        .send(request_headers("/v1/completions", false, None, None))
+        .await;
+    envoy.send(request_body(b"{\"model\": ", false)).await;
+    // Then nothing: the picker answers 408 and ends the stream.
+    let (status, error) = immediate(&envoy.recv().await);
+    assert_eq!(
+        (status, error["error"]["type"].as_str()),
+        (408, Some("request_timeout"))
+    );
+    assert!(envoy.ended().await);
+    // A picked request is not cut off while its response takes its time.
+    let mut envoy = Envoy::open(f.pickers[0].1).await;
+    let chosen = pick_duplex(&mut envoy, &completion("a slow answer"), true, None).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    envoy.send(response_headers("200", Some(&chosen[0]))).await;
+    assert!(matches!(
+        envoy.recv().await.response,
+        Some(Response::ResponseHeaders(_))
     ));
     envoy.close().await;
 }

@@ -291,6 +291,20 @@ impl Exchange {
         Step::Send(answers)
     }
 
+    /// Whether the destination was given (the request is with a worker).
+    pub fn picked(&self) -> bool {
+        self.pick.is_some() || !self.endpoints.is_empty()
+    }
+
+    /// The answer to a gateway that did not send the whole request in time.
+    pub fn timed_out(&self) -> Box<ProcessingResponse> {
+        refuse(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "the request's headers and body did not arrive within --client-timeout",
+        ))
+    }
+
     /// The response ended: record the engine's usage, release the count.
     pub fn finish(&mut self) {
         let Some(pick) = self.pick.take() else {
@@ -311,9 +325,14 @@ fn answer(response: ProcessingResponse) -> Step {
 }
 
 fn reject(error: ApiError) -> Step {
+    Step::Stop(refuse(error))
+}
+
+/// An immediate response with `error`, counted and, for a 5xx, logged.
+fn refuse(error: ApiError) -> Box<ProcessingResponse> {
     metrics::counter!("prefix_router_epp_picks_total", "outcome" => error.kind).increment(1);
     if error.status.is_server_error() {
         tracing::warn!(status = %error.status, error = %error.message, "endpoint picker refused a request");
     }
-    Step::Stop(Box::new(immediate(&error)))
+    Box::new(immediate(&error))
 }

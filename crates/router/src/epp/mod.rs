@@ -57,6 +57,8 @@ struct EppContext {
     proxy: Arc<Proxy>,
     body_mode: BodyMode,
     max_body_bytes: usize,
+    /// Deadline of a request's headers and body.
+    request_timeout: Duration,
     /// The model of requests without a body.
     default_model: Option<String>,
 }
@@ -79,9 +81,24 @@ impl ExternalProcessor for Picker {
         // The exchange (and the in-flight count it holds) lives as long as
         // Envoy's stream: to the response's end, or until Envoy goes away.
         tokio::spawn(async move {
+            // The request (headers and body) must arrive within the client
+            // timeout, as on `serve`'s listener; the response may take as
+            // long as the engine does.
+            let deadline = tokio::time::Instant::now() + ctx.request_timeout;
             let mut exchange = Exchange::new(ctx);
             loop {
-                let message = match inbound.message().await {
+                let next = if exchange.picked() {
+                    inbound.message().await
+                } else {
+                    match tokio::time::timeout_at(deadline, inbound.message()).await {
+                        Ok(next) => next,
+                        Err(_) => {
+                            let _ = tx.send(Ok(*exchange.timed_out())).await;
+                            break;
+                        }
+                    }
+                };
+                let message = match next {
                     Ok(Some(m)) => m,
                     Ok(None) => break,
                     Err(status) => {
@@ -193,6 +210,7 @@ pub async fn spawn(
         proxy,
         body_mode: settings.body_mode,
         max_body_bytes: cfg.max_body_bytes,
+        request_timeout: cfg.client_timeout,
         default_model: cfg.model.clone(),
     };
     Ok(Some(tokio::spawn(serve(listener, ctx, store, down))))
