@@ -5,7 +5,9 @@
 //! FIFO queue; like vLLM's FCFS scheduler, a waiting head that does not fit
 //! blocks those behind it. At admission the whole schedule is computed from
 //! the [`TimeModel`](super::TimeModel): first token at
-//! `admitted_at + prefill`, completion at `first_token_at + decode`. The engine registers the prompt's blocks in
+//! `admitted_at + prefill` (with [`PrefillSharing::Serial`] the prefill
+//! starts only when those admitted before it are done: one GPU's compute is
+//! shared), completion at `first_token_at + decode`. The engine registers the prompt's blocks in
 //! the cache when the prefill completes and frees them when the request
 //! completes, then admits waiting requests *at that simulated instant*, so
 //! the results depend only on the submission times, never on how often the
@@ -54,7 +56,7 @@ mod types;
 
 pub use types::{
     Admission, EngineConfig, EngineCounters, EngineError, FinishReason, Finished, Gauges,
-    SimRequest, Ticket,
+    PrefillSharing, SimRequest, Ticket,
 };
 
 /// Which moment of a running request a timeline entry marks. Prefill
@@ -102,6 +104,8 @@ pub struct Engine {
     admitted: Vec<Admission>,
     finished: Vec<Finished>,
     counters: EngineCounters,
+    /// With serial prefills, when the last admitted prefill completes.
+    prefill_busy_until: Duration,
 }
 
 impl Engine {
@@ -127,6 +131,7 @@ impl Engine {
             admitted: Vec::new(),
             finished: Vec::new(),
             counters: EngineCounters::default(),
+            prefill_busy_until: Duration::ZERO,
         })
     }
 

@@ -30,7 +30,7 @@ mod timing;
 pub use cache::{Allocation, CacheError, CacheStats, PrefixCache};
 pub use engine::{
     Admission, Engine, EngineConfig, EngineCounters, EngineError, FinishReason, Finished, Gauges,
-    SimRequest, Ticket,
+    PrefillSharing, SimRequest, Ticket,
 };
 pub use events::{CacheEvent, CacheReplay, ReplayError};
 pub use timing::{TimeModel, TimeModelError};

@@ -14,7 +14,7 @@ use clap::Parser;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use protocol::parse_duration;
 use sim_worker::server::{FaultSettings, KvEventsSettings, PushSettings, SimConfig, SimServer};
-use sim_worker::{EngineConfig, TimeModel};
+use sim_worker::{EngineConfig, PrefillSharing, TimeModel};
 use tracing_subscriber::EnvFilter;
 use worker::kv_events::SocketMode;
 
@@ -55,6 +55,11 @@ struct Args {
     /// Most requests running at once (vLLM's --max-num-seqs).
     #[arg(long, default_value_t = 256)]
     max_num_seqs: usize,
+    /// How running requests' prefills share the engine: `parallel`
+    /// (independent; the default, as every recorded benchmark ran) or
+    /// `serial` (one after another, each at full rate, as on one GPU).
+    #[arg(long, default_value = "parallel", value_parser = parse_prefill)]
+    prefill: PrefillSharing,
     /// Prefill cost per uncached prompt token, in microseconds.
     #[arg(long, default_value_t = 100.0)]
     prefill_us_per_token: f64,
@@ -175,6 +180,7 @@ fn config(args: Args) -> anyhow::Result<SimConfig> {
             num_blocks: args.num_blocks,
             block_size: args.block_size,
             family_blocks: args.family_blocks.max(1),
+            prefill: args.prefill,
         },
         default_max_tokens: args.default_max_tokens,
         filler: args.filler,
@@ -242,4 +248,12 @@ fn main() -> anyhow::Result<()> {
     tokio::runtime::Runtime::new()
         .context("starting the Tokio runtime")?
         .block_on(run(config))
+}
+
+fn parse_prefill(s: &str) -> Result<PrefillSharing, String> {
+    match s {
+        "serial" => Ok(PrefillSharing::Serial),
+        "parallel" => Ok(PrefillSharing::Parallel),
+        other => Err(format!("{other:?}: expected serial or parallel")),
+    }
 }

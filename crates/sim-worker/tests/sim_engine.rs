@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use protocol::hashing::BlockHash;
 use sim_worker::{
-    Admission, CacheEvent, Engine, EngineConfig, EngineError, FinishReason, RequestId, SimRequest,
-    Ticket, TimeModel,
+    Admission, CacheEvent, Engine, EngineConfig, EngineError, FinishReason, PrefillSharing,
+    RequestId, SimRequest, Ticket, TimeModel,
 };
 
 const BS: usize = 4;
@@ -29,6 +29,9 @@ fn config(scale: f64, max_num_seqs: usize, num_blocks: usize) -> EngineConfig {
         max_num_seqs,
         num_blocks,
         block_size: BS,
+        // Most tests here time one request at a time; serial prefills have
+        // their own test.
+        prefill: PrefillSharing::Parallel,
     }
 }
 
@@ -370,4 +373,36 @@ fn a_zero_cost_model_completes_requests_at_once() {
     assert_eq!(b.cached_tokens, 4);
     assert_eq!(e.take_finished().len(), 2);
     assert_eq!(e.next_event_time(), None);
+}
+
+#[test]
+fn serial_prefills_queue_behind_the_tokens_admitted_before() {
+    // 40- and 20-token prompts of other families, then a fully new one:
+    // with serial prefills each first token waits for the prefills before.
+    let serial = EngineConfig {
+        prefill: PrefillSharing::Serial,
+        ..config(1.0, 8, 64)
+    };
+    let mut e = Engine::new(serial).unwrap();
+    let a = admitted(e.submit(req(1, 1, 40, 4), at(0)));
+    let b = admitted(e.submit(req(2, 2, 20, 4), at(0)));
+    let c = admitted(e.submit(req(3, 3, 8, 4), at(10)));
+    // 2 ms overhead + 1 ms per uncached token.
+    assert_eq!(a.first_token_at, at(42));
+    assert_eq!(b.first_token_at, at(42 + 22));
+    assert_eq!(
+        c.first_token_at,
+        at(64 + 10),
+        "waits for both, not only its own 10 ms"
+    );
+    assert_eq!(c.ttft(), at(64));
+    // Once the prefill server is idle, a request starts at once.
+    let d = admitted(e.submit(req(4, 4, 8, 1), at(200)));
+    assert_eq!(d.first_token_at, at(210));
+    // The same requests in parallel: each only pays its own prefill.
+    let mut p = engine(1.0, 8, 64);
+    admitted(p.submit(req(1, 1, 40, 4), at(0)));
+    admitted(p.submit(req(2, 2, 20, 4), at(0)));
+    let c = admitted(p.submit(req(3, 3, 8, 4), at(10)));
+    assert_eq!(c.first_token_at, at(20));
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use protocol::hashing::BlockHash;
 use sim_worker::{
-    CacheError, CacheReplay, Engine, EngineConfig, EngineError, PrefixCache, RequestId, SimRequest,
-    Ticket, TimeModel,
+    CacheError, CacheReplay, Engine, EngineConfig, EngineError, PrefillSharing, PrefixCache,
+    RequestId, SimRequest, Ticket, TimeModel,
 };
 
 /// Chains of up to 5 blocks; families 0 to 2 share their first two blocks,
@@ -246,7 +246,10 @@ proptest! {
         ops in prop::collection::vec(engine_op(), 1..80),
     ) {
         let time = time_model(cost_free);
-        let config = EngineConfig { time, max_num_seqs, num_blocks, block_size: BS, family_blocks: 1 };
+        let config = EngineConfig {
+            time, max_num_seqs, num_blocks, block_size: BS, family_blocks: 1,
+            prefill: PrefillSharing::Parallel,
+        };
         let mut engine = Engine::new(config).unwrap().with_audit();
         let mut replay = CacheReplay::new();
         let mut queue: VecDeque<RequestId> = VecDeque::new();

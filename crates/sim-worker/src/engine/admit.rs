@@ -6,7 +6,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::{
-    Admission, Engine, EngineError, FinishReason, Finished, Phase, Running, SimRequest, Timed,
+    Admission, Engine, EngineError, FinishReason, Finished, Phase, PrefillSharing, Running,
+    SimRequest, Timed,
 };
 use crate::RequestId;
 use crate::cache::CacheError;
@@ -78,8 +79,15 @@ impl Engine {
         let bs = self.config.block_size;
         let cached_tokens = alloc.hit_blocks.min((req.prompt_tokens - 1) / bs) * bs;
         let time = &self.config.time;
-        let first_token_at =
-            at.saturating_add(time.prefill(req.prompt_tokens - cached_tokens, cached_tokens));
+        let prefill_from = match self.config.prefill {
+            PrefillSharing::Serial => at.max(self.prefill_busy_until),
+            PrefillSharing::Parallel => at,
+        };
+        let first_token_at = prefill_from
+            .saturating_add(time.prefill(req.prompt_tokens - cached_tokens, cached_tokens));
+        if self.config.prefill == PrefillSharing::Serial {
+            self.prefill_busy_until = first_token_at;
+        }
         let done_at = first_token_at.saturating_add(time.decode_all(req.output_tokens));
         let admission = Admission {
             id: req.id,

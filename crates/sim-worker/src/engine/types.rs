@@ -53,7 +53,8 @@ impl Admission {
         self.admitted_at.saturating_sub(self.submitted_at)
     }
 
-    /// Time of the prefill alone.
+    /// From admission to the first token: the prefill, and with serial
+    /// prefills the wait for those admitted before it.
     pub fn prefill_time(&self) -> Duration {
         self.first_token_at.saturating_sub(self.admitted_at)
     }
@@ -168,6 +169,24 @@ pub struct EngineConfig {
     pub block_size: usize,
     /// Prefix family depth of the blocks it reports (`protocol::family`).
     pub family_blocks: usize,
+    /// Whether running requests share the engine's prefill compute.
+    pub prefill: PrefillSharing,
+}
+
+/// How the prefills of running requests share the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PrefillSharing {
+    /// One after another, in admission order, each at the full rate: a GPU
+    /// is busy with one prefill's tokens at a time (vLLM's chunked prefill
+    /// fills each step's token budget first come, first served), so a new
+    /// request's first token waits for the uncached tokens admitted before
+    /// it. Decodes do not slow prefills.
+    Serial,
+    /// Each independently, as if every running request had the GPU to
+    /// itself (only `max_num_seqs` bounds concurrency): the model every
+    /// recorded benchmark so far ran with.
+    #[default]
+    Parallel,
 }
 
 impl Default for EngineConfig {
@@ -180,6 +199,7 @@ impl Default for EngineConfig {
             num_blocks: 8192,
             block_size: DEFAULT_BLOCK_SIZE,
             family_blocks: protocol::family::DEFAULT_FAMILY_BLOCKS,
+            prefill: PrefillSharing::default(),
         }
     }
 }
