@@ -359,6 +359,7 @@ async fn the_response_moves_and_releases_the_count_and_its_usage_is_read() {
     assert!(metrics.contains(&format!(
         "prefix_router_engine_prompt_tokens_total{{model=\"{MODEL}\"}} 333"
     )));
+    assert!(metrics.contains("prefix_router_epp_picks_total{outcome=\"picked\"}"));
     envoy.close().await;
 }
 
