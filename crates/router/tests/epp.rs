@@ -19,10 +19,11 @@ use envoy::{
 };
 use envoy_types::pb::envoy::config::core::v3::Metadata;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
+use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
 use envoy_types::pb::envoy::service::ext_proc::v3::{HttpTrailers, ProcessingRequest};
-use prefix_router::BodyMode;
+use prefix_router::{BodyMode, ServeArgs};
 use serde_json::json;
 use state::{StateStore, StateTtls, WorkerHeartbeat};
 use support::{Router, Valkey, args, free_port, get, store, tokenizer_dir};
@@ -42,10 +43,10 @@ struct Fleet {
 }
 
 async fn fleet(body_mode: BodyMode) -> Fleet {
-    fleet_with(body_mode, None).await
+    fleet_with(body_mode, |_| {}).await
 }
 
-async fn fleet_with(body_mode: BodyMode, client_timeout: Option<Duration>) -> Fleet {
+async fn fleet_with(body_mode: BodyMode, tune: impl Fn(&mut ServeArgs)) -> Fleet {
     let valkey = Valkey::start();
     // The workers first: the pickers' start (two tokenizers loaded) is the
     // heavy part, on 2 shared cores.
@@ -74,7 +75,7 @@ async fn fleet_with(body_mode: BodyMode, client_timeout: Option<Duration>) -> Fl
         // spreading load.
         a.epsilon = Some(100.0);
         a.queue_cost_tokens = Some(0.0);
-        a.exposure.client_timeout = client_timeout;
+        tune(&mut a);
         let grpc: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let router = Router::start_epp(&valkey.url(), a, grpc, body_mode).await;
         pickers.push((router, grpc));
@@ -510,16 +511,56 @@ async fn with_valkey_down_the_picker_falls_back_and_stays_ready() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn trailers_are_answered() {
+async fn trailers_end_a_body_in_either_mode() {
     let f = fleet(BodyMode::FullDuplexStreamed).await;
+    let trailers = || ProcessingRequest {
+        request: Some(Request::RequestTrailers(HttpTrailers::default())),
+        ..ProcessingRequest::default()
+    };
+    let body = completion(&document("trailers"));
+    // Full duplex: the last chunk does not end the body, the trailers do;
+    // the answers come in the order headers, body, trailers.
     let mut envoy = Envoy::open(f.pickers[0].1).await;
-    let _ = pick_duplex(&mut envoy, &completion("a short prompt"), true, None).await;
+    let config = modes(
+        BodySendMode::FullDuplexStreamed,
+        BodySendMode::FullDuplexStreamed,
+    );
     envoy
-        .send(ProcessingRequest {
-            request: Some(Request::RequestTrailers(HttpTrailers::default())),
-            ..ProcessingRequest::default()
-        })
+        .send(request_headers("/v1/completions", false, config, None))
         .await;
+    envoy.send(request_body(&body, false)).await;
+    envoy.send(trailers()).await;
+    let chosen = destination(&envoy.recv().await);
+    assert!(f.endpoints.contains(&chosen[0]));
+    let mut pieces = Vec::new();
+    let last = loop {
+        let answer = envoy.recv().await;
+        if matches!(answer.response, Some(Response::RequestTrailers(_))) {
+            break answer;
+        }
+        pieces.push(answer);
+    };
+    assert!(matches!(last.response, Some(Response::RequestTrailers(_))));
+    let (handed, ended) = handed_back(&pieces);
+    assert_eq!(handed, body);
+    assert!(!ended, "the body's end is the trailers'");
+    envoy.close().await;
+    // Buffered: the whole body comes without its end mark when trailers
+    // follow; it is routed, not refused as cut.
+    let mut envoy = Envoy::open(f.pickers[1].1).await;
+    let config = modes(BodySendMode::Buffered, BodySendMode::None);
+    envoy
+        .send(request_headers("/v1/completions", false, config, None))
+        .await;
+    assert!(matches!(
+        envoy.recv().await.response,
+        Some(Response::RequestHeaders(_))
+    ));
+    envoy.send(request_body(&body, false)).await;
+    let answer = envoy.recv().await;
+    assert!(matches!(answer.response, Some(Response::RequestBody(_))));
+    assert_eq!(destination(&answer)[0], chosen[0], "the same prefix");
+    envoy.send(trailers()).await;
     assert!(matches!(
         envoy.recv().await.response,
         Some(Response::RequestTrailers(_))
@@ -529,7 +570,10 @@ async fn trailers_are_answered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_request_that_never_ends_is_cut_off() {
-    let f = fleet_with(BodyMode::FullDuplexStreamed, Some(Duration::from_secs(1))).await;
+    let f = fleet_with(BodyMode::FullDuplexStreamed, |a| {
+        a.exposure.client_timeout = Some(Duration::from_secs(1));
+    })
+    .await;
     let mut envoy = Envoy::open(f.pickers[0].1).await;
     envoy
         .send(request_headers("/v1/completions", false, None, None))
@@ -552,4 +596,31 @@ async fn a_request_that_never_ends_is_cut_off() {
         Some(Response::ResponseHeaders(_))
     ));
     envoy.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn streams_beyond_the_cap_are_refused() {
+    let f = fleet_with(BodyMode::FullDuplexStreamed, |a| {
+        a.exposure.max_connections = Some(2);
+    })
+    .await;
+    let grpc = f.pickers[0].1;
+    let held = [Envoy::open(grpc).await, Envoy::open(grpc).await];
+    let mut client = ExternalProcessorClient::connect(format!("http://{grpc}"))
+        .await
+        .unwrap();
+    let (_tx, rx) = tokio::sync::mpsc::channel(1);
+    let refused = client
+        .process(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect_err("a third stream is refused");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    // A closed stream frees its place.
+    for envoy in held {
+        envoy.close().await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut envoy = Envoy::open(grpc).await;
+    let chosen = pick_duplex(&mut envoy, &completion("room again"), true, None).await;
+    assert!(f.endpoints.contains(&chosen[0]));
 }

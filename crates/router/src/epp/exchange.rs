@@ -112,14 +112,24 @@ impl Exchange {
         if self.subset.is_none() {
             self.subset = subset_hint(req.metadata_context.as_ref());
         }
+        // The endpoint that served comes with the response's first message
+        // the picker sees (headers, or the body when headers are skipped).
+        if matches!(
+            req.request,
+            Some(
+                Request::ResponseHeaders(_)
+                    | Request::ResponseBody(_)
+                    | Request::ResponseTrailers(_)
+            )
+        ) && let Some(served) = served(req.metadata_context.as_ref())
+        {
+            self.served(&served).await;
+        }
         match req.request {
             Some(Request::RequestHeaders(h)) => self.on_request_headers(h).await,
             Some(Request::RequestBody(b)) => self.on_request_body(b).await,
-            Some(Request::RequestTrailers(_)) => answer(proceed(Phase::RequestTrailers)),
+            Some(Request::RequestTrailers(_)) => self.on_request_trailers().await,
             Some(Request::ResponseHeaders(h)) => {
-                if let Some(served) = served(req.metadata_context.as_ref()) {
-                    self.served(&served).await;
-                }
                 let status = header(h.headers.as_ref(), ":status");
                 self.response_ok = status.as_deref() == Some("200");
                 if h.end_of_stream {
@@ -181,18 +191,41 @@ impl Exchange {
             ));
         }
         self.body.extend_from_slice(&b.body);
-        if !b.end_of_stream {
-            return match self.request_mode {
-                Mode::FullDuplex => Step::Send(Vec::new()),
-                // Envoy's buffer filled before the body ended: the prompt
-                // would be cut.
-                _ => reject(ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "request_too_large",
-                    "the request body is larger than the gateway's ext_proc buffer",
-                )),
-            };
+        match (self.request_mode, b.end_of_stream) {
+            (_, true) => self.body_complete(true).await,
+            // More chunks, or trailers that end the body, are coming.
+            (Mode::FullDuplex, false) => Step::Send(Vec::new()),
+            // Buffered is always the whole body (Envoy fails a larger one
+            // itself); without the end mark, trailers follow.
+            (Mode::Buffered, false) => self.body_complete(false).await,
+            // Envoy's buffer filled before the body ended: the prompt
+            // would be cut.
+            _ => reject(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request_too_large",
+                "the request body is larger than the gateway's ext_proc buffer",
+            )),
         }
+    }
+
+    /// Trailers: in full-duplex mode they end a body whose last chunk did
+    /// not; the answers keep the order headers, body, trailers.
+    async fn on_request_trailers(&mut self) -> Step {
+        if self.request_mode != Mode::FullDuplex || self.picked() {
+            return answer(proceed(Phase::RequestTrailers));
+        }
+        match self.body_complete(false).await {
+            Step::Send(mut answers) => {
+                answers.push(proceed(Phase::RequestTrailers));
+                Step::Send(answers)
+            }
+            stop => stop,
+        }
+    }
+
+    /// The whole body is in: pick, and answer as the mode requires (full
+    /// duplex: the headers, then the body handed back, ended if `ended`).
+    async fn body_complete(&mut self, ended: bool) -> Step {
         let body = Bytes::from(std::mem::take(&mut self.body));
         let phase = match self.request_mode {
             Mode::FullDuplex => Phase::RequestHeaders,
@@ -201,7 +234,7 @@ impl Exchange {
         match self.decide(phase, body.clone()).await {
             Ok(mut answers) => {
                 if self.request_mode == Mode::FullDuplex {
-                    answers.extend(body_pieces(Phase::RequestBody, &body, true));
+                    answers.extend(body_pieces(Phase::RequestBody, &body, ended));
                 }
                 Step::Send(answers)
             }

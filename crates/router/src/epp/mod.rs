@@ -35,7 +35,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, Processin
 use futures_util::Stream;
 use state::StateStore;
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tonic::{Request, Response, Status, Streaming};
@@ -44,6 +44,9 @@ use tonic_health::ServingStatus;
 use crate::config::{BodyMode, ServeConfig};
 use crate::proxy::Proxy;
 use exchange::{Exchange, Step};
+
+/// How long open streams may finish after a shutdown signal.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
 /// The gRPC service names whose health the picker reports, as GIE's do.
 const HEALTH_SERVICES: [&str; 3] = [
@@ -59,12 +62,15 @@ struct EppContext {
     max_body_bytes: usize,
     /// Deadline of a request's headers and body.
     request_timeout: Duration,
+    /// Streams open at once.
+    max_streams: usize,
     /// The model of requests without a body.
     default_model: Option<String>,
 }
 
 struct Picker {
     ctx: Arc<EppContext>,
+    streams: Arc<Semaphore>,
 }
 
 #[tonic::async_trait]
@@ -75,6 +81,15 @@ impl ExternalProcessor for Picker {
         &self,
         request: Request<Streaming<ProcessingRequest>>,
     ) -> Result<Response<Self::ProcessStream>, Status> {
+        // Each stream holds a task and up to a body's bytes: at most
+        // --max-connections streams at once.
+        let Ok(permit) = self.streams.clone().try_acquire_owned() else {
+            metrics::counter!("prefix_router_epp_picks_total", "outcome" => "too_many_streams")
+                .increment(1);
+            return Err(Status::resource_exhausted(
+                "the endpoint picker has as many streams open as --max-connections allows",
+            ));
+        };
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(16);
         let ctx = self.ctx.clone();
@@ -121,6 +136,7 @@ impl ExternalProcessor for Picker {
                 }
             }
             exchange.finish();
+            drop(permit);
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
@@ -174,20 +190,36 @@ async fn serve(
         }
     });
     let max_message = ctx.max_body_bytes.saturating_add(1 << 20);
-    let ext_proc = ExternalProcessorServer::from_arc(Arc::new(Picker { ctx }))
+    let streams = Arc::new(Semaphore::new(ctx.max_streams));
+    let ext_proc = ExternalProcessorServer::from_arc(Arc::new(Picker { ctx, streams }))
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(max_message);
     let addr = listener.local_addr()?;
     tracing::info!(grpc_listen = %addr, "endpoint picker serving ext_proc");
-    let served = tonic::transport::Server::builder()
+    // A gateway that vanished without closing its connections is found by
+    // keepalives; its streams end, and with them their in-flight counts.
+    let mut stopping = down.clone();
+    let server = tonic::transport::Server::builder()
         .tcp_nodelay(true)
+        .tcp_keepalive(Some(Duration::from_secs(30)))
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .add_service(health)
         .add_service(ext_proc)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
             let _ = down.wait_for(|d| *d).await;
-        })
-        .await
-        .context("ext_proc gRPC server");
+        });
+    // Streams still open at shutdown get a grace period, not forever.
+    let served = tokio::select! {
+        served = server => served.context("ext_proc gRPC server"),
+        _ = async {
+            let _ = stopping.wait_for(|d| *d).await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => {
+            tracing::warn!("ext_proc streams still open after the shutdown grace; closing them");
+            Ok(())
+        }
+    };
     let _ = readiness.await;
     served
 }
@@ -211,6 +243,7 @@ pub async fn spawn(
         body_mode: settings.body_mode,
         max_body_bytes: cfg.max_body_bytes,
         request_timeout: cfg.client_timeout,
+        max_streams: cfg.max_connections,
         default_model: cfg.model.clone(),
     };
     Ok(Some(tokio::spawn(serve(listener, ctx, store, down))))
