@@ -7,6 +7,10 @@
 
 mod support;
 
+#[path = "epp/envoy.rs"]
+#[allow(dead_code)]
+mod envoy;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -178,4 +182,88 @@ async fn routing_spans_join_the_clients_trace_and_reach_the_worker() {
         named(&got, "route").parent_span_id.is_empty(),
         "a root span"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_endpoint_picker_exports_its_routing_spans_too() {
+    use envoy::{Envoy, destination, headers_of, request_body};
+    use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
+    use envoy_types::pb::envoy::service::ext_proc::v3::{HttpHeaders, ProcessingRequest};
+
+    let valkey = Valkey::start();
+    let (endpoint, spans) = collector().await;
+    let probe = store(&valkey, "pr", "test-probe", StateTtls::default());
+    let hb = WorkerHeartbeat {
+        worker_id: "w0".into(),
+        url: "http://127.0.0.2:8000".into(),
+        load: None,
+    };
+    probe.heartbeat(MODEL, &hb).await.unwrap();
+    let (http_port, grpc_port) = (support::free_port(), support::free_port());
+    let tokenizer = tokenizer_dir();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_prefix-router"))
+        .args(["epp", "--listen", &format!("127.0.0.1:{http_port}")])
+        .args(["--grpc-listen", &format!("127.0.0.1:{grpc_port}")])
+        .args(["--valkey", &valkey.url(), "--model", MODEL])
+        .args(["--tokenizer-dir", tokenizer.to_str().unwrap()])
+        .args(["--otlp-endpoint", &endpoint])
+        .env("PREFIX_ROUTER_INTERNAL_TOKEN", support::TOKEN)
+        .env("PREFIX_ROUTER_LOG", "warn")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .spawn()
+        .unwrap();
+    let grpc = format!("127.0.0.1:{grpc_port}").parse().unwrap();
+    let mut envoy = None;
+    for _ in 0..200 {
+        if http()
+            .get(format!("http://127.0.0.1:{http_port}/health"))
+            .send()
+            .await
+            .is_ok()
+        {
+            envoy = Some(Envoy::open(grpc).await);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut envoy = envoy.expect("the picker came up");
+    let trace = "0af7651916cd43dd8448eb211c80319c";
+    let client_span = "b7ad6b7169203331";
+    let traceparent = format!("00-{trace}-{client_span}-01");
+    envoy
+        .send(ProcessingRequest {
+            request: Some(Request::RequestHeaders(HttpHeaders {
+                headers: Some(headers_of(&[
+                    (":method", "POST"),
+                    (":path", "/v1/completions"),
+                    ("traceparent", &traceparent),
+                ])),
+                ..HttpHeaders::default()
+            })),
+            ..ProcessingRequest::default()
+        })
+        .await;
+    let body = serde_json::to_vec(&json!({"model": MODEL, "prompt": "Pick me a worker."})).unwrap();
+    envoy.send(request_body(&body, true)).await;
+    assert_eq!(destination(&envoy.recv().await), ["127.0.0.2:8000"]);
+    let got = wait_spans(&spans, trace, &["route", "tokenize", "hash", "valkey"]).await;
+    let route = named(&got, "route");
+    assert_eq!(hex(&route.parent_span_id), client_span);
+    for child in ["tokenize", "hash", "valkey"] {
+        assert_eq!(hex(&named(&got, child).parent_span_id), hex(&route.span_id));
+    }
+    envoy.close().await;
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn otlp_over_tls_is_refused_with_a_reason() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_prefix-router"))
+        .args(["serve", "--otlp-endpoint", "https://collector:4318"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("expected an http:// URL"), "{err}");
 }

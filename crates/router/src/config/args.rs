@@ -163,8 +163,9 @@ pub struct ExposureArgs {
     #[arg(long, env = "PREFIX_ROUTER_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
     /// OTLP/HTTP collector that routing spans are exported to, as
-    /// `OTEL_EXPORTER_OTLP_ENDPOINT` (`http://collector:4318`; spans go to
-    /// `/v1/traces`); a flag or the environment only [default: off].
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` (`http://collector:4318`, plain HTTP;
+    /// spans go to `/v1/traces`); a flag or the environment only [default:
+    /// off].
     #[arg(long, env = "PREFIX_ROUTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
     /// Share of new traces exported, 0 to 1; a client's sampling decision
@@ -187,8 +188,12 @@ impl ExposureArgs {
         let Some(endpoint) = self.otlp_endpoint.clone() else {
             return Ok(None);
         };
-        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
-            anyhow::bail!("--otlp-endpoint {endpoint:?}: expected an http:// or https:// URL");
+        // The exporter is built without TLS: a collector beside the router
+        // (a sidecar or node agent) takes plain OTLP/HTTP.
+        if !endpoint.starts_with("http://") {
+            anyhow::bail!(
+                "--otlp-endpoint {endpoint:?}: expected an http:// URL (OTLP over TLS is not built in; send to a local collector)"
+            );
         }
         let sample_ratio = self.otlp_sample_ratio.unwrap_or(1.0);
         if !(0.0..=1.0).contains(&sample_ratio) {

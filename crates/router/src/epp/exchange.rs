@@ -5,13 +5,14 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
+use tracing::Instrument;
 
 use super::EppContext;
 use super::messages::{Phase, body_pieces, destination, immediate, proceed};
@@ -20,6 +21,7 @@ use super::usage::UsageTail;
 use crate::api::ApiError;
 use crate::config::BodyMode;
 use crate::proxy::{Endpoint, Pick, ProxyError};
+use crate::telemetry::{self, SPANS};
 
 /// What to send back for one message from Envoy.
 pub enum Step {
@@ -82,6 +84,8 @@ pub struct Exchange {
     endpoints: Vec<String>,
     usage: UsageTail,
     response_ok: bool,
+    /// The client's `traceparent` and `tracestate`.
+    trace: HeaderMap,
 }
 
 impl Exchange {
@@ -99,6 +103,7 @@ impl Exchange {
             endpoints: Vec::new(),
             usage: UsageTail::default(),
             response_ok: false,
+            trace: HeaderMap::new(),
         }
     }
 
@@ -147,6 +152,14 @@ impl Exchange {
     }
 
     async fn on_request_headers(&mut self, h: HttpHeaders) -> Step {
+        // The client's trace context, for the routing span.
+        for name in ["traceparent", "tracestate"] {
+            if let Some(v) = header(h.headers.as_ref(), name)
+                .and_then(|v| axum::http::HeaderValue::from_str(&v).ok())
+            {
+                self.trace.insert(name, v);
+            }
+        }
         let path = header(h.headers.as_ref(), ":path").unwrap_or_default();
         self.endpoint = match path.split('?').next().unwrap_or_default() {
             "/v1/completions" => Endpoint::Completions,
@@ -249,14 +262,34 @@ impl Exchange {
         body: Bytes,
     ) -> Result<Vec<ProcessingResponse>, ApiError> {
         let proxy = &self.ctx.proxy;
+        let span = tracing::info_span!(
+            target: SPANS,
+            "route",
+            otel.kind = "server",
+            model = tracing::field::Empty,
+            worker = tracing::field::Empty,
+        );
+        telemetry::continue_trace(&span, &self.trace);
         let pick = match &self.subset {
             Some(subset) => {
                 let allowed = |url: &str| endpoint_of(url).is_some_and(|e| subset.contains(&e));
-                proxy.pick(self.endpoint, &body, Some(&allowed)).await
+                proxy
+                    .pick(self.endpoint, &body, Some(&allowed))
+                    .instrument(span.clone())
+                    .await
             }
-            None => proxy.pick(self.endpoint, &body, None).await,
+            None => {
+                proxy
+                    .pick(self.endpoint, &body, None)
+                    .instrument(span.clone())
+                    .await
+            }
         }
         .map_err(|e| self.rejection(e))?;
+        span.record("model", pick.model());
+        if let Some(worker) = pick.worker_id(0) {
+            span.record("worker", worker);
+        }
         self.endpoints = pick.urls().filter_map(endpoint_of).collect();
         if self.endpoints.len() != pick.urls().count() {
             return Err(ApiError::new(

@@ -38,30 +38,43 @@ struct Details {
 }
 
 impl UsageTail {
-    /// Keeps the last [`TAIL`] bytes of the body seen so far.
+    /// Keeps at least the last [`TAIL`] bytes of the body seen so far
+    /// (at most twice that: the buffer is cut back only when it doubles, so
+    /// a long stream costs O(its bytes), not O(chunks × TAIL)).
     pub fn feed(&mut self, chunk: &[u8]) {
-        if chunk.len() >= TAIL {
-            self.tail.clear();
-            self.tail.extend_from_slice(&chunk[chunk.len() - TAIL..]);
-            return;
-        }
-        let overflow = (self.tail.len() + chunk.len()).saturating_sub(TAIL);
-        self.tail.drain(..overflow);
         self.tail.extend_from_slice(chunk);
+        if self.tail.len() > 2 * TAIL {
+            let cut = self.tail.len() - TAIL;
+            self.tail.drain(..cut);
+        }
     }
 
-    /// The usage the body ends with, if any.
+    /// The usage the body ends with, if any: a whole JSON answer's, else
+    /// the last `"usage":` object in the tail (a long JSON answer, or a
+    /// stream's last events).
     pub fn usage(&self) -> Option<Usage> {
         if let Ok(answer) = serde_json::from_slice::<Answer>(&self.tail) {
             return answer.usage.map(Usage::from);
         }
-        let text = String::from_utf8_lossy(&self.tail);
-        text.lines()
-            .rev()
-            .filter_map(|line| line.strip_prefix("data:"))
-            .filter_map(|data| serde_json::from_str::<Answer>(data.trim()).ok())
-            .find_map(|answer| answer.usage)
-            .map(Usage::from)
+        let key = b"\"usage\"";
+        let mut end = self.tail.len();
+        while let Some(at) = self.tail[..end].windows(key.len()).rposition(|w| w == key) {
+            end = at;
+            let rest = &self.tail[at + key.len()..];
+            let Some(colon) = rest.iter().position(|b| !b.is_ascii_whitespace()) else {
+                continue;
+            };
+            if rest[colon] != b':' {
+                continue;
+            }
+            let value = &rest[colon + 1..];
+            let mut values =
+                serde_json::Deserializer::from_slice(value).into_iter::<Option<UsageField>>();
+            if let Some(Ok(Some(usage))) = values.next() {
+                return Some(Usage::from(usage));
+            }
+        }
+        None
     }
 }
 
@@ -128,10 +141,33 @@ mod tests {
     }
 
     #[test]
-    fn keeps_only_the_tail() {
+    fn keeps_a_bounded_tail() {
         let mut tail = UsageTail::default();
-        tail.feed(&vec![b'x'; TAIL + 10]);
+        for _ in 0..100 {
+            tail.feed(&vec![b'x'; TAIL / 3]);
+            assert!(tail.tail.len() <= 2 * TAIL);
+        }
         tail.feed(br#"{"usage":{"prompt_tokens":1}}"#);
-        assert_eq!(tail.tail.len(), TAIL);
+        assert!(tail.tail.len() >= TAIL);
+        assert_eq!(tail.usage().map(|u| u.prompt_tokens), Some(1));
+    }
+
+    #[test]
+    fn a_long_json_answer() {
+        let text = "word ".repeat(40_000);
+        let body = format!(
+            r#"{{"choices":[{{"text":"{text}"}}],"usage":{{"prompt_tokens":9,"prompt_tokens_details":{{"cached_tokens":8}}}}}}"#
+        );
+        let mut tail = UsageTail::default();
+        for chunk in body.as_bytes().chunks(1000) {
+            tail.feed(chunk);
+        }
+        assert_eq!(
+            tail.usage(),
+            Some(Usage {
+                prompt_tokens: 9,
+                cached_tokens: 8
+            })
+        );
     }
 }

@@ -4,11 +4,13 @@
 use std::time::Instant;
 
 use bytes::Bytes;
+use tracing::Instrument;
 
 use super::candidates::Target;
 use super::prompts::{Chain, Parsed};
 use super::ranking::UrlFilter;
 use super::{Endpoint, InFlightGuard, Proxy, ProxyError, decision, record_outcome};
+use crate::telemetry::SPANS;
 
 /// Where a request should go: the workers in order, the first claimed and
 /// counted in flight (as [`Proxy::handle`] does before forwarding) until
@@ -67,7 +69,10 @@ impl Proxy {
     ) -> Result<Pick, ProxyError> {
         let started = Instant::now();
         let Parsed { model, chain, .. } = self.read(endpoint, body).await?;
-        let (mut ranked, tracked) = self.rank_within(&model, &chain, allowed).await?;
+        let (mut ranked, tracked) = self
+            .rank_within(&model, &chain, allowed)
+            .instrument(tracing::info_span!(target: SPANS, "valkey"))
+            .await?;
         metrics::counter!("prefix_router_decisions_total", "outcome" => decision(&ranked, tracked))
             .increment(1);
         ranked.truncate(self.max_attempts);
