@@ -35,6 +35,10 @@ pub enum Ineligible {
     /// `n` other than 1: several choices in one answer.
     #[error("n is not 1")]
     SeveralChoices,
+    /// A number too large to be told apart from its neighbours once read
+    /// (beyond 2^53): two different requests could share a key.
+    #[error("a number beyond 2^53")]
+    InexactNumber,
 }
 
 /// The key of a request to `path` (with its query) whose `Authorization`
@@ -73,6 +77,9 @@ pub fn request_key(
         Some(Value::String(s)) => s.as_bytes(),
         _ => b"",
     };
+    if has_inexact_number(&value) {
+        return Err(Ineligible::InexactNumber);
+    }
     let mut canonical_body = Vec::with_capacity(body.len());
     write_canonical(&value, &mut canonical_body);
     let mut hasher = Sha256::new();
@@ -133,6 +140,18 @@ pub fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     }
 }
 
+/// Whether `value` holds a number read as a float at or beyond 2^53, where
+/// distinct integers (beyond u64 too) read as the same float.
+fn has_inexact_number(value: &Value) -> bool {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    match value {
+        Value::Number(n) => n.is_f64() && n.as_f64().is_none_or(|f| f.abs() >= EXACT),
+        Value::Array(items) => items.iter().any(has_inexact_number),
+        Value::Object(map) => map.values().any(has_inexact_number),
+        _ => false,
+    }
+}
+
 /// A number by its value: an integral float (`0.0`, `8.0`) is written as
 /// the integer it equals, as the engine's request models read it.
 fn write_number(n: &serde_json::Number, out: &mut Vec<u8>) {
@@ -156,6 +175,20 @@ mod tests {
 
     fn key(body: &str) -> Result<RequestKey, Ineligible> {
         request_key("/v1/completions", None, body.as_bytes())
+    }
+
+    #[test]
+    fn numbers_beyond_exact_floats_are_not_keyed() {
+        for big in ["18446744073709551616", "18446744073709551617", "1e300"] {
+            let body = format!(
+                r#"{{"model":"m","temperature":0,"prompt":"hi","logit_bias":{{"1":{big}}}}}"#
+            );
+            assert_eq!(key(&body), Err(Ineligible::InexactNumber), "{big}");
+        }
+        // u64 and ordinary floats are exact enough.
+        assert!(
+            key(r#"{"model":"m","seed":18446744073709551615,"prompt":"hi","top_p":0.9}"#).is_ok()
+        );
     }
 
     #[test]

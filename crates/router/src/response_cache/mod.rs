@@ -21,6 +21,7 @@ mod recorder;
 pub use key::{Ineligible, RequestKey, request_key};
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -81,6 +82,9 @@ struct Inner {
     /// Deadline of a lookup.
     lookup_timeout: Duration,
     stores: Arc<Semaphore>,
+    /// Bytes kept by responses being recorded, over all requests: at most
+    /// `settings.max_bytes`, so concurrent misses cannot hold unbounded memory.
+    recording: AtomicUsize,
 }
 
 /// What a lookup found.
@@ -116,6 +120,7 @@ impl ResponseCache {
                 settings,
                 lookup_timeout,
                 stores: Arc::new(Semaphore::new(MAX_PENDING_STORES)),
+                recording: AtomicUsize::new(0),
             }),
         }
     }
@@ -191,6 +196,7 @@ impl ResponseCache {
             chunks: Vec::new(),
             size: 0,
             too_large: false,
+            held: 0,
             length: resp
                 .headers()
                 .get(header::CONTENT_LENGTH)

@@ -50,7 +50,7 @@ pub struct Shared {
 /// The SSE chunks a streamed answer sends, in order.
 pub const SSE_CHUNKS: [&str; 3] = [
     "data: {\"choices\":[{\"text\":\"Hel\"}]}\n\n",
-    "data: {\"choices\":[{\"text\":\"lo\"}]}\n\n",
+    "data: {\"choices\":[{\"text\":\"lo\",\"finish_reason\":\"length\"}]}\n\n",
     "data: [DONE]\n\n",
 ];
 
@@ -224,7 +224,12 @@ async fn handle(
             .unwrap();
     }
     let status = shared.status.lock().unwrap().unwrap_or(StatusCode::OK);
-    let answer = serde_json::json!({ "worker": name, "path": uri.path(), "echo": json });
+    let answer = serde_json::json!({
+        "worker": name,
+        "path": uri.path(),
+        "echo": json,
+        "choices": [{ "text": "ok", "finish_reason": "stop" }],
+    });
     let mut resp = (status, [("x-fake-worker", name)], axum::Json(answer)).into_response();
     // vLLM's ORCA load report, when asked (only TEXT here).
     let asked = headers
