@@ -47,6 +47,8 @@ impl Proxy {
             }
             all
         };
+        // Whether the shared state listed live workers before the filter.
+        let mut listed = false;
         let shared = match self.atomic.as_ref().filter(|_| allowed.is_none()) {
             Some(cfg) => {
                 self.route_and_claim(model, chain, cfg, &request, block_size)
@@ -55,10 +57,14 @@ impl Proxy {
             None => self.store.probe(model, &chain.hashes).await.map(|lookup| {
                 let all = targets(&lookup, block_size);
                 self.remember(model, &all);
+                listed = !all.is_empty();
                 self.order(self.policy.as_ref(), &request, keep(all))
             }),
         };
         match shared {
+            // Live workers, none of them allowed: nothing to fall back to
+            // (those seen recently are the same workers).
+            Ok(ranked) if ranked.is_empty() && listed => Ok((ranked, true)),
             // Valkey answers but lists nobody: it may have restarted empty,
             // before the workers' next heartbeat. Workers seen live within a
             // lease are still the best guess.
