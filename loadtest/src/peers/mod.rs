@@ -1,10 +1,23 @@
-//! Competitor routers ("peers") for the load test: `sglang-router` (SGLang
-//! Model Gateway) and `vllm-router` (its vLLM fork), both from PyPI, run with
-//! their `cache_aware` policy as R replicas behind the same balancer and
-//! pointed at the same sim-workers as our routers.
+//! Competitor routers ("peers") for the load test, from PyPI, run as R
+//! replicas behind the same balancer and pointed at the same sim-workers as
+//! our routers. Two modes per project:
 //!
-//! * [`install`] creates one virtualenv per peer under `root`
-//!   (`<root>/sglang-router-venv`, `<root>/vllm-router-venv`) and installs the
+//! * plain: `sglang-router` 0.3.2 and `vllm-router`, each with its
+//!   `cache_aware` policy (one approximate tree per replica);
+//! * best (issue 13: exact, multi-replica cache-aware routing as each
+//!   project documents it): `vllm-router-kv` (`--policy kv_aware` fed by
+//!   every sim's vLLM KV events), `smg` 1.13.0 (SGLang Model Gateway,
+//!   `cache_aware` with its mesh: the replicas share their trees) and
+//!   `dynamo` (Dynamo's standalone KV selection service, one per replica,
+//!   replica-synced, behind our thin frontend: [`dynamo`]).
+//!
+//! Files: `install` (venvs), `ready` (readiness), `modes` (each peer's
+//! command line as a fleet [`ExternalRouter`](crate::fleet::ExternalRouter)),
+//! [`dynamo`] (the frontend of Dynamo's selection service).
+//!
+//! * [`install`] creates one virtualenv per package under `root`
+//!   (`<root>/sglang-router-venv`, `<root>/vllm-router-venv`,
+//!   `<root>/smg-venv`, `<root>/ai-dynamo-runtime-venv`) and installs the
 //!   pinned version from PyPI; it is idempotent (a venv that already holds
 //!   the pinned version is reused untouched). `loadtest/peers/install.sh`
 //!   does the same from a shell.
@@ -39,10 +52,13 @@ use anyhow::bail;
 
 use fleet::free_port;
 
+pub mod dynamo;
 mod install;
+mod modes;
 mod ready;
 
 pub use install::{PeerInstall, install};
+pub use modes::{check_private_network, external_router};
 pub use ready::{wait_ready, wait_ready_workers};
 
 /// The address every peer binds (its API and its metrics).
@@ -56,19 +72,45 @@ pub const READY_PATH: &str = "/readiness";
 pub enum PeerKind {
     /// `sglang-router` (SGLang Model Gateway), PyPI `sglang-router`.
     SglangRouter,
-    /// `vllm-router`, PyPI `vllm-router`.
+    /// `vllm-router`, PyPI `vllm-router`: plain `cache_aware`.
     VllmRouter,
+    /// `vllm-router` with `--policy kv_aware` on the sims' KV events.
+    VllmRouterKv,
+    /// SMG (SGLang Model Gateway), PyPI `smg`: `cache_aware` with its mesh.
+    Smg,
+    /// Dynamo's selection service (PyPI `ai-dynamo-runtime`) behind our
+    /// frontend ([`dynamo`]).
+    Dynamo,
 }
 
 impl PeerKind {
     /// Every peer, in a stable order.
-    pub const ALL: [PeerKind; 2] = [PeerKind::SglangRouter, PeerKind::VllmRouter];
+    pub const ALL: [PeerKind; 5] = [
+        PeerKind::SglangRouter,
+        PeerKind::VllmRouter,
+        PeerKind::VllmRouterKv,
+        PeerKind::Smg,
+        PeerKind::Dynamo,
+    ];
 
-    /// Its name: the PyPI package and the venv's prefix (`sglang-router`).
+    /// Its name: the arm's name in `--policies` (`vllm-router-kv`).
     pub fn name(self) -> &'static str {
         match self {
             PeerKind::SglangRouter => "sglang-router",
             PeerKind::VllmRouter => "vllm-router",
+            PeerKind::VllmRouterKv => "vllm-router-kv",
+            PeerKind::Smg => "smg",
+            PeerKind::Dynamo => "dynamo",
+        }
+    }
+
+    /// The PyPI package, and the venv's prefix (`vllm-router`).
+    pub fn package(self) -> &'static str {
+        match self {
+            PeerKind::SglangRouter => "sglang-router",
+            PeerKind::VllmRouter | PeerKind::VllmRouterKv => "vllm-router",
+            PeerKind::Smg => "smg",
+            PeerKind::Dynamo => "ai-dynamo-runtime",
         }
     }
 
@@ -77,15 +119,20 @@ impl PeerKind {
     pub fn pinned_version(self) -> &'static str {
         match self {
             PeerKind::SglangRouter => "0.3.2",
-            PeerKind::VllmRouter => "0.1.17",
+            PeerKind::VllmRouter | PeerKind::VllmRouterKv => "0.1.17",
+            PeerKind::Smg => "1.13.0",
+            PeerKind::Dynamo => "1.6.1",
         }
     }
 
-    /// The Python module run with `python -m` to start one router.
+    /// The Python module run with `python -m` to start one router (for
+    /// Dynamo, the selection service beside our frontend).
     pub fn launcher_module(self) -> &'static str {
         match self {
             PeerKind::SglangRouter => "sglang_router.launch_router",
-            PeerKind::VllmRouter => "vllm_router.launch_router",
+            PeerKind::VllmRouter | PeerKind::VllmRouterKv => "vllm_router.launch_router",
+            PeerKind::Smg => "smg.launch_router",
+            PeerKind::Dynamo => "dynamo.select_service",
         }
     }
 
@@ -93,14 +140,14 @@ impl PeerKind {
     /// otherwise (`sglang-router` logs two lines per request at `info`).
     pub fn default_log_level(self) -> &'static str {
         match self {
-            PeerKind::SglangRouter => "warn",
-            PeerKind::VllmRouter => "warning",
+            PeerKind::SglangRouter | PeerKind::Smg => "warn",
+            PeerKind::VllmRouter | PeerKind::VllmRouterKv | PeerKind::Dynamo => "warning",
         }
     }
 
     /// The venv of this peer under `root` (`<root>/sglang-router-venv`).
     pub fn venv_dir(self, root: &Path) -> PathBuf {
-        root.join(format!("{}-venv", self.name()))
+        root.join(format!("{}-venv", self.package()))
     }
 }
 
@@ -113,13 +160,19 @@ impl fmt::Display for PeerKind {
 impl FromStr for PeerKind {
     type Err = anyhow::Error;
 
-    /// Accepts `sglang`, `sglang-router`, `sglang_router`, `vllm`,
-    /// `vllm-router`, `vllm_router` (any case).
+    /// Accepts `sglang`, `sglang-router`, `vllm`, `vllm-router`,
+    /// `vllm-router-kv`, `smg`, `dynamo` (any case, `_` for `-`).
     fn from_str(s: &str) -> anyhow::Result<Self> {
         match s.trim().to_ascii_lowercase().replace('_', "-").as_str() {
             "sglang" | "sglang-router" => Ok(PeerKind::SglangRouter),
             "vllm" | "vllm-router" => Ok(PeerKind::VllmRouter),
-            other => bail!("unknown peer {other:?}: expected sglang-router or vllm-router"),
+            "vllm-kv" | "vllm-router-kv" => Ok(PeerKind::VllmRouterKv),
+            "smg" => Ok(PeerKind::Smg),
+            "dynamo" => Ok(PeerKind::Dynamo),
+            other => bail!(
+                "unknown peer {other:?}: expected sglang-router, vllm-router, vllm-router-kv, \
+                 smg or dynamo"
+            ),
         }
     }
 }
