@@ -338,7 +338,7 @@ pub fn launcher_args(kind: PeerKind, extra: &PeerOptions) -> Vec<String> {
 mod tests {
     use super::*;
 
-    fn fake_install(kind: PeerKind) -> PeerInstall {
+    pub(super) fn fake_install(kind: PeerKind) -> PeerInstall {
         PeerInstall {
             kind,
             python: PathBuf::from("/venv/bin/python"),

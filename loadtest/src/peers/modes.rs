@@ -50,53 +50,28 @@ pub fn external_router(install: &PeerInstall, loadtest: &Path) -> anyhow::Result
         }
         PeerKind::VllmRouterKv => {
             router.kv_events = true;
-            router.args = strings(&[
-                "-m",
-                kind.launcher_module(),
-                "--host",
-                BIND_HOST,
-                "--port",
-                "{port}",
-                "--worker-urls",
-                "{worker_urls}",
-                "--policy",
-                "kv_aware",
+            router.args = launcher_args(kind, &PeerOptions::default())
+                .into_iter()
+                .map(|a| {
+                    if a == "cache_aware" {
+                        "kv_aware".into()
+                    } else {
+                        a
+                    }
+                })
+                .collect();
+            router.args.extend(strings(&[
                 "{kv_event_sources}",
                 "{kv_event_replay_sources}",
                 "--kv-event-model",
                 "{model}",
                 "--kv-event-block-size",
                 BLOCK_SIZE,
-                "--prometheus-host",
-                BIND_HOST,
-                "--prometheus-port",
-                "{aux_port}",
-                "--worker-startup-check-interval",
-                "1",
-                "--log-level",
-                kind.default_log_level(),
-            ]);
+            ]));
         }
         PeerKind::Smg => {
-            router.args = strings(&[
-                "-m",
-                kind.launcher_module(),
-                "--host",
-                BIND_HOST,
-                "--port",
-                "{port}",
-                "--worker-urls",
-                "{worker_urls}",
-                "--policy",
-                "cache_aware",
-                "--prometheus-host",
-                BIND_HOST,
-                "--prometheus-port",
-                "{aux_port}",
-                "--worker-startup-check-interval",
-                "1",
-                "--log-level",
-                kind.default_log_level(),
+            router.args = launcher_args(kind, &PeerOptions::default());
+            router.args.extend(strings(&[
                 "--enable-mesh",
                 "--mesh-server-name",
                 "smg-{index}",
@@ -106,7 +81,7 @@ pub fn external_router(install: &PeerInstall, loadtest: &Path) -> anyhow::Result
                 "{mesh_port}",
                 "--mesh-peer-urls",
                 "{mesh_peers}",
-            ]);
+            ]));
         }
         PeerKind::Dynamo => {
             router.kv_events = true;
@@ -183,15 +158,7 @@ pub fn check_private_network() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
-
-    fn install(kind: PeerKind) -> PeerInstall {
-        PeerInstall {
-            kind,
-            python: PathBuf::from("/venv/bin/python"),
-            version: kind.pinned_version().to_owned(),
-        }
-    }
+    use crate::peers::tests::fake_install as install;
 
     #[test]
     fn best_modes_are_the_documented_command_lines() -> anyhow::Result<()> {
@@ -199,8 +166,11 @@ mod tests {
         let kv = external_router(&install(PeerKind::VllmRouterKv), lt)?;
         assert!(kv.kv_events && kv.companion.is_none());
         let line = kv.args.join(" ");
-        assert!(line.contains("--policy kv_aware {kv_event_sources} {kv_event_replay_sources}"));
-        assert!(line.contains("--kv-event-model {model} --kv-event-block-size 16"));
+        assert!(line.contains("--policy kv_aware "));
+        assert!(line.ends_with(
+            "{kv_event_sources} {kv_event_replay_sources} --kv-event-model {model} \
+             --kv-event-block-size 16"
+        ));
 
         let smg = external_router(&install(PeerKind::Smg), lt)?;
         assert!(!smg.kv_events);
