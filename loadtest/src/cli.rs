@@ -168,6 +168,11 @@ pub struct RunArgs {
     /// Trace: cut prompts to this many tokens [default: what fits one worker's pool].
     #[arg(long, help_heading = "Workload")]
     pub max_input_tokens: Option<usize>,
+    /// Trace: send prompts as text (474 seeded words, about 512 Qwen3
+    /// tokens, per hash id) instead of token ids, for routers that take
+    /// only text (smg, sglang-router).
+    #[arg(long, help_heading = "Workload")]
+    pub trace_text: bool,
     /// Text workloads: completions or chat.
     #[arg(long, default_value = "chat", help_heading = "Workload")]
     pub api: Api,

@@ -161,6 +161,7 @@ fn build_plan(args: &RunArgs) -> anyhow::Result<(Plan, f64, Option<usize>)> {
             speedup: args.speedup,
             max_output_tokens: args.max_output_tokens,
             max_input_tokens: cap,
+            text: args.trace_text,
         };
         let plan = trace_plan(&path, &opts)?;
         Ok((plan, args.time_scale.unwrap_or(1.0 / args.speedup), cap))
