@@ -1,19 +1,29 @@
 //! A fleet on 127.0.0.1, started and stopped by the load test: Valkey,
 //! sim-workers, R router replicas and an L4 balancer in front of them.
 //! Everything it starts is killed when the [`Fleet`] is dropped.
+//!
+//! Files: `kind` (what runs behind the balancer: our router or a peer's
+//! command template, an [`Arm`]), `template` (filling in a template's
+//! placeholders), `routers` (each replica's command and companion), `sims`
+//! (the sim-workers, with or without KV events), `store` (Valkey),
+//! `balancer`/`tcp_proxy` (HAProxy or the builtin one), `cpu` ([`CpuUse`]).
 
 mod balancer;
+mod cpu;
 mod kind;
 mod routers;
 mod sims;
 mod store;
 mod tcp_proxy;
+mod template;
 
 pub use balancer::{Balancer, BalancerChoice, BalancerKind};
-pub use kind::{Arm, Companion, ExternalRouter, LaunchContext, POLICIES, RouterKind, View, fill};
+pub use cpu::CpuUse;
+pub use kind::{Arm, Companion, ExternalRouter, LaunchContext, POLICIES, RouterKind, View};
 pub use routers::{RouterCommon, companion_spec, router_spec};
 pub use sims::{KvEndpoints, Sim, SimSettings, default_tokenizer_dir, start_sim};
 pub use tcp_proxy::TcpBalancer;
+pub use template::fill;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -50,65 +60,6 @@ pub struct FleetSpec {
     pub tokenizer_dir: PathBuf,
     /// Where logs and configuration files go.
     pub dir: PathBuf,
-}
-
-/// CPU seconds used so far, by role (see [`CpuUse::since`] for a phase's).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct CpuUse {
-    /// Each router replica.
-    pub routers: Vec<f64>,
-    /// Valkey (every node of a cluster).
-    pub valkey: f64,
-    /// Each primary of a cluster (empty for one server).
-    pub valkey_primaries: Vec<f64>,
-    /// All sim-workers together.
-    pub sims: f64,
-    /// The HAProxy process (0 with the builtin balancer).
-    pub balancer: f64,
-}
-
-impl CpuUse {
-    /// What was used between `earlier` and `self`.
-    pub fn since(&self, earlier: &CpuUse) -> CpuUse {
-        CpuUse {
-            routers: self
-                .routers
-                .iter()
-                .enumerate()
-                .map(|(i, r)| r - earlier.routers.get(i).copied().unwrap_or(0.0))
-                .collect(),
-            valkey: self.valkey - earlier.valkey,
-            valkey_primaries: self
-                .valkey_primaries
-                .iter()
-                .enumerate()
-                .map(|(i, v)| v - earlier.valkey_primaries.get(i).copied().unwrap_or(0.0))
-                .collect(),
-            sims: self.sims - earlier.sims,
-            balancer: self.balancer - earlier.balancer,
-        }
-    }
-
-    /// All router replicas together.
-    pub fn routers_total(&self) -> f64 {
-        self.routers.iter().sum()
-    }
-
-    /// The busiest router replica.
-    pub fn router_max(&self) -> f64 {
-        self.routers.iter().copied().fold(0.0, f64::max)
-    }
-
-    /// The busiest cluster primary's CPU over the mean primary's (None
-    /// without a cluster or without any use).
-    pub fn valkey_spread(&self) -> Option<f64> {
-        let n = self.valkey_primaries.len();
-        let total: f64 = self.valkey_primaries.iter().sum();
-        (n > 0 && total > 0.0).then(|| {
-            let max = self.valkey_primaries.iter().copied().fold(0.0, f64::max);
-            max * n as f64 / total
-        })
-    }
 }
 
 /// A running fleet.

@@ -2,7 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::kind::{LaunchContext, RouterKind, View, fill};
+use super::kind::{LaunchContext, RouterKind, View};
+use super::template::fill;
 use fleet::process::ProcSpec;
 
 /// What every replica of a fleet shares.
