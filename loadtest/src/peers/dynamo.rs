@@ -188,17 +188,20 @@ async fn forward(State(app): State<Arc<Frontend>>, uri: Uri, body: Bytes) -> Res
         .send()
         .await
         .and_then(reqwest::Response::error_for_status);
-    let endpoint = match pick {
-        Ok(r) => match r.json::<Value>().await {
-            Ok(v) => v["endpoint"].as_str().unwrap_or_default().to_owned(),
-            Err(e) => return error(StatusCode::BAD_GATEWAY, format!("selector answer: {e}")),
-        },
-        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("selection: {e}")),
-    };
-    let reservation = Reservation {
+    // From here on the reservation is freed whatever happens.
+    let mut reservation = Reservation {
         app: Arc::clone(&app),
         id,
         prefilled: false,
+    };
+    let answer = match pick {
+        Ok(r) => r.json::<Value>().await,
+        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("selection: {e}")),
+    };
+    let endpoint = match answer.as_ref().map(|v| v["endpoint"].as_str()) {
+        Ok(Some(url)) => url.to_owned(),
+        Ok(None) => return error(StatusCode::BAD_GATEWAY, "selector answer without endpoint"),
+        Err(e) => return error(StatusCode::BAD_GATEWAY, format!("selector answer: {e}")),
     };
     let sent = app
         .http
@@ -224,7 +227,6 @@ async fn forward(State(app): State<Arc<Frontend>>, uri: Uri, body: Bytes) -> Res
         }
     }
     let status = resp.status();
-    let mut reservation = reservation;
     let stream = resp.bytes_stream().map(move |chunk| {
         reservation.first_chunk();
         chunk
