@@ -3,9 +3,10 @@
 # idempotently (a venv that already holds the pinned version is left alone).
 # Same layout and pins as loadtest/src/peers/ (`install`).
 #
-# Usage: loadtest/peers/install.sh [ROOT] [PEER...]
-#   ROOT  where the venvs go (default: <repo>/target/peers)
-#   PEER  sglang-router and/or vllm-router (default: both)
+# Usage: loadtest/peers/install.sh [ROOT] [PACKAGE...]
+#   ROOT     where the venvs go (default: <repo>/target/peers)
+#   PACKAGE  sglang-router, vllm-router (also runs vllm-router-kv), smg,
+#            ai-dynamo-runtime (runs the dynamo peer) (default: all four)
 # Env:   PEERS_PYTHON  interpreter that creates the venvs (default: the first
 #        of python3.11 python3.12 python3.10 python3 that is >= 3.8 with venv
 #        and ensurepip; on Debian that means the python3-venv package).
@@ -17,13 +18,15 @@ repo="$(cd "$here/../.." && pwd)"
 root="${1:-$repo/target/peers}"
 [ $# -gt 0 ] && shift
 peers=("$@")
-[ ${#peers[@]} -eq 0 ] && peers=(sglang-router vllm-router)
+[ ${#peers[@]} -eq 0 ] && peers=(sglang-router vllm-router smg ai-dynamo-runtime)
 
 pinned() {
   case "$1" in
     sglang-router) echo 0.3.2 ;;
     vllm-router) echo 0.1.17 ;;
-    *) echo "install.sh: unknown peer '$1' (sglang-router or vllm-router)" >&2; return 1 ;;
+    smg) echo 1.13.0 ;;
+    ai-dynamo-runtime) echo 1.6.1 ;;
+    *) echo "install.sh: unknown package '$1' (sglang-router, vllm-router, smg, ai-dynamo-runtime)" >&2; return 1 ;;
   esac
 }
 

@@ -33,6 +33,9 @@ pub enum Command {
     /// installs them): router matches against the engines' cached tokens,
     /// cache reset and engine restart, RAG against round robin.
     RealEngine(Box<crate::real_engine::RealEngineArgs>),
+    /// The thin OpenAI frontend of Dynamo's selection service (the `dynamo`
+    /// peer runs one beside each selection-service replica).
+    DynamoFrontend(Box<crate::peers::dynamo::FrontendArgs>),
 }
 
 /// `loadtest run`.
@@ -88,8 +91,11 @@ pub struct RunArgs {
     pub isolated_ttl: Duration,
     /// An external router NAME=COMMAND (placeholders {port}, {aux_port},
     /// {worker_urls}, {worker_urls_csv}, {model}, …), or the name of a known
-    /// peer (sglang-router, vllm-router: installed from PyPI into
-    /// target/peers, run with cache_aware), usable in --policies (repeatable).
+    /// peer, installed from PyPI into target/peers: sglang-router,
+    /// vllm-router (cache_aware), or the best modes vllm-router-kv (kv_aware
+    /// on KV events), smg (cache_aware + mesh), dynamo (selection service +
+    /// our frontend; needs a private network namespace); usable in
+    /// --policies (repeatable).
     #[arg(long = "peer", help_heading = "Fleet")]
     pub peers: Vec<String>,
     /// An extra flag for every `prefix-router serve` (repeatable).
@@ -162,6 +168,11 @@ pub struct RunArgs {
     /// Trace: cut prompts to this many tokens [default: what fits one worker's pool].
     #[arg(long, help_heading = "Workload")]
     pub max_input_tokens: Option<usize>,
+    /// Trace: send prompts as text (474 seeded words, about 512 Qwen3
+    /// tokens, per hash id) instead of token ids, for routers that take
+    /// only text (smg, sglang-router).
+    #[arg(long, help_heading = "Workload")]
+    pub trace_text: bool,
     /// Text workloads: completions or chat.
     #[arg(long, default_value = "chat", help_heading = "Workload")]
     pub api: Api,

@@ -21,7 +21,9 @@
 //! * [`scenario`]: the fault applied in the middle of a run.
 //! * [`metrics`]: hit rate, TTFT, imbalance and CPU per request.
 //! * [`report`]: tables, markdown and plots.
-//! * [`peers`]: other routers (sglang-router, vllm-router) in the same seat.
+//! * [`peers`]: other routers in the same seat: vllm-router (kv_aware or
+//!   cache_aware), SMG with its mesh, Dynamo's selection service behind our
+//!   frontend (`loadtest dynamo-frontend`), sglang-router.
 //! * [`calibrate`]: the sim's time model against a target.
 //! * [`machine`]: what the machine is, for the report.
 //! * [`real_engine`]: the fleet in front of real vLLM CPU engines.

@@ -22,6 +22,7 @@ fn main() -> anyhow::Result<()> {
                 r = loadtest::real_engine::real_engine(*args) => r.map(|_| ()),
                 _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted; every process started was stopped")),
             },
+            Command::DynamoFrontend(args) => loadtest::peers::dynamo::frontend(*args).await,
         }
     });
     drop(runtime);

@@ -161,6 +161,7 @@ fn build_plan(args: &RunArgs) -> anyhow::Result<(Plan, f64, Option<usize>)> {
             speedup: args.speedup,
             max_output_tokens: args.max_output_tokens,
             max_input_tokens: cap,
+            text: args.trace_text,
         };
         let plan = trace_plan(&path, &opts)?;
         Ok((plan, args.time_scale.unwrap_or(1.0 / args.speedup), cap))
@@ -361,26 +362,20 @@ pub(crate) fn command_line() -> String {
 }
 
 /// A `--peer` spec: `NAME=COMMAND`, or just the name of a known peer
-/// (`sglang-router`, `vllm-router`), which installs its pinned version into
-/// `target/peers/` if needed and runs its documented `cache_aware` launcher
-/// (see `loadtest/peers/README.md`), checked on its readiness route.
+/// (`sglang-router`, `vllm-router`, `vllm-router-kv`, `smg`, `dynamo`),
+/// which installs its pinned version into `target/peers/` if needed and
+/// runs it as `peers::external_router` says (see `loadtest/peers/README.md`).
 fn peer_router(spec: &str) -> anyhow::Result<ExternalRouter> {
     if spec.contains('=') {
         return ExternalRouter::parse(spec);
     }
     let kind: peers::PeerKind = spec.parse()?;
+    if kind == peers::PeerKind::Dynamo {
+        peers::check_private_network()?;
+    }
     let root = workspace_root().join("target").join("peers");
     let install = peers::install(kind, &root)
         .with_context(|| format!("installing {kind} into {}", root.display()))?;
-    Ok(ExternalRouter {
-        name: kind.name().to_owned(),
-        program: install.python,
-        args: peers::launcher_args(kind, &peers::PeerOptions::default()),
-        env: peers::ENV
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-        health_path: peers::READY_PATH.into(),
-        startup_timeout: std::time::Duration::from_secs(60),
-    })
+    let me = std::env::current_exe().context("locating the loadtest binary")?;
+    peers::external_router(&install, &me)
 }

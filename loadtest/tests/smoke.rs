@@ -4,10 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use fleet::binaries::{WorkspaceBinaries, which};
+use fleet::binaries::which;
 use indicatif::{MultiProgress, ProgressDrawTarget};
 use loadtest::drive::DriveOptions;
 use loadtest::fleet::{
@@ -19,30 +18,8 @@ use loadtest::runner::Runner;
 use loadtest::scenario::{EventSettings, Scenario};
 use loadtest::workload::{Api, SyntheticKind, SyntheticOptions, synthetic_plan};
 
-/// The workspace binaries of the profile this test was built with
-/// (`target/<profile>/`, beside `deps/`), built if missing.
-fn binaries() -> WorkspaceBinaries {
-    let exe = std::env::current_exe().expect("current exe");
-    let profile_dir: PathBuf = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>")
-        .to_owned();
-    let profile = profile_dir
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("debug")
-        .to_owned();
-    let (router, sim) = (
-        profile_dir.join("prefix-router"),
-        profile_dir.join("sim-worker"),
-    );
-    if router.is_file() && sim.is_file() {
-        WorkspaceBinaries { router, sim }
-    } else {
-        WorkspaceBinaries::locate(None, None, &profile).expect("building the fleet's binaries")
-    }
-}
+mod common;
+use common::binaries;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tiny_fleet_serves_a_short_workload() {

@@ -143,34 +143,70 @@ impl ChildProc {
     /// that line. Later stdout goes to the log file. Fails if the process
     /// exits or `timeout` passes first.
     pub async fn wait_line(&mut self, prefix: &str, timeout: Duration) -> anyhow::Result<String> {
+        let mut found = self.wait_lines(&[prefix], timeout).await?;
+        found
+            .pop()
+            .with_context(|| format!("{}: no line found", self.spec.name))
+    }
+
+    /// Like [`wait_line`](Self::wait_line) for several lines, in the order
+    /// the child prints them: the rest of the first line starting with each
+    /// prefix, in the order of `prefixes`.
+    pub async fn wait_lines(
+        &mut self,
+        prefixes: &[&str],
+        timeout: Duration,
+    ) -> anyhow::Result<Vec<String>> {
         let Some(stdout) = self.child.stdout.take() else {
             bail!("{}: stdout is not piped", self.spec.name);
         };
         let mut lines = BufReader::new(stdout).lines();
+        let mut got: Vec<Option<String>> = vec![None; prefixes.len()];
         let found = tokio::time::timeout(timeout, async {
             while let Some(line) = lines.next_line().await? {
-                if let Some(rest) = line.strip_prefix(prefix) {
-                    return Ok::<_, std::io::Error>(Some(rest.trim().to_owned()));
+                // Longest prefix first: `kv-events on ` is not `kv-events replay on `.
+                let hit = prefixes
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, p)| got[*i].is_none() && line.starts_with(**p))
+                    .max_by_key(|(_, p)| p.len())
+                    .map(|(i, p)| (i, line[p.len()..].trim().to_owned()));
+                if let Some((i, rest)) = hit {
+                    got[i] = Some(rest);
+                }
+                if got.iter().all(Option::is_some) {
+                    return Ok::<_, std::io::Error>(true);
                 }
             }
-            Ok(None)
+            Ok(false)
         })
         .await;
         let log = self.spec.log.clone();
-        let rest = match found {
-            Ok(Ok(Some(rest))) => rest,
-            Ok(Ok(None)) => bail!(
-                "{} exited before printing {prefix:?}; see {}",
+        let missing = || {
+            prefixes
+                .iter()
+                .zip(&got)
+                .filter(|(_, g)| g.is_none())
+                .map(|(p, _)| format!("{p:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match found {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => bail!(
+                "{} exited before printing {}; see {}",
                 self.spec.name,
+                missing(),
                 log.display()
             ),
             Ok(Err(e)) => return Err(e).context(format!("reading {}'s stdout", self.spec.name)),
             Err(_) => bail!(
-                "{} did not print {prefix:?} within {timeout:?}; see {}",
+                "{} did not print {} within {timeout:?}; see {}",
                 self.spec.name,
+                missing(),
                 log.display()
             ),
-        };
+        }
         // Keep draining stdout so that the child never blocks on a full pipe.
         tokio::spawn(async move {
             let Ok(mut f) = tokio::fs::OpenOptions::new().append(true).open(&log).await else {
@@ -181,7 +217,7 @@ impl ChildProc {
                 let _ = f.write_all(b"\n").await;
             }
         });
-        Ok(rest)
+        Ok(got.into_iter().flatten().collect())
     }
 
     /// CPU time (user + system) used so far, over every incarnation.

@@ -5,6 +5,8 @@
 //!   syncs heal dropped eviction reports, silence ends the lease);
 //! * `kv`: its vLLM KV-event stream decodes, and replaying it from empty
 //!   gives exactly its cached set;
+//! * `render`: vLLM's render routes and `/tokenize` return the ids the sim
+//!   caches for the same body;
 //! * `http`: vLLM's metrics and ORCA header, streaming on the time model's
 //!   schedule, aborts on disconnect, pause and crash switches.
 //!
@@ -23,3 +25,5 @@ mod harness;
 mod http;
 #[path = "sim_worker/kv.rs"]
 mod kv;
+#[path = "sim_worker/render.rs"]
+mod render;

@@ -2,14 +2,19 @@
 //! or an isolated view, or an external peer router given as a command), and
 //! [`Arm`], one compared configuration (a kind × a number of replicas).
 //!
-//! External peers (`sglang-router`, `vllm-router`, …) plug in as
-//! [`RouterKind::External`] with an [`ExternalRouter`] command template, so
-//! that they run as R replicas behind the same balancer as ours.
+//! External peers (`sglang-router`, `vllm-router`, SMG, Dynamo, …) plug in
+//! as [`RouterKind::External`] with an [`ExternalRouter`] command template,
+//! so that they run as R replicas behind the same balancer as ours. A peer
+//! may ask the sims to publish vLLM KV events ([`ExternalRouter::kv_events`])
+//! and may run a [`Companion`] process beside each replica.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+
+use super::sims::KvEndpoints;
+use super::template::fill;
 
 /// The routing policies `prefix-router serve --policy` accepts.
 pub const POLICIES: &[&str] = &[
@@ -62,6 +67,11 @@ impl RouterKind {
         )
     }
 
+    /// Whether the sims publish vLLM KV events (a peer that subscribes).
+    pub fn sims_publish_kv_events(&self) -> bool {
+        matches!(self, RouterKind::External(e) if e.kv_events)
+    }
+
     /// The path the balancer's health check and the launcher poll.
     pub fn health_path(&self) -> &str {
         match self {
@@ -96,12 +106,26 @@ pub struct LaunchContext {
     pub tokenizer_dir: PathBuf,
     /// The fleet's Valkey URL.
     pub valkey_url: String,
+    /// Each worker's KV-event endpoints, in the order of `worker_urls`
+    /// (empty unless the sims publish them).
+    pub kv_events: Vec<KvEndpoints>,
+    /// A third free port of the replica (a mesh or sync port), stable
+    /// across restarts.
+    pub mesh_port: u16,
+    /// The other replicas' `(aux_port, mesh_port)`.
+    pub peers: Vec<(u16, u16)>,
 }
 
 /// A peer router started from a command template. Placeholders in the
-/// arguments: `{host}`, `{port}`, `{aux_port}`, `{index}`, `{model}`, `{tokenizer_dir}`,
-/// `{valkey_url}`, `{worker_urls_csv}`, and `{worker_urls}`, which, as a
-/// whole argument, expands to one argument per worker URL.
+/// arguments: `{host}`, `{port}`, `{aux_port}`, `{mesh_port}`, `{index}`,
+/// `{model}`, `{tokenizer_dir}`, `{valkey_url}`, `{worker_urls_csv}`,
+/// `{mesh_peers_tcp_csv}` (`tcp://host:MESH,…` of the other replicas),
+/// `{aux_peers_http_csv}` (`http://host:AUX,…` of the other replicas); and,
+/// as whole arguments expanding to several: `{worker_urls}` (one per worker
+/// URL), `{mesh_peers}` (`host:MESH` of each other replica),
+/// `{kv_event_sources}` (`--kv-event-source URL=PUB` per worker),
+/// `{kv_event_replay_sources}` (`--kv-event-replay-source URL=REPLAY` per
+/// worker) and `{worker_kv_specs}` (`URL=PUB,REPLAY` per worker).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExternalRouter {
     /// The arm's name (`sglang`).
@@ -116,6 +140,24 @@ pub struct ExternalRouter {
     pub health_path: String,
     /// How long it may take to answer its health route.
     pub startup_timeout: Duration,
+    /// The sims publish vLLM KV events, for the peer to subscribe to.
+    pub kv_events: bool,
+    /// A process started before each replica and stopped with it.
+    pub companion: Option<Companion>,
+}
+
+/// A second process per replica (e.g. Dynamo's selection service beside
+/// our frontend of it): started just before the replica, killed and
+/// restarted with it; its CPU counts as the replica's. Same placeholders
+/// as [`ExternalRouter`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Companion {
+    /// The executable.
+    pub program: PathBuf,
+    /// The argument template.
+    pub args: Vec<String>,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
 }
 
 impl ExternalRouter {
@@ -140,30 +182,14 @@ impl ExternalRouter {
             env: Vec::new(),
             health_path: "/health".into(),
             startup_timeout: Duration::from_secs(60),
+            kv_events: false,
+            companion: None,
         })
     }
 
     /// The arguments with every placeholder filled in from `ctx`.
     pub fn render_args(&self, ctx: &LaunchContext) -> Vec<String> {
-        let csv = ctx.worker_urls.join(",");
-        let mut out = Vec::new();
-        for a in &self.args {
-            if a == "{worker_urls}" {
-                out.extend(ctx.worker_urls.iter().cloned());
-                continue;
-            }
-            out.push(
-                a.replace("{host}", &ctx.host)
-                    .replace("{port}", &ctx.port.to_string())
-                    .replace("{aux_port}", &ctx.aux_port.to_string())
-                    .replace("{index}", &ctx.index.to_string())
-                    .replace("{model}", &ctx.model)
-                    .replace("{tokenizer_dir}", &ctx.tokenizer_dir.display().to_string())
-                    .replace("{valkey_url}", &ctx.valkey_url)
-                    .replace("{worker_urls_csv}", &csv),
-            );
-        }
-        out
+        fill(&self.args, ctx)
     }
 }
 
@@ -230,10 +256,10 @@ impl Arm {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn ctx() -> LaunchContext {
+    pub(crate) fn ctx() -> LaunchContext {
         LaunchContext {
             host: "127.0.0.1".into(),
             port: 9000,
@@ -244,6 +270,18 @@ mod tests {
             model: "qwen3".into(),
             tokenizer_dir: "/tok".into(),
             valkey_url: "redis://127.0.0.1:7".into(),
+            kv_events: vec![
+                KvEndpoints {
+                    publisher: "tcp://127.0.0.1:11".into(),
+                    replay: "tcp://127.0.0.1:12".into(),
+                },
+                KvEndpoints {
+                    publisher: "tcp://127.0.0.1:21".into(),
+                    replay: "tcp://127.0.0.1:22".into(),
+                },
+            ],
+            mesh_port: 9200,
+            peers: vec![(9101, 9201), (9102, 9202)],
         }
     }
 

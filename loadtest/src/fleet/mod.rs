@@ -1,19 +1,29 @@
 //! A fleet on 127.0.0.1, started and stopped by the load test: Valkey,
 //! sim-workers, R router replicas and an L4 balancer in front of them.
 //! Everything it starts is killed when the [`Fleet`] is dropped.
+//!
+//! Files: `kind` (what runs behind the balancer: our router or a peer's
+//! command template, an [`Arm`]), `template` (filling in a template's
+//! placeholders), `routers` (each replica's command and companion), `sims`
+//! (the sim-workers, with or without KV events), `store` (Valkey),
+//! `balancer`/`tcp_proxy` (HAProxy or the builtin one), `cpu` ([`CpuUse`]).
 
 mod balancer;
+mod cpu;
 mod kind;
 mod routers;
 mod sims;
 mod store;
 mod tcp_proxy;
+mod template;
 
 pub use balancer::{Balancer, BalancerChoice, BalancerKind};
-pub use kind::{Arm, ExternalRouter, LaunchContext, POLICIES, RouterKind, View};
-pub use routers::{RouterCommon, router_spec};
-pub use sims::{Sim, SimSettings, default_tokenizer_dir, start_sim};
+pub use cpu::CpuUse;
+pub use kind::{Arm, Companion, ExternalRouter, LaunchContext, POLICIES, RouterKind, View};
+pub use routers::{RouterCommon, companion_spec, router_spec};
+pub use sims::{KvEndpoints, Sim, SimSettings, default_tokenizer_dir, start_sim};
 pub use tcp_proxy::TcpBalancer;
+pub use template::fill;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -52,65 +62,6 @@ pub struct FleetSpec {
     pub dir: PathBuf,
 }
 
-/// CPU seconds used so far, by role (see [`CpuUse::since`] for a phase's).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct CpuUse {
-    /// Each router replica.
-    pub routers: Vec<f64>,
-    /// Valkey (every node of a cluster).
-    pub valkey: f64,
-    /// Each primary of a cluster (empty for one server).
-    pub valkey_primaries: Vec<f64>,
-    /// All sim-workers together.
-    pub sims: f64,
-    /// The HAProxy process (0 with the builtin balancer).
-    pub balancer: f64,
-}
-
-impl CpuUse {
-    /// What was used between `earlier` and `self`.
-    pub fn since(&self, earlier: &CpuUse) -> CpuUse {
-        CpuUse {
-            routers: self
-                .routers
-                .iter()
-                .enumerate()
-                .map(|(i, r)| r - earlier.routers.get(i).copied().unwrap_or(0.0))
-                .collect(),
-            valkey: self.valkey - earlier.valkey,
-            valkey_primaries: self
-                .valkey_primaries
-                .iter()
-                .enumerate()
-                .map(|(i, v)| v - earlier.valkey_primaries.get(i).copied().unwrap_or(0.0))
-                .collect(),
-            sims: self.sims - earlier.sims,
-            balancer: self.balancer - earlier.balancer,
-        }
-    }
-
-    /// All router replicas together.
-    pub fn routers_total(&self) -> f64 {
-        self.routers.iter().sum()
-    }
-
-    /// The busiest router replica.
-    pub fn router_max(&self) -> f64 {
-        self.routers.iter().copied().fold(0.0, f64::max)
-    }
-
-    /// The busiest cluster primary's CPU over the mean primary's (None
-    /// without a cluster or without any use).
-    pub fn valkey_spread(&self) -> Option<f64> {
-        let n = self.valkey_primaries.len();
-        let total: f64 = self.valkey_primaries.iter().sum();
-        (n > 0 && total > 0.0).then(|| {
-            let max = self.valkey_primaries.iter().copied().fold(0.0, f64::max);
-            max * n as f64 / total
-        })
-    }
-}
-
 /// A running fleet.
 #[derive(Debug)]
 pub struct Fleet {
@@ -118,8 +69,11 @@ pub struct Fleet {
     valkey: Store,
     sims: Vec<Sim>,
     routers: Vec<ChildProc>,
+    /// Each replica's companion process, if its kind has one.
+    companions: Vec<Option<ChildProc>>,
     router_ports: Vec<u16>,
     aux_ports: Vec<u16>,
+    mesh_ports: Vec<u16>,
     /// How many times the routers were restarted.
     generation: u32,
     balancer: Balancer,
@@ -148,14 +102,19 @@ impl Fleet {
         let aux_ports = (0..spec.arm.routers)
             .map(|_| free_port())
             .collect::<anyhow::Result<Vec<_>>>()?;
+        let mesh_ports = (0..spec.arm.routers)
+            .map(|_| free_port())
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let health = spec.arm.kind.health_path().to_owned();
         let balancer = Balancer::start(&spec.balancer, &spec.dir, &router_ports, &health)
             .await
             .context("starting the balancer")?;
         let mut fleet = Fleet {
             routers: Vec::new(),
+            companions: Vec::new(),
             router_ports,
             aux_ports,
+            mesh_ports,
             generation: 0,
             valkey,
             sims: Vec::new(),
@@ -182,6 +141,7 @@ impl Fleet {
     async fn start_sims(&mut self, report: bool) -> anyhow::Result<()> {
         let fleet_url = self.balancer.url();
         let spec = &self.spec;
+        let kv_events = spec.arm.kind.sims_publish_kv_events();
         for i in 0..spec.sims.count {
             let sim = start_sim(
                 &spec.sim_program,
@@ -190,6 +150,7 @@ impl Fleet {
                 &spec.model,
                 &spec.tokenizer_dir,
                 report.then_some(fleet_url.as_str()),
+                kv_events,
                 &spec.routers.token,
                 &spec.dir,
             )
@@ -211,15 +172,30 @@ impl Fleet {
             model: self.spec.model.clone(),
             tokenizer_dir: self.spec.tokenizer_dir.clone(),
             valkey_url: self.valkey.url(),
+            kv_events: self
+                .sims
+                .iter()
+                .filter_map(|s| s.kv_events.clone())
+                .collect(),
+            mesh_port: self.mesh_ports[index],
+            peers: (0..self.router_ports.len())
+                .filter(|j| *j != index)
+                .map(|j| (self.aux_ports[j], self.mesh_ports[j]))
+                .collect(),
         }
     }
 
     fn spawn_routers(&mut self) -> anyhow::Result<()> {
         for i in 0..self.router_ports.len() {
+            let ctx = self.launch_context(i);
+            let companion = companion_spec(&self.spec.arm.kind, &ctx, &self.spec.dir)
+                .map(|c| c.spawn())
+                .transpose()?;
+            self.companions.push(companion);
             let spec = router_spec(
                 &self.spec.arm.kind,
                 &self.spec.routers,
-                &self.launch_context(i),
+                &ctx,
                 &self.spec.dir,
             );
             self.routers.push(spec.spawn()?);
@@ -294,10 +270,13 @@ impl Fleet {
         &self.spec.dir
     }
 
-    /// SIGKILLs every router replica.
+    /// SIGKILLs every router replica (and its companion).
     pub async fn kill_routers(&mut self) {
         for r in &mut self.routers {
             r.kill().await;
+        }
+        for c in self.companions.iter_mut().flatten() {
+            c.kill().await;
         }
     }
 
@@ -308,10 +287,17 @@ impl Fleet {
     pub async fn restart_routers(&mut self) -> anyhow::Result<()> {
         self.generation += 1;
         for i in 0..self.routers.len() {
+            let ctx = self.launch_context(i);
+            if let (Some(spec), Some(Some(c))) = (
+                companion_spec(&self.spec.arm.kind, &ctx, &self.spec.dir),
+                self.companions.get_mut(i),
+            ) {
+                c.respawn_as(spec).await?;
+            }
             let spec = router_spec(
                 &self.spec.arm.kind,
                 &self.spec.routers,
-                &self.launch_context(i),
+                &ctx,
                 &self.spec.dir,
             );
             self.routers[i].respawn_as(spec).await?;
@@ -355,7 +341,12 @@ impl Fleet {
     pub fn cpu(&self) -> CpuUse {
         let (valkey, valkey_primaries) = self.valkey.cpu();
         CpuUse {
-            routers: self.routers.iter().map(ChildProc::cpu_seconds).collect(),
+            routers: self
+                .routers
+                .iter()
+                .zip(self.companions.iter().chain(std::iter::repeat(&None)))
+                .map(|(r, c)| r.cpu_seconds() + c.as_ref().map_or(0.0, ChildProc::cpu_seconds))
+                .collect(),
             valkey,
             valkey_primaries,
             sims: self.sims.iter().map(|s| s.proc.cpu_seconds()).sum(),
@@ -365,9 +356,7 @@ impl Fleet {
 
     /// Stops everything (SIGKILL; the data is thrown away anyway).
     pub async fn stop(mut self) {
-        for r in &mut self.routers {
-            r.kill().await;
-        }
+        self.kill_routers().await;
         for s in &mut self.sims {
             s.proc.kill().await;
         }

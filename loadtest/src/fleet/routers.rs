@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use super::kind::{LaunchContext, RouterKind, View};
+use super::template::fill;
 use fleet::process::ProcSpec;
 
 /// What every replica of a fleet shares.
@@ -72,6 +73,20 @@ pub fn router_spec(
     }
 }
 
+/// The companion process of replica `ctx.index`, if its kind has one
+/// (logging into `companion-<index>.log`).
+pub fn companion_spec(kind: &RouterKind, ctx: &LaunchContext, log_dir: &Path) -> Option<ProcSpec> {
+    let RouterKind::External(ext) = kind else {
+        return None;
+    };
+    let c = ext.companion.as_ref()?;
+    let name = format!("companion-{}", ctx.index);
+    let log = log_dir.join(format!("{name}.log"));
+    let mut spec = ProcSpec::new(name, &c.program, log).args(fill(&c.args, ctx));
+    spec.env.extend(c.env.iter().cloned());
+    Some(spec)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +103,9 @@ mod tests {
             model: "qwen3".into(),
             tokenizer_dir: "/tok".into(),
             valkey_url: "redis://127.0.0.1:7".into(),
+            kv_events: Vec::new(),
+            mesh_port: 9003,
+            peers: Vec::new(),
         }
     }
 

@@ -30,10 +30,23 @@ pub struct Sim {
     pub id: String,
     /// `http://127.0.0.1:<port>`.
     pub url: String,
+    /// Its vLLM KV-event endpoints, when it publishes them.
+    pub kv_events: Option<KvEndpoints>,
+}
+
+/// A sim's vLLM KV-event sockets (ZMQ, as vLLM's `ZmqEventPublisher`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvEndpoints {
+    /// The PUB socket (`tcp://127.0.0.1:<port>`).
+    pub publisher: String,
+    /// The replay ROUTER socket.
+    pub replay: String,
 }
 
 /// Starts the `index`-th sim-worker of `program` and waits for its
-/// `listening on` line. With `fleet_url`, it reports its cache there.
+/// `listening on` line. With `fleet_url`, it reports its cache there; with
+/// `kv_events`, it publishes vLLM KV events (and serves their replay) on
+/// ephemeral ports of 127.0.0.1.
 #[allow(clippy::too_many_arguments)]
 pub async fn start_sim(
     program: &Path,
@@ -42,6 +55,7 @@ pub async fn start_sim(
     model: &str,
     tokenizer_dir: &Path,
     fleet_url: Option<&str>,
+    kv_events: bool,
     token: &str,
     log_dir: &Path,
 ) -> anyhow::Result<Sim> {
@@ -67,6 +81,17 @@ pub async fn start_sim(
     if let Some(url) = fleet_url {
         args.extend(["--fleet-url".into(), url.to_owned()]);
     }
+    if kv_events {
+        args.extend(
+            [
+                "--kv-events-endpoint",
+                "tcp://127.0.0.1:0",
+                "--kv-events-replay-endpoint",
+                "tcp://127.0.0.1:0",
+            ]
+            .map(String::from),
+        );
+    }
     args.extend(settings.extra_args.iter().cloned());
     let mut spec = ProcSpec::new(&id, program, log_dir.join(format!("{id}.log")))
         .args(args)
@@ -74,13 +99,24 @@ pub async fn start_sim(
         .env("SIM_WORKER_LOG", "warn");
     spec.pipe_stdout = true;
     let mut proc = spec.spawn()?;
-    let addr = proc
-        .wait_line("listening on ", Duration::from_secs(60))
-        .await?;
+    let mut prefixes = vec!["listening on "];
+    if kv_events {
+        prefixes.extend(["kv-events on ", "kv-events replay on "]);
+    }
+    let mut lines = proc
+        .wait_lines(&prefixes, Duration::from_secs(60))
+        .await?
+        .into_iter();
+    let url = lines.next().unwrap_or_default();
+    let kv_events = match (lines.next(), lines.next()) {
+        (Some(publisher), Some(replay)) => Some(KvEndpoints { publisher, replay }),
+        _ => None,
+    };
     Ok(Sim {
         proc,
         id,
-        url: addr,
+        url,
+        kv_events,
     })
 }
 

@@ -55,7 +55,7 @@ pub fn install(kind: PeerKind, root: &Path) -> anyhow::Result<PeerInstall> {
             ),
         )?;
     }
-    let requirement = format!("{}=={pinned}", kind.name());
+    let requirement = format!("{}=={pinned}", kind.package());
     run(
         Command::new(&python).args([
             "-m",
@@ -72,7 +72,7 @@ pub fn install(kind: PeerKind, root: &Path) -> anyhow::Result<PeerInstall> {
     if version != pinned {
         bail!(
             "{} in {} is version {version} after installing {requirement}",
-            kind.name(),
+            kind.package(),
             venv.display()
         );
     }
@@ -87,7 +87,7 @@ pub fn install(kind: PeerKind, root: &Path) -> anyhow::Result<PeerInstall> {
 fn installed_version(python: &Path, kind: PeerKind) -> anyhow::Result<String> {
     let script = format!(
         "import importlib.metadata as m; print(m.version({:?}))",
-        kind.name()
+        kind.package()
     );
     let out = Command::new(python)
         .arg("-c")
@@ -97,7 +97,7 @@ fn installed_version(python: &Path, kind: PeerKind) -> anyhow::Result<String> {
     if !out.status.success() {
         bail!(
             "{} is not installed in {}: {}",
-            kind.name(),
+            kind.package(),
             python.display(),
             String::from_utf8_lossy(&out.stderr).trim()
         );

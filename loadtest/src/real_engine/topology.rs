@@ -353,6 +353,9 @@ fn router_spec(
         model: MODEL.into(),
         tokenizer_dir: s.model_dir.clone(),
         valkey_url: valkey.to_owned(),
+        kv_events: Vec::new(),
+        mesh_port: 0,
+        peers: Vec::new(),
     };
     crate::fleet::router_spec(&kind, &common, &ctx, &s.dir)
 }

@@ -3,7 +3,10 @@
 //! requests that share leading ids share a prefix. Each id becomes a fixed
 //! pseudo-random run of 512 token ids (seeded by the id), so that equal ids
 //! give byte-identical prompt prefixes; the prompt is the runs' concatenation
-//! cut to `input_length`.
+//! cut to `input_length`. With [`TraceOptions::text`], each id becomes a
+//! fixed run of words instead (about 512 Qwen3 tokens), for routers that
+//! take only text prompts: block boundaries fall on word boundaries, so
+//! shared leading ids still give shared leading tokens.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,6 +16,7 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 
 use super::random::Rng64;
+use super::text::Words;
 use super::{Plan, Prompt, Session, Turn};
 
 /// Tokens per trace block (Mooncake's).
@@ -24,6 +28,9 @@ const TOKEN_HI: u32 = 100_000;
 /// Mixed into every block's seed, so that the runs are not SplitMix64's
 /// plain sequence from small seeds.
 const SALT: u64 = 0x6d6f_6f6e_6361_6b65;
+/// Words per block of a text trace prompt: [`Words`] averages about 1.08
+/// Qwen3 tokens a word, so 474 words are about one 512-token block.
+pub const TRACE_BLOCK_WORDS: usize = 474;
 
 /// One line of the trace.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -72,14 +79,7 @@ impl TraceTokens {
         let mut out = Vec::with_capacity(self.len);
         let mut block = 0usize;
         while out.len() < self.len {
-            let seed = match self.ids.get(block) {
-                Some(id) => *id,
-                // Padding: unique to this prompt's last id and position.
-                None => {
-                    let last = self.ids.last().copied().unwrap_or(u64::MAX);
-                    last.rotate_left(32) ^ (block as u64) ^ 0xa5a5_0000_0000_0000
-                }
-            };
+            let seed = block_seed(&self.ids, block);
             let take = (self.len - out.len()).min(TRACE_BLOCK_TOKENS);
             out.extend(block_tokens(seed).take(take));
             block += 1;
@@ -88,11 +88,46 @@ impl TraceTokens {
     }
 }
 
+/// The seed of a prompt's `block`-th block: its hash id, or past the ids
+/// (a trace line with too few), padding unique to the prompt's last id and
+/// the position.
+fn block_seed(ids: &[u64], block: usize) -> u64 {
+    match ids.get(block) {
+        Some(id) => *id,
+        None => {
+            let last = ids.last().copied().unwrap_or(u64::MAX);
+            last.rotate_left(32) ^ (block as u64) ^ 0xa5a5_0000_0000_0000
+        }
+    }
+}
+
 /// The 512 token ids of block `id`.
 fn block_tokens(id: u64) -> impl Iterator<Item = u32> {
     let mut rng = Rng64::new(id ^ SALT);
     (0..TRACE_BLOCK_TOKENS)
         .map(move |_| TOKEN_LO + rng.below(u64::from(TOKEN_HI - TOKEN_LO)) as u32)
+}
+
+/// The text prompt of about `len` tokens made of the word runs of `ids`
+/// ([`TRACE_BLOCK_WORDS`] each; padding as in [`TraceTokens::expand`]).
+pub fn trace_text(ids: &[u64], len: usize) -> String {
+    let words = (len * TRACE_BLOCK_WORDS).div_ceil(TRACE_BLOCK_TOKENS);
+    let mut out = String::new();
+    let mut block = 0usize;
+    let mut left = words;
+    while left > 0 {
+        let run = Words::new(block_seed(ids, block) ^ SALT).text(TRACE_BLOCK_WORDS);
+        let take = left.min(TRACE_BLOCK_WORDS);
+        for w in run.split(' ').take(take) {
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            out.push_str(w);
+        }
+        left -= take;
+        block += 1;
+    }
+    out
 }
 
 /// Parses a JSONL trace (blank lines skipped); errors name the line.
@@ -128,6 +163,8 @@ pub struct TraceOptions {
     pub max_output_tokens: usize,
     /// Prompts are cut to this many tokens, if set.
     pub max_input_tokens: Option<usize>,
+    /// Send prompts as text (see the module docs) instead of token ids.
+    pub text: bool,
 }
 
 /// Reads `path` and builds the replay plan: times relative to the first
@@ -174,7 +211,11 @@ pub fn plan_from_entries(
             Session {
                 turns: vec![Turn {
                     at: Duration::from_secs_f64(ms / 1000.0),
-                    prompt: Prompt::Tokens(TraceTokens::new(&e.hash_ids, len)),
+                    prompt: if opts.text {
+                        Prompt::Text(trace_text(&e.hash_ids, len))
+                    } else {
+                        Prompt::Tokens(TraceTokens::new(&e.hash_ids, len))
+                    },
                     max_tokens: e.output_length.clamp(1, opts.max_output_tokens) as u32,
                 }],
             }
@@ -182,7 +223,8 @@ pub fn plan_from_entries(
         .collect();
     Ok(Plan::new(
         format!(
-            "Mooncake trace {source}: {} requests from entry {}, speed-up {}×, max_tokens ≤ {}{}",
+            "Mooncake trace {source}{}: {} requests from entry {}, speed-up {}×, max_tokens ≤ {}{}",
+            if opts.text { " as text" } else { "" },
             chosen.len(),
             opts.offset,
             opts.speedup,
@@ -212,6 +254,7 @@ mod tests {
             speedup: 2.0,
             max_output_tokens: 64,
             max_input_tokens: None,
+            text: false,
         }
     }
 
@@ -223,6 +266,48 @@ mod tests {
         let err = parse_trace("{\"timestamp\": 1}\n").unwrap_err();
         assert!(format!("{err:#}").contains("line 1"));
         assert!(parse_trace("\n").is_err());
+    }
+
+    #[test]
+    fn text_prompts_share_prefixes_block_by_block() {
+        let a = trace_text(&[7, 8, 9], 1200);
+        let b = trace_text(&[7, 8, 10], 1536);
+        let c = trace_text(&[6, 8, 9], 1200);
+        let words = |s: &str| s.split(' ').map(str::to_owned).collect::<Vec<_>>();
+        let (wa, wb, wc) = (words(&a), words(&b), words(&c));
+        assert_eq!(wa.len(), (1200 * TRACE_BLOCK_WORDS).div_ceil(512));
+        assert_eq!(wb.len(), 3 * TRACE_BLOCK_WORDS);
+        assert_eq!(wa[..2 * TRACE_BLOCK_WORDS], wb[..2 * TRACE_BLOCK_WORDS]);
+        assert_ne!(
+            wa[2 * TRACE_BLOCK_WORDS..],
+            wb[2 * TRACE_BLOCK_WORDS..wa.len()]
+        );
+        assert_ne!(wa[..10], wc[..10]);
+        assert_eq!(a, trace_text(&[7, 8, 9], 1200));
+    }
+
+    #[test]
+    fn text_prompts_tokenize_to_about_their_length_and_share_token_prefixes() {
+        let dir = fleet::binaries::shared_tokenizer_dir();
+        let seed = protocol::hashing::HashSeed::from_env_value(None);
+        let p = tokenize::ModelPipeline::load(&dir, 16, &seed).unwrap();
+        let a = p
+            .tokenizer
+            .encode(&trace_text(&[7, 8, 9], 1536), true)
+            .unwrap();
+        let b = p
+            .tokenizer
+            .encode(&trace_text(&[7, 8, 10], 1536), true)
+            .unwrap();
+        assert!((1383..=1690).contains(&a.len()), "{} tokens", a.len());
+        let shared = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+        // The first two blocks' words tokenize alike in both prompts.
+        let two = p
+            .tokenizer
+            .encode(&trace_text(&[7, 8], 1024), true)
+            .unwrap()
+            .len();
+        assert!(shared >= two - 1, "shared {shared} of {two}");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use axum::routing::{get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use super::core::SimCore;
-use super::{admin, handlers};
+use super::{admin, handlers, render};
 use tokenize::ModelPipeline;
 
 /// The state behind every route.
@@ -41,6 +41,9 @@ pub fn router(app: Arc<App>) -> Router {
     let served = Router::new()
         .route("/v1/completions", post(handlers::completions))
         .route("/v1/chat/completions", post(handlers::chat_completions))
+        .route("/v1/completions/render", post(render::completions_render))
+        .route("/v1/chat/completions/render", post(render::chat_render))
+        .route("/tokenize", post(render::tokenize))
         .route("/v1/models", get(handlers::models))
         .route("/health", get(handlers::health))
         .route("/metrics", get(handlers::metrics))

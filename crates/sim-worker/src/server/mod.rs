@@ -14,6 +14,7 @@
 //! events), `reporting` (push and KV-event reporters), `prompt` (request →
 //! tokens → hashes), `request` (admission, abort on disconnect), `stream`
 //! (SSE timing), `responses` (JSON shapes), `handlers` (OpenAI routes),
+//! `render` (vLLM's render routes and `/tokenize`: the ids it would cache),
 //! `metrics` (Prometheus text, ORCA header), `admin` (`/sim/*`), `app`
 //! (routes). See `docs/sim-worker.md`.
 
@@ -27,6 +28,7 @@ mod error;
 mod handlers;
 mod metrics;
 mod prompt;
+mod render;
 mod reporting;
 mod request;
 mod responses;

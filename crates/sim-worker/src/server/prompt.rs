@@ -54,28 +54,10 @@ pub fn prepare(
     served_model: &str,
     default_max_tokens: usize,
 ) -> Result<Prepared, SimError> {
-    let json: Value =
-        serde_json::from_slice(body).map_err(|e| bad(format!("invalid JSON body: {e}")))?;
-    let model = json
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or(served_model)
-        .to_owned();
-    if model != served_model {
-        return Err(SimError::new(
-            StatusCode::NOT_FOUND,
-            "NotFoundError",
-            format!("The model `{model}` does not exist."),
-        ));
-    }
+    let json = parse_body(body)?;
+    let model = served(&json, served_model)?;
     let max_tokens = max_tokens(kind, &json, default_max_tokens)?;
-    let (tokens, exact) = match kind {
-        Kind::Completions => (completion_tokens(&json, pipeline)?, true),
-        Kind::Chat => chat_tokens(&json, body, pipeline)?,
-    };
-    if tokens.is_empty() {
-        return Err(bad("The prompt must not be empty."));
-    }
+    let (tokens, exact) = prompt_ids(kind, &json, body, pipeline)?;
     let hashes = if exact {
         pipeline.block_hashes(&tokens, tokenize::cache_salt(&json["cache_salt"]), None)
     } else {
@@ -96,6 +78,49 @@ pub fn prepare(
         stream,
         include_usage,
     })
+}
+
+/// The body as JSON, or a 400.
+pub fn parse_body(body: &[u8]) -> Result<Value, SimError> {
+    serde_json::from_slice(body).map_err(|e| bad(format!("invalid JSON body: {e}")))
+}
+
+/// The request's `model` (the served one when absent), or a 404 when it
+/// names another.
+pub fn served(json: &Value, served_model: &str) -> Result<String, SimError> {
+    let model = json
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or(served_model)
+        .to_owned();
+    if model != served_model {
+        return Err(SimError::new(
+            StatusCode::NOT_FOUND,
+            "NotFoundError",
+            format!("The model `{model}` does not exist."),
+        ));
+    }
+    Ok(model)
+}
+
+/// The prompt's token ids, exactly as the engine caches them (chat: after
+/// the chat template), and whether they are exact (an unreproducible chat
+/// prompt gives an estimate). The one path from a body to the ids that
+/// both the OpenAI routes and the render routes take.
+pub fn prompt_ids(
+    kind: Kind,
+    json: &Value,
+    body: &[u8],
+    pipeline: &ModelPipeline,
+) -> Result<(Vec<u32>, bool), SimError> {
+    let (tokens, exact) = match kind {
+        Kind::Completions => (completion_tokens(json, pipeline)?, true),
+        Kind::Chat => chat_tokens(json, body, pipeline)?,
+    };
+    if tokens.is_empty() {
+        return Err(bad("The prompt must not be empty."));
+    }
+    Ok((tokens, exact))
 }
 
 /// `max_tokens` (chat: `max_completion_tokens` first), at least 1.
@@ -119,7 +144,17 @@ fn max_tokens(kind: Kind, json: &Value, default: usize) -> Result<usize, SimErro
 /// The first prompt of a completions request, as ids (a batch is answered
 /// as its first prompt).
 fn completion_tokens(json: &Value, pipeline: &ModelPipeline) -> Result<Vec<u32>, SimError> {
-    match completion_prompt(json).map_err(|e| bad(e.to_string()))? {
+    let prompt = completion_prompt(json).map_err(|e| bad(e.to_string()))?;
+    prompt_tokens(prompt, pipeline)
+}
+
+/// One completion prompt as ids: text tokenized as vLLM does (special
+/// tokens added), ids as given.
+pub fn prompt_tokens(
+    prompt: CompletionPrompt,
+    pipeline: &ModelPipeline,
+) -> Result<Vec<u32>, SimError> {
+    match prompt {
         CompletionPrompt::Text(text) => pipeline
             .tokenizer
             .encode(&text, true)
