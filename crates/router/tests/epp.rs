@@ -374,6 +374,32 @@ async fn the_subset_hint_limits_the_choice() {
         assert_eq!(chosen, vec![only.clone()], "only the subset");
         envoy.close().await;
     }
+    // A herd of new prefixes within a subset, across both pickers (each
+    // has seen the workers): still one endpoint, of the subset.
+    let pair = [f.endpoints[0].as_str(), f.endpoints[2].as_str()];
+    let herd_doc = document("subset herd");
+    let mut tasks = Vec::new();
+    for i in 0..12 {
+        let grpc = f.pickers[i % 2].1;
+        let body = completion(&format!("{herd_doc} Question {i}"));
+        let hint = subset(&pair);
+        tasks.push(tokio::spawn(async move {
+            let mut envoy = Envoy::open(grpc).await;
+            let chosen = pick_duplex(&mut envoy, &body, true, Some(hint)).await;
+            envoy.close().await;
+            chosen[0].clone()
+        }));
+    }
+    let mut chosen = BTreeSet::new();
+    for t in tasks {
+        chosen.insert(t.await.unwrap());
+    }
+    assert_eq!(
+        chosen.len(),
+        1,
+        "12 concurrent requests split over {chosen:?}"
+    );
+    assert!(pair.contains(&chosen.first().unwrap().as_str()));
     for endpoints in [vec!["10.9.9.9:8000"], vec![]] {
         let mut envoy = Envoy::open(f.pickers[1].1).await;
         envoy

@@ -117,7 +117,8 @@ fn the_scripts_choice_is_the_rust_policys_choice() {
         ..ProptestConfig::default()
     };
     proptest!(cfg, |(workers in prop::collection::vec(spec(), 1..5), prompt_blocks in 1..48u64,
-                     eps in prop::sample::select(vec![0.0, 0.25, 1.0]), seed in 0..1_000_003u32)| {
+                     eps in prop::sample::select(vec![0.0, 0.25, 1.0]), seed in 0..1_000_003u32,
+                     subset in prop::option::of(1..16u32))| {
         rt.block_on(async {
             let _: () = redis::cmd("FLUSHALL").query(&mut v.conn()).unwrap();
             let s = store(&v, "rs", "router-a", ttls());
@@ -133,15 +134,27 @@ fn the_scripts_choice_is_the_rust_policys_choice() {
             let prompt_tokens = prompt_blocks * BS as u64 + 5;
             // Explain's lookup, before the route claims anything.
             let exact = s.probe_with_gaps(M, &c).await.unwrap();
-            let o = s.route_and_claim(M, &c, &params(prompt_tokens, eps, seed), &[]).await.unwrap();
+            // A gateway's subset: only these may be chosen (all if none is).
+            let allowed: Vec<String> = (0..workers.len())
+                .filter(|i| subset.is_some_and(|m| m & (1 << i) != 0))
+                .map(|i| format!("w{i}"))
+                .collect();
+            let o = s
+                .route_and_claim_within(M, &c, &params(prompt_tokens, eps, seed), &[], &allowed)
+                .await
+                .unwrap();
             // Probing (route.lua) finds the depths explain's lookup finds.
             let depths = |l: &state::PrefixProbe| -> BTreeMap<String, usize> {
                 l.workers.iter().map(|w| (w.info.worker_id.clone(), w.matched_blocks)).collect()
             };
             assert_eq!(depths(&o.lookup), depths(&exact));
             let chosen = &o.lookup.workers[o.chosen.unwrap()].info.worker_id;
-            let best = rust_best(&candidates(&o), prompt_tokens, eps);
-            assert!(best.contains(chosen), "script chose {chosen}, Rust's best are {best:?}");
+            let among: Vec<Candidate> = candidates(&o)
+                .into_iter()
+                .filter(|c| allowed.is_empty() || allowed.contains(&c.worker_id))
+                .collect();
+            let best = rust_best(&among, prompt_tokens, eps);
+            assert!(best.contains(chosen), "script chose {chosen}, Rust's best are {best:?} (allowed {allowed:?})");
         });
     });
 }

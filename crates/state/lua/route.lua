@@ -19,7 +19,9 @@
 -- ARGV[13] = load slack (requests always allowed on top of the bound),
 -- ARGV[14] = index stride S, ARGV[15] = blocks in the prompt's head (n),
 -- ARGV[16] = n hints, then n pairs (worker id, blocks it holds beyond the
--- head, from a read-only lookup of a longer chain), then the chain: the
+-- head, from a read-only lookup of a longer chain), then m, then m worker
+-- ids: the only workers that may be chosen (a gateway's endpoint subset;
+-- m = 0: any), then the chain: the
 -- head's indexed blocks (the anchors ending 1, 2, 4, ..., S, 2S, 3S, ...
 -- blocks, and block n; see protocol::index) packed into one string, 8
 -- big-endian bytes each, then the head's first blocks, every one (at most
@@ -42,7 +44,15 @@
 -- creating the arguments: the indexed blocks and at most
 -- GAP_PROBE_BLOCKS first blocks.
 local nhints = tonumber(ARGV[16])
-local first = 17 + 2 * nhints
+local at = 17 + 2 * nhints
+local nallowed = tonumber(ARGV[at])
+if not nallowed then return redis.error_reply('ERR the allowed workers must be counted after the hints') end
+local allowed = nil
+if nallowed > 0 then
+  allowed = {}
+  for i = at + 1, at + nallowed do allowed[ARGV[i]] = true end
+end
+local first = at + 1 + nallowed
 local chain, full = ARGV[first], ARGV[first + 1]
 if not chain or #chain % 8 ~= 0 or not full or #full % 8 ~= 0 or #ARGV ~= first + 1 then
   return redis.error_reply('ERR the chain and its first blocks must be strings of 8-byte hashes, last')
@@ -69,21 +79,29 @@ probe_gaps(p, list, full, #chain / 8, head, stride)
 -- workers), if deeper: the hotspot guard of shared_tokens() in
 -- cache_aware.rs.
 local hints = nhints > 0 and {} or nil
-for i = 17, first - 1, 2 do hints[ARGV[i]] = tonumber(ARGV[i + 1]) end
-local n, total, depths = #list, 0, {}
+for i = 17, at - 1, 2 do hints[ARGV[i]] = tonumber(ARGV[i + 1]) end
+-- Workers outside the allowed set take no part in the choice: not in the
+-- load bound, the majority depth or the ranking (w.out, reset every call:
+-- the list is the view's cached parse).
+local n, total, depths = 0, 0, {}
 for _, w in ipairs(list) do
-  local age = w.load_ms >= 0 and now - w.load_ms or -1
-  local fresh = age >= 0 and age <= stale_ms
-  local load = w.inflight
-  if fresh and w.waiting > load then load = w.waiting end
-  w.pressure_kv = fresh and w.kv or 0
-  w.load, total = load, total + load
-  local credited = w.matched
-  if credited == head and hints then
-    credited = credited + (hints[string.match(w.raw, '([^\n]*)\n[^\n]*$', VIEW_BYTES + 1)] or 0)
+  local id = (hints or allowed) and string.match(w.raw, '([^\n]*)\n[^\n]*$', VIEW_BYTES + 1)
+  w.out = allowed ~= nil and not allowed[id]
+  if not w.out then
+    n = n + 1
+    local age = w.load_ms >= 0 and now - w.load_ms or -1
+    local fresh = age >= 0 and age <= stale_ms
+    local load = w.inflight
+    if fresh and w.waiting > load then load = w.waiting end
+    w.pressure_kv = fresh and w.kv or 0
+    w.load, total = load, total + load
+    local credited = w.matched
+    if credited == head and hints then
+      credited = credited + (hints[id] or 0)
+    end
+    w.credited = credited
+    if credited > 0 then depths[#depths + 1] = credited end
   end
-  w.credited = credited
-  if credited > 0 then depths[#depths + 1] = credited end
 end
 local cap = math.ceil((1 + eps) * (total + 1) / math.max(n, 1)) + tonumber(ARGV[13])
 local shared, majority = 0, math.floor(n / 2) + 1
@@ -97,22 +115,24 @@ end
 -- when their load makes them dearer.
 local best, b1, b2, bh, b3 = 0, 0, 0, 0, 0
 for i, w in ipairs(list) do
-  local blocks = math.max(w.credited, shared)
-  local k1, k2, kh
-  if w.load < cap then
-    local pressure = 0
-    local kv = w.pressure_kv
-    if kv > kv_from then pressure = (kv - kv_from) / math.max(1 - kv_from, 1e-9) * kv_tokens end
-    k1, k2, kh = 0, math.max(prompt - blocks * block_size, 0) + w.load * per_queued + pressure, -w.credited
-  else
-    k1, k2, kh = 1, w.load, 0
-  end
-  if best == 0 or k1 < b1 or (k1 == b1 and (k2 < b2 or (k2 == b2 and kh < bh))) then
-    best, b1, b2, bh, b3 = i, k1, k2, kh, nil
-  elseif k1 == b1 and k2 == b2 and kh == bh then
-    b3 = b3 or tie_break(seed, best)
-    local k3 = tie_break(seed, i)
-    if k3 < b3 then best, b3 = i, k3 end
+  if not w.out then -- a worker outside the allowed set is never chosen
+    local blocks = math.max(w.credited, shared)
+    local k1, k2, kh
+    if w.load < cap then
+      local pressure = 0
+      local kv = w.pressure_kv
+      if kv > kv_from then pressure = (kv - kv_from) / math.max(1 - kv_from, 1e-9) * kv_tokens end
+      k1, k2, kh = 0, math.max(prompt - blocks * block_size, 0) + w.load * per_queued + pressure, -w.credited
+    else
+      k1, k2, kh = 1, w.load, 0
+    end
+    if best == 0 or k1 < b1 or (k1 == b1 and (k2 < b2 or (k2 == b2 and kh < bh))) then
+      best, b1, b2, bh, b3 = i, k1, k2, kh, nil
+    elseif k1 == b1 and k2 == b2 and kh == bh then
+      b3 = b3 or tie_break(seed, best)
+      local k3 = tie_break(seed, i)
+      if k3 < b3 then best, b3 = i, k3 end
+    end
   end
 end
 local reach = 0

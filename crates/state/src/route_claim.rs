@@ -69,6 +69,21 @@ impl StateStore {
         params: &RouteParams,
         hints: &[(String, usize)],
     ) -> Result<RouteOutcome, StateError> {
+        self.route_and_claim_within(model, head, params, hints, &[])
+            .await
+    }
+
+    /// As [`route_and_claim`](Self::route_and_claim), choosing only among
+    /// the workers named in `allowed` (all when it is empty); the lookup
+    /// still lists every live worker.
+    pub async fn route_and_claim_within(
+        &self,
+        model: &str,
+        head: &[BlockHash],
+        params: &RouteParams,
+        hints: &[(String, usize)],
+        allowed: &[String],
+    ) -> Result<RouteOutcome, StateError> {
         const S: ScriptName = ScriptName::Route;
         let head = &head[..head.len().min(ROUTE_HEAD)];
         let fixed = [
@@ -91,6 +106,8 @@ impl StateStore {
         let hint_args: Vec<String> = hints
             .iter()
             .flat_map(|(w, n)| [w.clone(), n.to_string()])
+            .chain(std::iter::once(allowed.len().to_string()))
+            .chain(allowed.iter().cloned())
             .collect();
         let indexed = packed_chain(head);
         let first = packed(&head[..head.len().min(GAP_PROBE_BLOCKS)]);

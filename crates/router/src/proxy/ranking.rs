@@ -47,13 +47,32 @@ impl Proxy {
             }
             all
         };
+        // With a filter, the atomic step chooses among the workers last
+        // seen whose URL it accepts; without such a memory (a router's
+        // first request), a read-only lookup ranks and the caller claims.
+        let within: Vec<String> = allowed
+            .map(|accepts| {
+                self.fallback_targets(model, false)
+                    .into_iter()
+                    .filter(|t| accepts(&t.url))
+                    .map(|t| t.candidate.worker_id)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let atomic = self
+            .atomic
+            .as_ref()
+            .filter(|_| allowed.is_none() || !within.is_empty());
         // Whether the shared state listed live workers before the filter.
         let mut listed = false;
-        let shared = match self.atomic.as_ref().filter(|_| allowed.is_none()) {
-            Some(cfg) => {
-                self.route_and_claim(model, chain, cfg, &request, block_size)
-                    .await
-            }
+        let shared = match atomic {
+            Some(cfg) => self
+                .route_and_claim(model, chain, cfg, &request, block_size, &within)
+                .await
+                .map(|ranked| {
+                    listed = !ranked.is_empty();
+                    keep(ranked)
+                }),
             None => self.store.probe(model, &chain.hashes).await.map(|lookup| {
                 let all = targets(&lookup, block_size);
                 self.remember(model, &all);
@@ -85,7 +104,8 @@ impl Proxy {
     }
 
     /// The cache-aware first choice, made, claimed and counted by one atomic
-    /// script call, followed by the other workers in policy order (retries).
+    /// script call (among the workers `within` names, when it names any),
+    /// followed by the other workers in policy order (retries).
     async fn route_and_claim(
         &self,
         model: &str,
@@ -93,6 +113,7 @@ impl Proxy {
         cfg: &CacheAwareConfig,
         request: &RouteRequest,
         block_size: usize,
+        within: &[String],
     ) -> Result<Vec<Target>, StateError> {
         let head = chain.hashes.len().min(ROUTE_HEAD);
         // A chain longer than one call: a read-only pass finds how far the
@@ -114,7 +135,7 @@ impl Proxy {
         );
         let outcome = self
             .store
-            .route_and_claim(model, &chain.hashes[..head], &params, &hints)
+            .route_and_claim_within(model, &chain.hashes[..head], &params, &hints, within)
             .await?;
         let mut all = targets(&outcome.lookup, block_size);
         for t in &mut all {
