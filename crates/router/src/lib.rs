@@ -6,7 +6,7 @@
 //! Layout, top down (each layer uses only those below it):
 //!
 //! * `serve`: a router process: listeners, background loops (leases, gc,
-//!   load scraping), graceful shutdown, the metrics recorder.
+//!   load scraping), graceful shutdown.
 //! * `epp`: `prefix-router epp`, the Gateway API Inference Extension
 //!   endpoint picker: Envoy's ext_proc gRPC over the same routing path.
 //! * `api`: HTTP handlers (thin): OpenAI routes, the worker push API,
@@ -17,6 +17,7 @@
 //!   `least_loaded`, `power_of_two`, `consistent_hash`, bounded load.
 //! * `response_cache`: the optional cache of deterministic completions in
 //!   Valkey, asked by `proxy` before routing, replayed byte for byte.
+//! * `metrics_recorder`: the Prometheus recorder, installed once per process.
 //! * `load_scrape`: optional scraping of workers' `/metrics` for their load.
 //! * `telemetry`: the logger, and routing spans exported over OTLP.
 //! * `config`: flags, environment and TOML, resolved into [`ServeConfig`].
@@ -34,6 +35,7 @@ mod epp;
 mod forward_paths;
 mod hop;
 mod load_scrape;
+mod metrics_recorder;
 mod proxy;
 mod response_cache;
 pub mod routing;
@@ -44,7 +46,8 @@ pub use config::{
     BodyMode, EppArgs, EppSettings, ExposureArgs, ModelConfig, ResponseCacheArgs, ServeArgs,
     ServeConfig, StaticWorker,
 };
+pub use metrics_recorder::metrics_handle;
 pub use protocol::headers::WORKER_HEADER;
 pub use response_cache::{CACHE_HEADER, Settings as ResponseCacheSettings};
-pub use serve::{metrics_handle, run, serve_on, serve_with, wait_for_signal};
+pub use serve::{run, serve_on, serve_with, wait_for_signal};
 pub use telemetry::{OtlpSettings, TelemetryGuard, init as init_telemetry};

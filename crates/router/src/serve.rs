@@ -1,11 +1,8 @@
 //! `prefix-router serve`: the HTTP server and its background duties.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::Context;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use metrics_util::MetricKindMask;
 use tokio::net::TcpListener;
 
 use std::sync::Arc;
@@ -15,6 +12,7 @@ use crate::api::{
 };
 use crate::config::ServeConfig;
 use crate::load_scrape::{ScrapeSettings, scrape_loop};
+use crate::metrics_recorder::{metrics_handle, zero_counters};
 use crate::proxy::{CpuPool, Proxy, Upstream};
 use crate::response_cache::ResponseCache;
 use crate::routing::{CacheAwareConfig, policy_by_name};
@@ -25,64 +23,6 @@ use tokenize::{ModelPipeline, ModelPipelines};
 
 /// Tells background loops to stop (true once shutting down).
 pub type ShutdownSignal = tokio::sync::watch::Receiver<bool>;
-
-/// The process-wide Prometheus recorder (installed once, shared by servers
-/// started in the same process, as tests do).
-pub fn metrics_handle() -> anyhow::Result<PrometheusHandle> {
-    // Built and installed inside one get_or_init: two servers starting at
-    // once in one process must not end up rendering a recorder that is not
-    // the global one (all their metrics would read empty).
-    static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
-    let installed = HANDLE.get_or_init(|| {
-        // Per-worker gauges of workers that left stop being exported.
-        let recorder = PrometheusBuilder::new()
-            .idle_timeout(MetricKindMask::GAUGE, Some(GAUGE_IDLE))
-            .build_recorder();
-        let handle = recorder.handle();
-        metrics::set_global_recorder(recorder)
-            .map_err(|e| format!("another metrics recorder is installed: {e}"))?;
-        spawn_upkeep(handle.clone());
-        Ok(handle)
-    });
-    installed.clone().map_err(|e| anyhow::anyhow!(e))
-}
-
-/// A gauge not set for this long is dropped from `/metrics`.
-const GAUGE_IDLE: std::time::Duration = std::time::Duration::from_secs(120);
-
-/// Exports at 0 the counters that alert rules take a rate of
-/// (`deploy/prometheus/alerts.yml`), so that their series exist from the
-/// first scrape, before the first event.
-fn zero_counters() {
-    for outcome in ["hit", "miss", "spill", "fallback", "no_worker"] {
-        metrics::counter!("prefix_router_decisions_total", "outcome" => outcome).absolute(0);
-    }
-    for name in [
-        "prefix_router_fallback_routes_total",
-        "prefix_router_upstream_retries_total",
-        "prefix_router_forwarding_loops_total",
-    ] {
-        metrics::counter!(name).absolute(0);
-    }
-}
-
-/// Histogram samples accumulate until upkeep drains them, which rendering
-/// `/metrics` does: without a scraper, memory would grow with every request.
-fn spawn_upkeep(handle: PrometheusHandle) {
-    let spawn = |h: PrometheusHandle| {
-        std::thread::Builder::new()
-            .name("metrics-upkeep".into())
-            .spawn(move || {
-                loop {
-                    std::thread::sleep(std::time::Duration::from_secs(5));
-                    h.run_upkeep();
-                }
-            })
-    };
-    if let Err(e) = spawn(handle) {
-        tracing::warn!(error = %e, "metrics upkeep thread not started");
-    }
-}
 
 /// Builds the store described by `cfg`.
 pub fn build_store(cfg: &ServeConfig) -> anyhow::Result<StateStore> {

@@ -107,9 +107,24 @@ pub fn init(otlp: Option<&OtlpSettings>) -> anyhow::Result<TelemetryGuard> {
     })
 }
 
+/// The span of one routing decision, a child of the client's trace context
+/// in `headers` when spans are exported; `model` and `worker` are recorded
+/// once known.
+pub fn route_span(headers: &HeaderMap) -> tracing::Span {
+    let span = tracing::info_span!(
+        target: SPANS,
+        "route",
+        otel.kind = "server",
+        model = tracing::field::Empty,
+        worker = tracing::field::Empty,
+    );
+    continue_trace(&span, headers);
+    span
+}
+
 /// Makes `span` a child of the client's trace context in `headers`, when
 /// spans are exported.
-pub fn continue_trace(span: &tracing::Span, headers: &HeaderMap) {
+fn continue_trace(span: &tracing::Span, headers: &HeaderMap) {
     if !EXPORTING.load(Ordering::Relaxed) {
         return;
     }

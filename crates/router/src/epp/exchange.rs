@@ -12,7 +12,6 @@ use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
-use tracing::Instrument;
 
 use super::EppContext;
 use super::messages::{Phase, body_pieces, destination, immediate, proceed};
@@ -21,7 +20,6 @@ use super::usage::UsageTail;
 use crate::api::ApiError;
 use crate::config::BodyMode;
 use crate::proxy::{Endpoint, Pick, ProxyError};
-use crate::telemetry::{self, SPANS};
 
 /// What to send back for one message from Envoy.
 pub enum Step {
@@ -262,34 +260,16 @@ impl Exchange {
         body: Bytes,
     ) -> Result<Vec<ProcessingResponse>, ApiError> {
         let proxy = &self.ctx.proxy;
-        let span = tracing::info_span!(
-            target: SPANS,
-            "route",
-            otel.kind = "server",
-            model = tracing::field::Empty,
-            worker = tracing::field::Empty,
-        );
-        telemetry::continue_trace(&span, &self.trace);
         let pick = match &self.subset {
             Some(subset) => {
                 let allowed = |url: &str| endpoint_of(url).is_some_and(|e| subset.contains(&e));
                 proxy
-                    .pick(self.endpoint, &body, Some(&allowed))
-                    .instrument(span.clone())
+                    .pick(self.endpoint, &self.trace, &body, Some(&allowed))
                     .await
             }
-            None => {
-                proxy
-                    .pick(self.endpoint, &body, None)
-                    .instrument(span.clone())
-                    .await
-            }
+            None => proxy.pick(self.endpoint, &self.trace, &body, None).await,
         }
         .map_err(|e| self.rejection(e))?;
-        span.record("model", pick.model());
-        if let Some(worker) = pick.worker_id(0) {
-            span.record("worker", worker);
-        }
         self.endpoints = pick.urls().filter_map(endpoint_of).collect();
         if self.endpoints.len() != pick.urls().count() {
             return Err(ApiError::new(

@@ -170,16 +170,8 @@ impl Proxy {
         headers: &HeaderMap,
         body: Bytes,
     ) -> Result<Response, ProxyError> {
-        let span = tracing::info_span!(
-            target: SPANS,
-            "route",
-            otel.kind = "server",
-            model = tracing::field::Empty,
-            worker = tracing::field::Empty,
-        );
-        telemetry::continue_trace(&span, headers);
         self.route_and_forward(endpoint, method, path_and_query, headers, body)
-            .instrument(span)
+            .instrument(telemetry::route_span(headers))
             .await
     }
 

@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use axum::http::HeaderMap;
 use bytes::Bytes;
 use tracing::Instrument;
 
@@ -10,7 +11,7 @@ use super::candidates::Target;
 use super::prompts::{Chain, Parsed};
 use super::ranking::UrlFilter;
 use super::{Endpoint, InFlightGuard, Proxy, ProxyError, decision, record_outcome};
-use crate::telemetry::SPANS;
+use crate::telemetry::{self, SPANS};
 
 /// Where a request should go: the workers in order, the first claimed and
 /// counted in flight (as [`Proxy::handle`] does before forwarding) until
@@ -61,7 +62,20 @@ impl Proxy {
     /// Reads `body` for `endpoint`, ranks the workers (only those whose URL
     /// `allowed` accepts, when given), claims the prompt's blocks for the
     /// first and counts it in flight; at most `--max-attempts` workers.
+    /// `headers` carry the client's trace context.
     pub async fn pick(
+        &self,
+        endpoint: Endpoint,
+        headers: &HeaderMap,
+        body: &Bytes,
+        allowed: Option<&UrlFilter<'_>>,
+    ) -> Result<Pick, ProxyError> {
+        self.pick_in_span(endpoint, body, allowed)
+            .instrument(telemetry::route_span(headers))
+            .await
+    }
+
+    async fn pick_in_span(
         &self,
         endpoint: Endpoint,
         body: &Bytes,
@@ -69,6 +83,8 @@ impl Proxy {
     ) -> Result<Pick, ProxyError> {
         let started = Instant::now();
         let Parsed { model, chain, .. } = self.read(endpoint, body).await?;
+        let span = tracing::Span::current();
+        span.record("model", model.as_str());
         let (mut ranked, tracked) = self
             .rank_within(&model, &chain, allowed)
             .instrument(tracing::info_span!(target: SPANS, "valkey"))
@@ -86,6 +102,7 @@ impl Proxy {
             &first.candidate.worker_id,
             counted,
         );
+        span.record("worker", first.candidate.worker_id.as_str());
         record_outcome(&model, first, &chain);
         metrics::histogram!("prefix_router_route_seconds").record(started.elapsed().as_secs_f64());
         Ok(Pick {
