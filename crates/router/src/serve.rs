@@ -74,6 +74,7 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
     let cache_aware = CacheAwareConfig {
         epsilon: cfg.epsilon,
         tokens_per_queued_request: cfg.queue_cost_tokens,
+        max_num_seqs: cfg.max_num_seqs,
         ..CacheAwareConfig::default()
     };
     let policy = policy_by_name(&cfg.policy, cache_aware)

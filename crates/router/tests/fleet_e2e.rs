@@ -139,11 +139,13 @@ async fn two_routers_share_one_view_and_survive_restarts() {
 async fn routers_agree_on_a_new_prefix_sent_concurrently() {
     let f = fleet().await;
     // Locality only (no queue cost, no load bound): this is about routers
-    // agreeing, not about spreading load.
+    // agreeing, not about spreading load. One prompt of whole blocks (token
+    // ids): a follower adds no prefill to the first request's, so the
+    // holder costs what a cold worker does, and at equal cost it wins.
     let flags = router_flags(&["--epsilon", "100", "--queue-cost-tokens", "0"]);
     let a = RouterProcess::start(&f.valkey.url(), &flags).await;
     let b = RouterProcess::start(&f.valkey.url(), &flags).await;
-    let doc = document("agreement");
+    let ids: Vec<u32> = (0..320).map(|i| 1000 + i * 7).collect();
     let mut tasks = Vec::new();
     for i in 0..32 {
         let base = if i % 2 == 0 {
@@ -151,7 +153,7 @@ async fn routers_agree_on_a_new_prefix_sent_concurrently() {
         } else {
             b.base.clone()
         };
-        let prompt = format!("{doc}Concurrent question {i}");
+        let prompt = ids.clone();
         tasks.push(tokio::spawn(async move {
             let resp = http()
                 .post(format!("{base}/v1/completions"))

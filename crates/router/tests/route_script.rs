@@ -15,7 +15,7 @@ use prefix_router::routing::{
 use proptest::prelude::*;
 use protocol::WorkerLoad;
 use protocol::hashing::BlockHash;
-use state::{RouteOutcome, RouteParams, StateStore, StateTtls, WorkerHeartbeat};
+use state::{InFlight, RouteOutcome, RouteParams, StateStore, StateTtls, WorkerHeartbeat};
 use support::{Valkey, store};
 
 const M: &str = "m";
@@ -28,11 +28,15 @@ fn chain(n: u64, salt: u64) -> Vec<BlockHash> {
 }
 
 fn params(prompt_tokens: u64, epsilon: f64, seed: u32) -> RouteParams {
+    config(epsilon, CacheAwareConfig::default().max_num_seqs).route_params(prompt_tokens, BS, seed)
+}
+
+fn config(epsilon: f64, max_num_seqs: u64) -> CacheAwareConfig {
     CacheAwareConfig {
         epsilon,
+        max_num_seqs,
         ..CacheAwareConfig::default()
     }
-    .route_params(prompt_tokens, BS, seed)
 }
 
 fn ttls() -> StateTtls {
@@ -61,18 +65,28 @@ fn candidates(o: &RouteOutcome) -> Vec<Candidate> {
             worker_id: w.info.worker_id.clone(),
             cached_tokens: (w.matched_blocks * BS) as u64,
             in_flight: w.info.in_flight,
+            prefill_tokens: w.info.prefill_tokens,
             waiting: w.info.load.num_requests_waiting,
+            running: w.info.load.num_requests_running,
             kv_usage: w.info.load.kv_cache_usage_perc,
         })
         .collect()
 }
 
+/// Ends a routed request as its router would: the request and its prefill.
+async fn release(s: &StateStore, o: &RouteOutcome) {
+    let id = &o.lookup.workers[o.chosen.unwrap()].info.worker_id;
+    let done = InFlight {
+        requests: -1,
+        prefill_tokens: -(o.prefill_tokens as i64),
+    };
+    s.change_in_flight(M, id, done).await.unwrap();
+}
+
 /// Workers the Rust policy ranks equal-best (ties are broken by the seed).
-fn rust_best(c: &[Candidate], prompt_tokens: u64, epsilon: f64) -> BTreeSet<String> {
-    let policy = CacheAware::new(CacheAwareConfig {
-        epsilon,
-        ..CacheAwareConfig::default()
-    });
+fn rust_best(c: &[Candidate], prompt_tokens: u64, cfg: CacheAwareConfig) -> BTreeSet<String> {
+    let epsilon = cfg.epsilon;
+    let policy = CacheAware::new(cfg);
     let req = RouteRequest {
         prompt_tokens,
         prefix_key: 0,
@@ -94,17 +108,24 @@ fn rust_best(c: &[Candidate], prompt_tokens: u64, epsilon: f64) -> BTreeSet<Stri
 struct WorkerSpec {
     held: u64,
     in_flight: u64,
+    /// Prefill tokens of those requests, in 64-token steps.
+    prefill: u64,
     waiting: u64,
+    running: u64,
     kv: f64,
 }
 
 fn spec() -> impl Strategy<Value = WorkerSpec> {
-    (0..40u64, 0..6u64, 0..4u64, 0..=100u32).prop_map(|(held, in_flight, waiting, kv)| WorkerSpec {
-        held,
-        in_flight,
-        waiting,
-        kv: f64::from(kv) / 100.0,
-    })
+    (0..40u64, 0..6u64, 0..24u64, 0..4u64, 0..6u64, 0..=100u32).prop_map(
+        |(held, in_flight, prefill, waiting, running, kv)| WorkerSpec {
+            held,
+            in_flight,
+            prefill: if in_flight == 0 { 0 } else { prefill * 64 },
+            waiting,
+            running,
+            kv: f64::from(kv) / 100.0,
+        },
+    )
 }
 
 #[test]
@@ -118,7 +139,7 @@ fn the_scripts_choice_is_the_rust_policys_choice() {
     };
     proptest!(cfg, |(workers in prop::collection::vec(spec(), 1..5), prompt_blocks in 1..48u64,
                      eps in prop::sample::select(vec![0.0, 0.25, 1.0]), seed in 0..1_000_003u32,
-                     subset in prop::option::of(1..16u32))| {
+                     subset in prop::option::of(1..16u32), max_seqs in prop::sample::select(vec![1u64, 3, 256]))| {
         rt.block_on(async {
             let _: () = redis::cmd("FLUSHALL").query(&mut v.conn()).unwrap();
             let s = store(&v, "rs", "router-a", ttls());
@@ -126,10 +147,11 @@ fn the_scripts_choice_is_the_rust_policys_choice() {
             let c = chain(prompt_blocks, 7);
             for (i, w) in workers.iter().enumerate() {
                 let id = format!("w{i}");
-                let load = WorkerLoad { num_requests_waiting: w.waiting, num_requests_running: 0, kv_cache_usage_perc: w.kv };
+                let load = WorkerLoad { num_requests_waiting: w.waiting, num_requests_running: w.running, kv_cache_usage_perc: w.kv };
                 worker(&s, &id, Some(load)).await;
                 s.stored(M, &id, &chain(w.held, 7)).await.unwrap();
-                s.add_in_flight(M, &id, w.in_flight as i64).await.unwrap();
+                let counted = InFlight { requests: w.in_flight as i64, prefill_tokens: w.prefill as i64 };
+                s.change_in_flight(M, &id, counted).await.unwrap();
             }
             let prompt_tokens = prompt_blocks * BS as u64 + 5;
             // Explain's lookup, before the route claims anything.
@@ -139,8 +161,9 @@ fn the_scripts_choice_is_the_rust_policys_choice() {
                 .filter(|i| subset.is_some_and(|m| m & (1 << i) != 0))
                 .map(|i| format!("w{i}"))
                 .collect();
+            let cfg = config(eps, max_seqs);
             let o = s
-                .route_and_claim_within(M, &c, &params(prompt_tokens, eps, seed), &[], &allowed)
+                .route_and_claim_within(M, &c, &cfg.route_params(prompt_tokens, BS, seed), &[], &allowed)
                 .await
                 .unwrap();
             // Probing (route.lua) finds the depths explain's lookup finds.
@@ -153,8 +176,16 @@ fn the_scripts_choice_is_the_rust_policys_choice() {
                 .into_iter()
                 .filter(|c| allowed.is_empty() || allowed.contains(&c.worker_id))
                 .collect();
-            let best = rust_best(&among, prompt_tokens, eps);
+            let best = rust_best(&among, prompt_tokens, cfg);
             assert!(best.contains(chosen), "script chose {chosen}, Rust's best are {best:?} (allowed {allowed:?})");
+            // The chosen worker's prefill is counted: the prompt beyond its
+            // real match, on top of what it had.
+            let before = workers[chosen[1..].parse::<usize>().unwrap()].prefill;
+            let real = o.lookup.workers[o.chosen.unwrap()].matched_blocks as u64 * BS as u64;
+            assert_eq!(o.prefill_tokens, prompt_tokens.saturating_sub(real));
+            let after = s.probe(M, &c).await.unwrap();
+            let now = after.workers.iter().find(|w| &w.info.worker_id == chosen).unwrap();
+            assert_eq!(now.info.prefill_tokens, before + o.prefill_tokens);
         });
     });
 }
@@ -176,7 +207,10 @@ async fn concurrent_routers_agree_on_one_worker_for_a_new_prefix() {
         let c = c.clone();
         // Locality only (no queue cost, no load bound): this test is about
         // the script serialising concurrent choices, not about spreading.
-        let mut p = params(330, 1000.0, i * 7919);
+        // The prompt is whole blocks: a follower adds no prefill of its own
+        // to the first one's, so it costs the same there as anywhere, and
+        // at equal cost the holder wins.
+        let mut p = params(320, 1000.0, i * 7919);
         p.tokens_per_queued_request = 0.0;
         tasks.push(tokio::spawn(async move {
             let o = s.route_and_claim(M, &c, &p, &[]).await.unwrap();
@@ -210,7 +244,7 @@ async fn misses_on_an_idle_fleet_are_spread_evenly() {
             .await
             .unwrap();
         let id = o.lookup.workers[o.chosen.unwrap()].info.worker_id.clone();
-        s.add_in_flight(M, &id, -1).await.unwrap();
+        release(&s, &o).await;
         *per_worker.entry(id).or_default() += 1;
     }
     // Each worker's expected share is 50 of 200; a tie-break that favours
@@ -270,15 +304,7 @@ async fn hints_extend_matches_beyond_one_calls_head() {
             .max(),
         Some(1024)
     );
-    let _ = s
-        .add_in_flight(
-            M,
-            &without.lookup.workers[without.chosen.unwrap()]
-                .info
-                .worker_id,
-            -1,
-        )
-        .await;
+    release(&s, &without).await;
     let hints = vec![("short".to_owned(), 6), ("long".to_owned(), 266)];
     let with = s.route_and_claim(M, head, &p, &hints).await.unwrap();
     assert_eq!(
@@ -295,8 +321,7 @@ async fn seen(s: &StateStore, c: &[BlockHash]) -> BTreeMap<String, (u64, u64)> {
         .await
         .unwrap();
     // Release what the route counted, so that each probe leaves no load.
-    let chosen = &o.lookup.workers[o.chosen.unwrap()].info.worker_id;
-    s.add_in_flight(M, chosen, -1).await.unwrap();
+    release(s, &o).await;
     o.lookup
         .workers
         .iter()
@@ -405,11 +430,25 @@ async fn a_hot_prefix_stays_on_its_holders_until_their_load_says_otherwise() {
             &candidates(&o),
         );
         assert_ne!(candidates(&o)[ranked[0]].worker_id, "w2");
-        s.add_in_flight(M, &id, -1).await.unwrap();
+        release(&s, &o).await;
     }
-    // Both holders busy: the guard spreads the document to the third.
-    s.add_in_flight(M, "w0", 1).await.unwrap();
-    s.add_in_flight(M, "w1", 1).await.unwrap();
+    // Holders only decoding (a continuous batch admits the new request
+    // beside them): still a holder.
+    s.add_in_flight(M, "w0", 2).await.unwrap();
+    s.add_in_flight(M, "w1", 2).await.unwrap();
+    let o = s
+        .route_and_claim(M, &document, &params(tokens, 0.25, 1), &[])
+        .await
+        .unwrap();
+    assert_ne!(o.lookup.workers[o.chosen.unwrap()].info.worker_id, "w2");
+    release(&s, &o).await;
+    // Both holders busy prefilling other prompts: the guard spreads the
+    // document to the third.
+    for w in ["w0", "w1"] {
+        s.change_in_flight(M, w, InFlight::prefill_tokens(1000))
+            .await
+            .unwrap();
+    }
     let o = s
         .route_and_claim(M, &document, &params(tokens, 0.25, 1), &[])
         .await
@@ -436,7 +475,7 @@ async fn credited(s: &StateStore, prompt: &[BlockHash]) -> (usize, usize, usize)
         .unwrap();
     let chosen = &o.lookup.workers[o.chosen.unwrap()];
     assert_eq!(chosen.info.worker_id, "w");
-    s.add_in_flight(M, "w", -1).await.unwrap();
+    release(s, &o).await;
     (
         chosen.matched_blocks,
         exact.workers[0].matched_blocks,

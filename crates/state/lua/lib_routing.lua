@@ -1,6 +1,7 @@
 -- lib_routing.lua: what route.lua needs beyond lib.lua, loaded right after
--- it into the same library: the routing view as routing reads it (parsed
--- once, reused across calls), probing a chain by holders, tie-breaking.
+-- lib_view.lua into the same library: the routing view as routing reads it
+-- (parsed once, reused across calls), probing a chain by holders,
+-- tie-breaking.
 -- KEYS/ARGV: none of its own. Its helpers run inside a script's call, after
 -- lib.lua's `enter` has checked KEYS[1] = "<base>:ids" and set BASE from
 -- ARGV[1]; every key they touch is built from BASE (one cluster slot). The
@@ -61,14 +62,15 @@ local function parse_view(flat, now)
   for i = 1, #flat, 2 do
     local k, v = flat[i], flat[i + 1]
     if sbyte(k) ~= 114 and not sfind(k, ':', 2, true) and #v >= VIEW_BYTES then
-      local lease, synced, sync, waiting, _, kv, load_ms = struct.unpack(VIEW_PACK, v)
+      local lease, synced, sync, waiting, running, kv, load_ms = struct.unpack(VIEW_PACK, v)
       if lease > now then
         if waiting < 0 then waiting = 0 end
+        if running < 0 then running = 0 end
         if kv < 0 then kv = 0 end
         local w = {
           idx = k, raw = v, lease = lease, synced_until = synced, syncing = sync == 1, waiting = waiting,
-          kv = kv, load_ms = load_ms, inflight = 0, matched = 0, hit = false, load = 0, credited = 0,
-          pressure_kv = 0, indexed = 0,
+          running = running, kv = kv, load_ms = load_ms, inflight = 0, prefill = 0, matched = 0,
+          hit = false, load = 0, credited = 0, pressure_kv = 0, indexed = 0,
         }
         list[#list + 1], at[k] = w, w
         if w.syncing then syncing[#syncing + 1] = w end
@@ -81,10 +83,11 @@ end
 -- The live fleet as routing sees it, from one HGETALL of the view: a list
 -- of worker tables (view order), each { idx, raw (the record as stored: the
 -- reply carries it unparsed), lease, synced_until, syncing (as
--- worker_state, so it serves as one), waiting, kv, load_ms (-1 if never
--- reported) } plus this call's scratch, reset here: inflight (summed over
--- live routers and `router`, the caller), matched, hit, load, credited,
--- pressure_kv. Also at[idx] = the worker's table, syncing = the workers
+-- worker_state, so it serves as one), waiting, running, kv, load_ms (-1 if
+-- never reported) } plus this call's scratch, reset here: inflight and
+-- prefill (the requests and their prompt tokens before a first token,
+-- summed over live routers and `router`, the caller), matched, hit, load,
+-- credited, pressure_kv. Also at[idx] = the worker's table, syncing = the workers
 -- applying a sync, and out, a reply table to reuse. One pass over the view
 -- checks the cached parse (every cached record unchanged and leased, no
 -- other live record), collects live routers and in-flight fields.
@@ -118,13 +121,16 @@ local function routing_view(now, router)
     c = parse_view(flat, now)
     VIEW_CACHE[BASE] = c
   end
-  for _, w in ipairs(c.list) do w.inflight, w.matched, w.hit = 0, 0, false end
+  for _, w in ipairs(c.list) do w.inflight, w.prefill, w.matched, w.hit = 0, 0, 0, false end
   for _, i in ipairs(counts or {}) do
     local k = flat[i]
     local colon = sfind(k, ':', 2, true)
-    local w = c.at[ssub(k, 1, colon - 1)]
+    local tokens = sbyte(k) == 112 -- 'p': p<idx>:<router>, prefill tokens
+    local w = c.at[ssub(k, tokens and 2 or 1, colon - 1)]
     local n = tonumber(flat[i + 1]) or 0
-    if w and n > 0 and routers[ssub(k, colon + 1)] then w.inflight = w.inflight + n end
+    if w and n > 0 and routers[ssub(k, colon + 1)] then
+      if tokens then w.prefill = w.prefill + n else w.inflight = w.inflight + n end
+    end
   end
   return c
 end

@@ -5,11 +5,17 @@
 -- The choice is the cache_aware policy of src/routing/cache_aware.rs (the
 -- two are kept equal by tests/route_script.rs): among workers within the
 -- bounded load ceil((1+eps) * (total load + 1) / workers) + slack, the least
--- estimated time to first token in tokens: uncached prompt tokens + load x
--- tokens_per_queued + KV pressure (a prefix most workers hold counts as
--- cached on all: the hotspot guard; at equal cost the deeper real match
--- first); else the least loaded. Ties by `seed`
+-- estimated time to first token in tokens: uncached prompt tokens + the
+-- prefill tokens routed to it and not yet past their first token + queued
+-- requests x tokens_per_queued + KV pressure (a prefix most workers hold
+-- counts as cached on all: the hotspot guard; at equal cost the deeper real
+-- match first); else the least loaded. Queued: requests beyond max_num_seqs
+-- (in flight, or running + waiting as reported), or the reported waiting
+-- if more. Ties by `seed`
 -- (tie_break in lib_routing.lua: each worker equally likely among the tied).
+-- The chosen worker's uncached tokens are added to this router's prefill
+-- count for it (p<idx>:<router>); the router takes them off at the
+-- response's first byte.
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base, ARGV[2] = router id, ARGV[3] = speculative ttl_ms,
 -- ARGV[4] = prompt tokens, ARGV[5] = block size, ARGV[6] = epsilon,
@@ -18,7 +24,7 @@
 -- ARGV[12] = most blocks claimed in this call,
 -- ARGV[13] = load slack (requests always allowed on top of the bound),
 -- ARGV[14] = index stride S, ARGV[15] = blocks in the prompt's head (n),
--- ARGV[16] = n hints, then n pairs (worker id, blocks it holds beyond the
+-- ARGV[16] = the engines' max_num_seqs, ARGV[17] = n hints, then n pairs (worker id, blocks it holds beyond the
 -- head, from a read-only lookup of a longer chain), then m, then m worker
 -- ids: the only workers that may be chosen (a gateway's endpoint subset;
 -- m = 0: any), then the chain: the
@@ -29,9 +35,10 @@
 -- looks there for tips and branch points between indexed blocks.
 -- Returns {indexed blocks probed, chosen worker position (1-based, 0 if
 -- none), leading blocks the chosen worker now holds (matched or claimed
--- here), the server time (ms), then per live worker: matched blocks,
--- requests in flight (over live routers), its routing-view record as stored
--- (binary: see VIEW_FIELDS in lib.lua)}. Matched blocks end at an indexed
+-- here), the server time (ms), prefill tokens counted for the chosen
+-- worker, then per live worker: matched blocks, requests in flight (over
+-- live routers), their prefill tokens, its routing-view record as stored
+-- (binary: see VIEW_FIELDS in lib_view.lua)}. Matched blocks end at an indexed
 -- block: holding the first k of them means holding covered(k, n, S)
 -- blocks (lib_routing.lua), or more where probe_gaps found a deeper tip or
 -- branch point.
@@ -43,8 +50,8 @@
 -- Complexity: O(workers x log indexed blocks + S + claimed blocks), plus
 -- creating the arguments: the indexed blocks and at most
 -- GAP_PROBE_BLOCKS first blocks.
-local nhints = tonumber(ARGV[16])
-local at = 17 + 2 * nhints
+local nhints = tonumber(ARGV[17])
+local at = 18 + 2 * nhints
 local nallowed = tonumber(ARGV[at])
 if not nallowed then return redis.error_reply('ERR the allowed workers must be counted after the hints') end
 local allowed = nil
@@ -63,6 +70,7 @@ local eps, per_queued = tonumber(ARGV[6]), tonumber(ARGV[7])
 local kv_tokens, kv_from = tonumber(ARGV[8]), tonumber(ARGV[9])
 local stale_ms, seed = tonumber(ARGV[10]), tonumber(ARGV[11])
 local stride, head = tonumber(ARGV[14]), tonumber(ARGV[15])
+local max_seqs = tonumber(ARGV[16])
 
 local view = routing_view(now, ARGV[2])
 local list = view.list
@@ -79,7 +87,7 @@ probe_gaps(p, list, full, #chain / 8, head, stride)
 -- workers), if deeper: the hotspot guard of shared_tokens() in
 -- cache_aware.rs.
 local hints = nhints > 0 and {} or nil
-for i = 17, at - 1, 2 do hints[ARGV[i]] = tonumber(ARGV[i + 1]) end
+for i = 18, at - 1, 2 do hints[ARGV[i]] = tonumber(ARGV[i + 1]) end
 -- Workers outside the allowed set take no part in the choice: not in the
 -- load bound, the majority depth or the ranking (w.out, reset every call:
 -- the list is the view's cached parse).
@@ -95,6 +103,13 @@ for _, w in ipairs(list) do
     if fresh and w.waiting > load then load = w.waiting end
     w.pressure_kv = fresh and w.kv or 0
     w.load, total = load, total + load
+    -- Requests waiting for a place in the batch (queued_requests() in
+    -- cache_aware.rs).
+    local occupancy = w.inflight
+    if fresh and w.waiting + w.running > occupancy then occupancy = w.waiting + w.running end
+    local queued = occupancy - max_seqs
+    if fresh and w.waiting > queued then queued = w.waiting end
+    w.queued = math.max(queued, 0)
     local credited = w.matched
     if credited == head and hints then
       credited = credited + (hints[id] or 0)
@@ -122,7 +137,8 @@ for i, w in ipairs(list) do
       local pressure = 0
       local kv = w.pressure_kv
       if kv > kv_from then pressure = (kv - kv_from) / math.max(1 - kv_from, 1e-9) * kv_tokens end
-      k1, k2, kh = 0, math.max(prompt - blocks * block_size, 0) + w.load * per_queued + pressure, -w.credited
+      k1, k2, kh = 0, math.max(prompt - blocks * block_size, 0) + w.prefill + w.queued * per_queued + pressure,
+        -w.credited
     else
       k1, k2, kh = 1, w.load, 0
     end
@@ -135,7 +151,7 @@ for i, w in ipairs(list) do
     end
   end
 end
-local reach = 0
+local reach, prefill = 0, 0
 if best > 0 then
   local w = list[best]
   local to = math.min(#chain / 8, w.indexed + tonumber(ARGV[12]))
@@ -143,12 +159,16 @@ if best > 0 then
   for pos = w.indexed + 1, to do claim[#claim + 1] = packed_hash(chain, pos) end
   if #claim > 0 then claim_blocks(w, claim, expiry_s(now, tonumber(ARGV[3])), now, p.values) end
   redis.call('HINCRBY', view_key(), inflight_field(w.idx, ARGV[2]), 1)
+  -- What it will prefill: the prompt beyond its real match (the hotspot
+  -- guard's credit is not a cache).
+  prefill = math.max(prompt - w.credited * block_size, 0)
+  if prefill > 0 then redis.call('HINCRBY', view_key(), prefill_field(w.idx, ARGV[2]), prefill) end
   reach = covered(to, head, stride)
 end
 local out = view.out -- reused: its length is fixed while the view is
-out[1], out[2], out[3], out[4] = p.probes, best, reach, now
+out[1], out[2], out[3], out[4], out[5] = p.probes, best, reach, now, prefill
 for i, w in ipairs(list) do
-  local j = 4 + 3 * i
-  out[j - 2], out[j - 1], out[j] = w.matched, w.inflight, w.raw
+  local j = 5 + 4 * i
+  out[j - 3], out[j - 2], out[j - 1], out[j] = w.matched, w.inflight, w.prefill, w.raw
 end
 return out

@@ -2,7 +2,8 @@
 
 use super::ttl::ms;
 use super::{
-    Lane, ScriptName, StateError, StateStore, check_name, chunks_or_empty, hex_args, unknown_worker,
+    InFlight, Lane, ScriptName, StateError, StateStore, check_name, chunks_or_empty, hex_args,
+    unknown_worker,
 };
 use protocol::hashing::BlockHash;
 use protocol::index::indexed_positions;
@@ -51,11 +52,12 @@ impl StateStore {
         worker_id: &str,
         hashes: &[BlockHash],
     ) -> Result<u64, StateError> {
-        self.claim_in_parts(model, worker_id, hashes, "").await
+        self.claim_in_parts(model, worker_id, hashes, "", 0).await
     }
 
     /// The routing step's write: claims the request's blocks for the chosen
-    /// worker and counts the request in flight, atomically in the first call.
+    /// worker and counts the request in flight, atomically in the first call
+    /// (without prefill tokens: see [`assign_prefix`](Self::assign_prefix)).
     pub async fn assign(
         &self,
         model: &str,
@@ -63,7 +65,8 @@ impl StateStore {
         hashes: &[BlockHash],
     ) -> Result<u64, StateError> {
         let router = self.router_id().to_owned();
-        self.claim_in_parts(model, worker_id, hashes, &router).await
+        self.claim_in_parts(model, worker_id, hashes, &router, 0)
+            .await
     }
 
     /// Speculatively claims for `worker_id` the indexed blocks of `chain`
@@ -78,26 +81,33 @@ impl StateStore {
         from: usize,
     ) -> Result<u64, StateError> {
         let part = self.route_part(model, chain)?;
-        self.claim_as(&part, worker_id, &indexed_from(chain, from), "")
+        self.claim_as(&part, worker_id, &indexed_from(chain, from), "", 0)
             .await
     }
 
     /// [`assign`](Self::assign) of the indexed blocks of `chain` from block
-    /// `from` on: claims them and counts the request in flight (in the
-    /// routing part with the claim, then in the others).
+    /// `from` on: claims them and counts the request in flight with the
+    /// `prefill_tokens` the worker will compute (in the routing part with
+    /// the claim, then in the others).
     pub async fn assign_prefix(
         &self,
         model: &str,
         worker_id: &str,
         chain: &[BlockHash],
         from: usize,
+        prefill_tokens: u64,
     ) -> Result<u64, StateError> {
         let part = self.route_part(model, chain)?;
         let router = self.router_id().to_owned();
+        let indexed = indexed_from(chain, from);
         let n = self
-            .claim_as(&part, worker_id, &indexed_from(chain, from), &router)
+            .claim_as(&part, worker_id, &indexed, &router, prefill_tokens)
             .await?;
-        self.add_in_flight_except(model, worker_id, 1, Some(&part))
+        let delta = InFlight {
+            requests: 1,
+            prefill_tokens: i64::try_from(prefill_tokens).unwrap_or(i64::MAX),
+        };
+        self.add_in_flight_except(model, worker_id, delta, Some(&part))
             .await?;
         Ok(n)
     }
@@ -110,11 +120,14 @@ impl StateStore {
         worker_id: &str,
         hashes: &[BlockHash],
         router: &str,
+        prefill_tokens: u64,
     ) -> Result<u64, StateError> {
         let parts = self.parts(model)?;
         let mut inserted = 0;
         for part in parts.iter() {
-            inserted += self.claim_as(part, worker_id, hashes, router).await?;
+            inserted += self
+                .claim_as(part, worker_id, hashes, router, prefill_tokens)
+                .await?;
         }
         if !router.is_empty() {
             self.lease_if_new(model).await;
@@ -122,16 +135,20 @@ impl StateStore {
         Ok(inserted)
     }
 
-    /// Claims in one part.
+    /// Claims in one part; with `router`, counts the request and its
+    /// `prefill_tokens` in flight in the first call.
     async fn claim_as(
         &self,
         model: &str,
         worker_id: &str,
         hashes: &[BlockHash],
         router: &str,
+        prefill_tokens: u64,
     ) -> Result<u64, StateError> {
         self.check_batch(worker_id, hashes)?;
         let ttl = ms(self.ttls().speculative);
+        let tokens = i64::try_from(prefill_tokens).unwrap_or(i64::MAX);
+        let tokens_arg = tokens.to_string();
         let mut inserted = 0;
         for (i, chunk) in chunks_or_empty(hashes, self.limits().hashes_per_call).enumerate() {
             let counted = if i == 0 { router } else { "" };
@@ -141,13 +158,17 @@ impl StateStore {
                     ScriptName::Claim,
                     model,
                     worker_id,
-                    &[&ttl, counted],
+                    &[&ttl, counted, &tokens_arg],
                     chunk,
                 )
                 .await?;
             inserted += n;
             if i == 0 && !router.is_empty() {
-                self.inner.ledger.add(model, worker_id, 1);
+                let delta = InFlight {
+                    requests: 1,
+                    prefill_tokens: tokens,
+                };
+                self.inner.ledger.add(model, worker_id, delta);
             }
         }
         metrics::counter!("prefix_router_entries_total", "op" => "claim").increment(inserted);

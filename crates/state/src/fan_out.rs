@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use protocol::MAX_REPORTED_REQUESTS;
 
-use super::{Inner, Lane, ScriptName, StateStore};
+use super::{InFlight, Inner, Lane, ScriptName, StateStore};
 
 /// How often the batched changes go out.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(10);
@@ -45,7 +45,7 @@ impl LoadReport {
 /// Per part, per worker: the net in-flight change and the latest load.
 #[derive(Debug, Default)]
 struct Batch {
-    in_flight: HashMap<String, HashMap<String, i64>>,
+    in_flight: HashMap<String, HashMap<String, InFlight>>,
     loads: HashMap<String, HashMap<String, LoadReport>>,
 }
 
@@ -68,7 +68,7 @@ impl FanOut {
 
 impl StateStore {
     /// Queues an in-flight change of `worker` in `part`.
-    pub(crate) fn queue_in_flight(&self, part: &str, worker: &str, delta: i64) {
+    pub(crate) fn queue_in_flight(&self, part: &str, worker: &str, delta: InFlight) {
         {
             let mut b = self.inner.fan_out.batch();
             let n = b
@@ -77,7 +77,7 @@ impl StateStore {
                 .or_default()
                 .entry(worker.to_owned())
                 .or_default();
-            *n += delta;
+            *n = n.plus(delta);
         }
         self.start_flusher();
     }
@@ -120,14 +120,18 @@ impl StateStore {
         let batch = self.inner.fan_out.take();
         let router = self.router_id().to_owned();
         for (part, workers) in batch.in_flight {
-            let changes: Vec<(String, i64)> =
-                workers.into_iter().filter(|(_, d)| *d != 0).collect();
+            let changes: Vec<(String, InFlight)> =
+                workers.into_iter().filter(|(_, d)| !d.is_zero()).collect();
             if changes.is_empty() {
                 continue;
             }
             let mut args = vec![router.clone()];
             for (w, d) in &changes {
-                args.extend([w.clone(), d.to_string()]);
+                args.extend([
+                    w.clone(),
+                    d.requests.to_string(),
+                    d.prefill_tokens.to_string(),
+                ]);
             }
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             match self
@@ -137,8 +141,8 @@ impl StateStore {
                 Ok(_) => {
                     // Increments count in the ledger once Valkey has them
                     // (releases counted at once, when queued).
-                    for (w, d) in changes.iter().filter(|(_, d)| *d > 0) {
-                        self.inner.ledger.add(&part, w, *d);
+                    for (w, d) in &changes {
+                        self.inner.ledger.add(&part, w, d.increase());
                     }
                 }
                 Err(e) => tracing::debug!(error = %e, part, "batched in-flight changes lost"),

@@ -3,7 +3,7 @@
 use super::ttl::ms;
 use protocol::{MAX_REPORTED_REQUESTS, WorkerLoad, check_name};
 
-use super::{Lane, ScriptName, StateError, StateStore};
+use super::{InFlight, Lane, ScriptName, StateError, StateStore};
 
 /// One heartbeat: who the worker is, where it listens, how loaded it is.
 #[derive(Debug, Clone)]
@@ -270,10 +270,16 @@ impl StateStore {
             snapshot.len().to_string(),
         ];
         for (worker, held, excess) in snapshot {
-            args.extend([worker, held.to_string(), excess.to_string()]);
+            args.extend([
+                worker,
+                held.requests.to_string(),
+                excess.requests.to_string(),
+                held.prefill_tokens.to_string(),
+                excess.prefill_tokens.to_string(),
+            ]);
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let (live, excess): (u64, Vec<(String, u64)>) = self
+        let (live, excess): (u64, Vec<(String, InFlight)>) = self
             .run::<Vec<redis::Value>>(Lane::Bulk, ScriptName::RouterLease, model, &args)
             .await
             .and_then(|reply| lease_reply(&reply))?;
@@ -297,30 +303,44 @@ impl StateStore {
         worker_id: &str,
         delta: i64,
     ) -> Result<u64, StateError> {
+        self.change_in_flight(model, worker_id, InFlight::requests(delta))
+            .await
+    }
+
+    /// Adds `delta` to this router's in-flight gauges for a worker (in
+    /// every part of the model): its requests and their prefill tokens.
+    /// Returns this router's new request count (0 for a sharded model).
+    pub async fn change_in_flight(
+        &self,
+        model: &str,
+        worker_id: &str,
+        delta: InFlight,
+    ) -> Result<u64, StateError> {
         self.add_in_flight_except(model, worker_id, delta, None)
             .await
     }
 
-    /// [`add_in_flight`](Self::add_in_flight) in every part but `skip` (the
-    /// part whose routing call already counted the request). Every count of
-    /// a new request passes here, so here the router takes its first lease
-    /// in a model ([`lease_if_new`](Self::lease_if_new)).
+    /// [`change_in_flight`](Self::change_in_flight) in every part but
+    /// `skip` (the part whose routing call already counted the request).
+    /// Every count of a new request passes here, so here the router takes
+    /// its first lease in a model ([`lease_if_new`](Self::lease_if_new)).
     pub(crate) async fn add_in_flight_except(
         &self,
         model: &str,
         worker_id: &str,
-        delta: i64,
+        delta: InFlight,
         skip: Option<&str>,
     ) -> Result<u64, StateError> {
         check_name("worker_id", worker_id)?;
         let parts = self.parts(model)?;
+        let new_request = delta.requests > 0;
         if parts.len() == 1 {
             // Unsharded: at once, unless the routing call already counted it.
             let mut n = 0;
             if Some(parts[0].as_str()) != skip {
                 n = self.add_in_flight_part(&parts[0], worker_id, delta).await?;
             }
-            if delta > 0 {
+            if new_request {
                 self.lease_if_new(model).await;
             }
             return Ok(n);
@@ -328,65 +348,69 @@ impl StateStore {
         // A sharded model: batched per part (fan_out). A release counts in
         // the ledger at once, an increment once its batch is sent.
         for part in parts.iter().filter(|p| Some(p.as_str()) != skip) {
-            if delta < 0 {
-                self.inner.ledger.add(part, worker_id, delta);
-            }
+            self.inner.ledger.add(part, worker_id, delta.decrease());
             self.queue_in_flight(part, worker_id, delta);
         }
-        if delta > 0 {
+        if new_request {
             self.lease_if_new(model).await;
         }
         Ok(0)
     }
 
-    /// In-flight count change in one part, and in its ledger.
+    /// In-flight change in one part, and in its ledger.
     async fn add_in_flight_part(
         &self,
         model: &str,
         worker_id: &str,
-        delta: i64,
+        delta: InFlight,
     ) -> Result<u64, StateError> {
         let router = self.router_id().to_owned();
         // A release counts at once (the request is over, whatever Valkey
         // does with it); an increment once Valkey has it.
-        if delta < 0 {
-            self.inner.ledger.add(model, worker_id, delta);
-        }
+        self.inner.ledger.add(model, worker_id, delta.decrease());
         let n = self
             .run(
                 Lane::Bulk,
                 ScriptName::Inflight,
                 model,
-                &[&router, worker_id, &delta.to_string()],
+                &[
+                    &router,
+                    worker_id,
+                    &delta.requests.to_string(),
+                    &delta.prefill_tokens.to_string(),
+                ],
             )
             .await?;
-        if delta > 0 {
-            self.inner.ledger.add(model, worker_id, delta);
-        }
+        self.inner.ledger.add(model, worker_id, delta.increase());
         Ok(n)
     }
 }
 
-/// Decodes `router_lease.lua`'s {live routers, then (worker, excess) pairs}.
-fn lease_reply(reply: &[redis::Value]) -> Result<(u64, Vec<(String, u64)>), StateError> {
+/// Decodes `router_lease.lua`'s {live routers, then (worker, request
+/// excess, prefill token excess) triples}.
+fn lease_reply(reply: &[redis::Value]) -> Result<(u64, Vec<(String, InFlight)>), StateError> {
     use redis::FromRedisValue;
     let bad = |detail: String| StateError::Script {
         script: ScriptName::RouterLease.file(),
         detail,
     };
-    let (first, pairs) = reply
+    let (first, triples) = reply
         .split_first()
         .ok_or_else(|| bad("an empty reply".into()))?;
     let live = u64::from_redis_value(first.clone()).map_err(|e| bad(e.to_string()))?;
-    if pairs.len() % 2 != 0 {
-        return Err(bad(format!("{} values after the count", pairs.len())));
+    if triples.len() % 3 != 0 {
+        return Err(bad(format!("{} values after the count", triples.len())));
     }
-    let excess = pairs
-        .chunks(2)
-        .map(|p| {
+    let count = |v: &redis::Value| i64::from_redis_value(v.clone()).map_err(|e| bad(e.to_string()));
+    let excess = triples
+        .chunks(3)
+        .map(|t| {
             Ok((
-                String::from_redis_value(p[0].clone()).map_err(|e| bad(e.to_string()))?,
-                u64::from_redis_value(p[1].clone()).map_err(|e| bad(e.to_string()))?,
+                String::from_redis_value(t[0].clone()).map_err(|e| bad(e.to_string()))?,
+                InFlight {
+                    requests: count(&t[1])?,
+                    prefill_tokens: count(&t[2])?,
+                },
             ))
         })
         .collect::<Result<_, StateError>>()?;

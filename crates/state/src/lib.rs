@@ -19,8 +19,9 @@
 //! * `leases`: worker heartbeats and drains, router leases, in-flight gauges.
 //! * `fan_out`: a sharded model's per-request changes for the parts that
 //!   did not route it (in-flight counts, load reports), batched per part.
-//! * `in_flight`: this router's ledger of its requests in flight, which
-//!   each router lease renewal reconciles the shared gauges with.
+//! * `in_flight`: [`InFlight`] (requests and their prefill tokens) and this
+//!   router's ledger of them, which each router lease renewal reconciles
+//!   the shared gauges with.
 //! * `blocks`: stored blocks, evictions, claims of blocks on routing.
 //! * `sync`: destructive snapshots, whole or staged in chunks.
 //! * `repair`: a sync of only the digest buckets that differ.
@@ -65,6 +66,7 @@ pub use blocks::StoredOutcome;
 pub use connections::{ConnectionSettings, normalize_url};
 pub use error::StateError;
 pub use gc::GcReport;
+pub use in_flight::InFlight;
 pub use keys::KeySpace;
 pub use leases::{WorkerHeartbeat, WorkerLease};
 pub use models::ModelLimits;

@@ -17,6 +17,9 @@ pub struct WorkerInfo {
     pub url: String,
     /// Requests in flight to it, summed over live routers.
     pub in_flight: u64,
+    /// Uncached prompt tokens of those requests still before their first
+    /// token: the prefill queue the routers put on it.
+    pub prefill_tokens: u64,
     /// The load it last reported.
     pub load: WorkerLoad,
     /// Age of that report; `None` when it never reported load.
@@ -73,7 +76,7 @@ fn ser_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::
     }
 }
 
-const INFO_FIELDS: usize = 10;
+const INFO_FIELDS: usize = 11;
 
 /// Decodes `scanned` and the per-worker (matched, info) fields of a reply.
 pub(super) fn parse_matches(
@@ -114,13 +117,14 @@ pub(super) fn num<T: std::str::FromStr>(script: ScriptName, s: &str) -> Result<T
         .map_err(|_| bad_reply(script, format!("not a number: {s:?}")))
 }
 
-/// Decodes the 10 fields of lib.lua's `worker_info`.
+/// Decodes the 11 fields of lib_view.lua's `worker_info`.
 fn parse_info(script: ScriptName, f: &[String]) -> Result<WorkerInfo, StateError> {
     let load_age_ms: i64 = num(script, &f[6])?;
     Ok(WorkerInfo {
         worker_id: f[0].clone(),
         url: f[1].clone(),
         in_flight: num(script, &f[2])?,
+        prefill_tokens: num(script, &f[10])?,
         load: WorkerLoad {
             num_requests_waiting: num(script, &f[3])?,
             num_requests_running: num(script, &f[4])?,

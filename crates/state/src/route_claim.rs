@@ -6,8 +6,8 @@ use std::time::Duration;
 use super::probe::bad_reply;
 use super::ttl::ms;
 use super::{
-    Lane, PrefixProbe, ScriptName, StateError, StateStore, ViewRecord, WorkerInfo, WorkerLoad,
-    WorkerMatch,
+    InFlight, Lane, PrefixProbe, ScriptName, StateError, StateStore, ViewRecord, WorkerInfo,
+    WorkerLoad, WorkerMatch,
 };
 use protocol::hashing::BlockHash;
 use protocol::index::{GAP_PROBE_BLOCKS, INDEX_STRIDE, indexed_positions};
@@ -33,6 +33,9 @@ pub struct RouteParams {
     pub load_slack: u64,
     /// Cost of one queued request, in tokens.
     pub tokens_per_queued_request: f64,
+    /// The engines' `max_num_seqs`: requests beyond it wait for a place in
+    /// the batch.
+    pub max_num_seqs: u64,
     /// Cost of a full KV cache, in tokens.
     pub kv_pressure_tokens: f64,
     /// KV usage where the pressure starts.
@@ -53,6 +56,9 @@ pub struct RouteOutcome {
     pub chosen: Option<usize>,
     /// Leading blocks of the head the chosen worker now holds.
     pub covered: usize,
+    /// Prompt tokens counted as the chosen worker's prefill (this router
+    /// takes them off at the response's first byte).
+    pub prefill_tokens: u64,
 }
 
 impl StateStore {
@@ -101,6 +107,7 @@ impl StateStore {
             params.load_slack.to_string(),
             INDEX_STRIDE.to_string(),
             head.len().to_string(),
+            params.max_num_seqs.to_string(),
             hints.len().to_string(),
         ];
         let hint_args: Vec<String> = hints
@@ -121,10 +128,14 @@ impl StateStore {
         let reply: Vec<redis::Value> = self.run_bytes(Lane::Hot, S, &part, &args).await?;
         let outcome = parse_reply(&reply)?;
         if let Some(w) = outcome.chosen.and_then(|i| outcome.lookup.workers.get(i)) {
-            self.inner.ledger.add(&part, &w.info.worker_id, 1);
+            let delta = InFlight {
+                requests: 1,
+                prefill_tokens: i64::try_from(outcome.prefill_tokens).unwrap_or(i64::MAX),
+            };
+            self.inner.ledger.add(&part, &w.info.worker_id, delta);
             // The other parts of a sharded model count it too, batched
             // (fan_out): their routes weigh this worker's load a moment later.
-            self.add_in_flight_except(model, &w.info.worker_id, 1, Some(&part))
+            self.add_in_flight_except(model, &w.info.worker_id, delta, Some(&part))
                 .await?;
         }
         Ok(outcome)
@@ -142,11 +153,11 @@ fn packed<'a>(hashes: impl IntoIterator<Item = &'a BlockHash>) -> Vec<u8> {
     hashes.into_iter().flat_map(|h| h.0.to_be_bytes()).collect()
 }
 
-const HEADER: usize = 4;
-const PER_WORKER: usize = 3;
+const HEADER: usize = 5;
+const PER_WORKER: usize = 4;
 
-/// Decodes {probes, chosen, covered, now, then per worker: matched, in
-/// flight, view record}.
+/// Decodes {probes, chosen, covered, now, prefill tokens counted, then per
+/// worker: matched, in flight, their prefill tokens, view record}.
 fn parse_reply(reply: &[redis::Value]) -> Result<RouteOutcome, StateError> {
     const S: ScriptName = ScriptName::Route;
     let int = |v: &redis::Value| match v {
@@ -160,7 +171,7 @@ fn parse_reply(reply: &[redis::Value]) -> Result<RouteOutcome, StateError> {
     let workers = reply[HEADER..]
         .chunks(PER_WORKER)
         .map(|w| {
-            let redis::Value::BulkString(raw) = &w[2] else {
+            let redis::Value::BulkString(raw) = &w[3] else {
                 return Err(bad_reply(S, "a view record is not a string"));
             };
             let rec =
@@ -168,7 +179,12 @@ fn parse_reply(reply: &[redis::Value]) -> Result<RouteOutcome, StateError> {
             Ok(WorkerMatch {
                 matched_blocks: usize::try_from(int(&w[0])?)
                     .map_err(|_| bad_reply(S, "negative match"))?,
-                info: worker_info(&rec, u64::try_from(int(&w[1])?).unwrap_or(0), now),
+                info: worker_info(
+                    &rec,
+                    u64::try_from(int(&w[1])?).unwrap_or(0),
+                    u64::try_from(int(&w[2])?).unwrap_or(0),
+                    now,
+                ),
             })
         })
         .collect::<Result<Vec<_>, StateError>>()?;
@@ -176,6 +192,7 @@ fn parse_reply(reply: &[redis::Value]) -> Result<RouteOutcome, StateError> {
     Ok(RouteOutcome {
         chosen: chosen.checked_sub(1).filter(|&i| i < workers.len()),
         covered: usize::try_from(int(&reply[2])?).unwrap_or(0),
+        prefill_tokens: u64::try_from(int(&reply[4])?).unwrap_or(0),
         lookup: PrefixProbe {
             scanned_blocks: usize::try_from(int(&reply[0])?).unwrap_or(0),
             workers,
@@ -185,12 +202,13 @@ fn parse_reply(reply: &[redis::Value]) -> Result<RouteOutcome, StateError> {
 
 /// A routing reply's worker, as the read-only lookups report it (without
 /// the block count, which routing does not read).
-fn worker_info(rec: &ViewRecord, in_flight: u64, now: i64) -> WorkerInfo {
+fn worker_info(rec: &ViewRecord, in_flight: u64, prefill_tokens: u64, now: i64) -> WorkerInfo {
     let count = |x: Option<f64>| x.map_or(0, |x| x as u64);
     WorkerInfo {
         worker_id: rec.id.clone(),
         url: rec.url.clone(),
         in_flight,
+        prefill_tokens,
         load: WorkerLoad {
             num_requests_waiting: count(rec.waiting),
             num_requests_running: count(rec.running),

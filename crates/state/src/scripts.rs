@@ -1,7 +1,8 @@
 //! [`ScriptSet`]: the Lua scripts of `lua/`, built into one Valkey function
 //! library (`FUNCTION LOAD`) and called with `FCALL`.
 //!
-//! A library defines the helpers (`lib.lua`, `lib_routing.lua`) once per
+//! A library defines the helpers (`lib.lua`, `lib_view.lua`,
+//! `lib_routing.lua`) once per
 //! load rather than once per call (an `EVALSHA` script runs its whole
 //! prelude on every call), and it
 //! lives in the functions' own small Lua heap. Its name and its functions'
@@ -19,6 +20,8 @@ use super::StateError;
 
 const PRELUDE: &str = concat!(
     include_str!("../lua/lib.lua"),
+    "\n",
+    include_str!("../lua/lib_view.lua"),
     "\n",
     include_str!("../lua/lib_routing.lua")
 );

@@ -100,6 +100,10 @@ pub struct ServeArgs {
     /// prefill: the weight of load against locality [default: 512].
     #[arg(long, env = "PREFIX_ROUTER_QUEUE_COST_TOKENS")]
     pub queue_cost_tokens: Option<f64>,
+    /// The engines' `--max-num-seqs`: requests beyond it wait in a
+    /// worker's queue for a place in the batch [default: 256].
+    #[arg(long, env = "PREFIX_ROUTER_MAX_NUM_SEQS")]
+    pub max_num_seqs: Option<u64>,
     /// A LoRA adapter `NAME=PATH` the engines serve for --model (repeatable):
     /// requests naming it are hashed with it, as vLLM does.
     #[arg(long = "lora", env = "PREFIX_ROUTER_LORAS", value_delimiter = ',')]

@@ -98,6 +98,8 @@ pub struct ServeConfig {
     pub epsilon: f64,
     /// Cost of one queued request, in prompt tokens.
     pub queue_cost_tokens: f64,
+    /// The engines' `max_num_seqs`.
+    pub max_num_seqs: u64,
     /// The endpoint picker's gRPC service, when run as `epp`.
     pub epp: Option<EppSettings>,
     /// The response cache; `None` when off.
@@ -327,6 +329,11 @@ impl ServeConfig {
                 .queue_cost_tokens
                 .or(file.queue_cost_tokens)
                 .unwrap_or(512.0),
+            max_num_seqs: args
+                .max_num_seqs
+                .or(file.max_num_seqs)
+                .unwrap_or(256)
+                .max(1),
             loras,
             models,
             scrape_metrics_interval: args.scrape_metrics_interval.or(file_duration(
@@ -371,6 +378,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("scrape_metrics_interval", &self.scrape_metrics_interval)
             .field("epsilon", &self.epsilon)
             .field("queue_cost_tokens", &self.queue_cost_tokens)
+            .field("max_num_seqs", &self.max_num_seqs)
             .field("epp", &self.epp)
             .field("response_cache", &self.response_cache)
             .finish()

@@ -327,6 +327,11 @@ impl Exchange {
         if self.response_ok {
             self.usage.feed(&b.body);
         }
+        if !b.body.is_empty()
+            && let Some(pick) = self.pick.as_mut()
+        {
+            pick.first_byte();
+        }
         let answers = match self.response_mode {
             Mode::FullDuplex => body_pieces(Phase::ResponseBody, &b.body, b.end_of_stream),
             _ => vec![proceed(Phase::ResponseBody)],

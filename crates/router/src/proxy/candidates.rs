@@ -14,6 +14,8 @@ pub struct Target {
     pub matched_blocks: usize,
     /// Already claimed and counted in flight by the atomic routing step.
     pub assigned: bool,
+    /// The prompt tokens that step counted as its prefill, when assigned.
+    pub prefill_tokens: u64,
 }
 
 /// Turns a lookup into targets; `block_size` converts blocks to tokens.
@@ -33,11 +35,14 @@ fn target(w: &WorkerMatch, block_size: usize) -> Target {
             worker_id: w.info.worker_id.clone(),
             cached_tokens: (w.matched_blocks * block_size) as u64,
             in_flight: w.info.in_flight,
+            prefill_tokens: w.info.prefill_tokens,
             waiting: if fresh { load.num_requests_waiting } else { 0 },
+            running: if fresh { load.num_requests_running } else { 0 },
             kv_usage: if fresh { load.kv_cache_usage_perc } else { 0.0 },
         },
         url: w.info.url.clone(),
         matched_blocks: w.matched_blocks,
         assigned: false,
+        prefill_tokens: 0,
     }
 }

@@ -5,7 +5,9 @@ use serde_json::{Value, json};
 
 use super::candidates::targets;
 use super::{Endpoint, Proxy, ProxyError};
-use crate::routing::{CacheAware, Candidate, RouteRequest, capacity, shared_tokens, within};
+use crate::routing::{
+    CacheAware, Candidate, RouteRequest, capacity, queued_requests, shared_tokens, within,
+};
 
 impl Proxy {
     /// The routing decision for `body` (a completions or chat request,
@@ -49,7 +51,10 @@ impl Proxy {
                     "matched_blocks": t.matched_blocks,
                     "matched_tokens": c.cached_tokens,
                     "in_flight": c.in_flight,
+                    "prefill_tokens": c.prefill_tokens,
+                    "queued": queued_requests(c, cfg.max_num_seqs),
                     "waiting": c.waiting,
+                    "running": c.running,
                     "kv_cache_usage_perc": c.kv_usage,
                     "load": c.load(),
                     "within_load_bound": within(c, cap),

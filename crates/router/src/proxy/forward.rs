@@ -95,7 +95,7 @@ pub fn relay(
     }
     let body = Body::from_stream(Guarded {
         inner: Box::pin(resp.bytes_stream()),
-        _guard: guard,
+        guard,
     });
     builder
         .body(body)
@@ -103,16 +103,23 @@ pub fn relay(
 }
 
 /// A body stream that holds the in-flight guard until it is dropped:
-/// at its end, on an upstream error, or when the client disconnects.
+/// at its end, on an upstream error, or when the client disconnects. Its
+/// first bytes end the request's prefill.
 struct Guarded<S> {
     inner: Pin<Box<S>>,
-    _guard: InFlightGuard,
+    guard: InFlightGuard,
 }
 
 impl<S: Stream<Item = Result<Bytes, reqwest::Error>>> Stream for Guarded<S> {
     type Item = Result<Bytes, reqwest::Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.inner.as_mut().poll_next(cx)
+        let next = self.inner.as_mut().poll_next(cx);
+        if let Poll::Ready(Some(Ok(bytes))) = &next
+            && !bytes.is_empty()
+        {
+            self.guard.first_byte();
+        }
+        next
     }
 }

@@ -1,44 +1,78 @@
-//! [`InFlightGuard`]: a request counted in flight until it ends, however.
+//! [`InFlightGuard`]: a request counted in flight until it ends, however,
+//! and its prefill until its first byte.
 
-use state::StateStore;
+use state::{InFlight, StateStore};
 
-/// Decrements this router's in-flight count for a worker when dropped:
-/// after the response body ends, fails, or the client goes away.
+/// Takes this router's count of a request off a worker's gauges: its
+/// prefill tokens at the response's first byte ([`first_byte`]), the
+/// request (and the tokens, if still there) when dropped: after the
+/// response body ends, fails, or the client goes away.
+///
+/// [`first_byte`]: InFlightGuard::first_byte
 pub struct InFlightGuard {
     store: StateStore,
     model: String,
     worker_id: String,
-    counted: bool,
+    /// What is counted and not yet taken off; `None`: nothing was counted
+    /// (fallback routing while Valkey is away).
+    counted: Option<InFlight>,
 }
 
 impl InFlightGuard {
-    /// A guard for a request `assign` counted (`counted`), or a no-op one
-    /// (fallback routing while Valkey is away).
-    pub fn new(store: StateStore, model: &str, worker_id: &str, counted: bool) -> Self {
+    /// A guard for a request counted in flight with `prefill_tokens`
+    /// (`Some`), or a no-op one (`None`).
+    pub fn new(
+        store: StateStore,
+        model: &str,
+        worker_id: &str,
+        prefill_tokens: Option<u64>,
+    ) -> Self {
         InFlightGuard {
             store,
             model: model.to_owned(),
             worker_id: worker_id.to_owned(),
-            counted,
+            counted: prefill_tokens.map(|t| InFlight {
+                requests: 1,
+                prefill_tokens: i64::try_from(t).unwrap_or(i64::MAX),
+            }),
+        }
+    }
+
+    /// The worker sent the response's first byte: its prefill of this
+    /// request is over, so it no longer delays other requests' first token.
+    pub fn first_byte(&mut self) {
+        let Some(counted) = self.counted.as_mut() else {
+            return;
+        };
+        if counted.prefill_tokens == 0 {
+            return;
+        }
+        let tokens = std::mem::take(&mut counted.prefill_tokens);
+        self.release(InFlight::prefill_tokens(-tokens));
+    }
+
+    fn release(&self, delta: InFlight) {
+        let (store, model, worker) = (
+            self.store.clone(),
+            self.model.clone(),
+            self.worker_id.clone(),
+        );
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                if let Err(e) = store.change_in_flight(&model, &worker, delta).await {
+                    tracing::debug!(error = %e, worker, "in-flight decrement lost; the router lease bounds it");
+                }
+            });
         }
     }
 }
 
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
-        if !self.counted {
-            return;
-        }
-        let (store, model, worker) = (
-            self.store.clone(),
-            std::mem::take(&mut self.model),
-            std::mem::take(&mut self.worker_id),
-        );
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                if let Err(e) = store.add_in_flight(&model, &worker, -1).await {
-                    tracing::debug!(error = %e, worker, "in-flight decrement lost; the router lease bounds it");
-                }
+        if let Some(counted) = self.counted.take() {
+            self.release(InFlight {
+                requests: -counted.requests,
+                prefill_tokens: -counted.prefill_tokens,
             });
         }
     }

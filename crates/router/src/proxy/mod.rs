@@ -225,7 +225,7 @@ impl Proxy {
         let mut last_error = String::from("no live worker");
         for target in ranked.iter().take(self.max_attempts) {
             let worker = &target.candidate.worker_id;
-            let counted = target.assigned || (tracked && self.assign(&model, target, &chain).await);
+            let counted = self.count(&model, target, &chain, tracked).await;
             let guard = InFlightGuard::new(self.store.clone(), &model, worker, counted);
             metrics::histogram!("prefix_router_route_seconds")
                 .record(started.elapsed().as_secs_f64());
@@ -319,9 +319,32 @@ impl Proxy {
         });
     }
 
-    /// Claims the blocks the target does not hold and counts the request;
-    /// false when that failed (the request still goes, untracked).
-    async fn assign(&self, model: &str, target: &Target, chain: &Chain) -> bool {
+    /// The request counted in flight on `target` (by the atomic step, or
+    /// here when `tracked`): the prefill tokens counted with it, or `None`
+    /// when it goes untracked.
+    async fn count(
+        &self,
+        model: &str,
+        target: &Target,
+        chain: &Chain,
+        tracked: bool,
+    ) -> Option<u64> {
+        if target.assigned {
+            Some(target.prefill_tokens)
+        } else if tracked {
+            self.assign(model, target, chain).await
+        } else {
+            None
+        }
+    }
+
+    /// Claims the blocks the target does not hold and counts the request
+    /// with the prompt tokens it will prefill (returned); `None` when that
+    /// failed (the request still goes, untracked).
+    async fn assign(&self, model: &str, target: &Target, chain: &Chain) -> Option<u64> {
+        let prefill = chain
+            .prompt_tokens
+            .saturating_sub(target.candidate.cached_tokens);
         match self
             .store
             .assign_prefix(
@@ -329,13 +352,14 @@ impl Proxy {
                 &target.candidate.worker_id,
                 &chain.hashes,
                 target.matched_blocks,
+                prefill,
             )
             .await
         {
-            Ok(_) => true,
+            Ok(_) => Some(prefill),
             Err(e) => {
                 tracing::warn!(error = %e, "claim failed; request forwarded untracked");
-                false
+                None
             }
         }
     }

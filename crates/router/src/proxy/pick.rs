@@ -56,6 +56,11 @@ impl Pick {
     pub fn tracked(&self) -> bool {
         self.tracked
     }
+
+    /// The response's first bytes came: the worker's prefill of it is over.
+    pub fn first_byte(&mut self) {
+        self.guard.first_byte();
+    }
 }
 
 impl Proxy {
@@ -95,7 +100,7 @@ impl Proxy {
         let Some(first) = ranked.first() else {
             return Err(ProxyError::UnknownModel(model));
         };
-        let counted = first.assigned || (tracked && self.assign(&model, first, &chain).await);
+        let counted = self.count(&model, first, &chain, tracked).await;
         let guard = InFlightGuard::new(
             self.store.clone(),
             &model,
@@ -125,7 +130,11 @@ impl Proxy {
         let Some(target) = pick.ranked.get(index) else {
             return;
         };
-        let counted = pick.tracked && self.assign(&pick.model, target, &pick.chain).await;
+        let counted = if pick.tracked {
+            self.assign(&pick.model, target, &pick.chain).await
+        } else {
+            None
+        };
         pick.guard = InFlightGuard::new(
             self.store.clone(),
             &pick.model,

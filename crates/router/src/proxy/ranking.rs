@@ -151,6 +151,7 @@ impl Proxy {
         };
         let mut first = all.remove(chosen);
         first.assigned = true;
+        first.prefill_tokens = outcome.prefill_tokens;
         // The chain's tail is claimed off the request's critical path.
         let from = outcome.covered.max(first.matched_blocks);
         if from < chain.hashes.len() {
@@ -233,14 +234,12 @@ impl Proxy {
             .map(|(worker_id, url)| Target {
                 candidate: Candidate {
                     worker_id,
-                    cached_tokens: 0,
-                    in_flight: 0,
-                    waiting: 0,
-                    kv_usage: 0.0,
+                    ..Candidate::default()
                 },
                 url,
                 matched_blocks: 0,
                 assigned: false,
+                prefill_tokens: 0,
             })
             .collect()
     }

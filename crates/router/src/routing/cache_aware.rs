@@ -18,9 +18,12 @@ pub struct CacheAwareConfig {
     pub epsilon: f64,
     /// Requests always allowed on top of the proportional bound.
     pub load_slack: u64,
-    /// Prefill cost of one request ahead in a worker's queue, in prompt
-    /// tokens: how many uncached tokens one queued request is worth.
+    /// Cost of one request waiting in a worker's queue for a place in the
+    /// batch, in prompt tokens: how many uncached tokens that wait is worth.
     pub tokens_per_queued_request: f64,
+    /// The engines' `max_num_seqs`: the batch a worker runs; requests
+    /// beyond it queue.
+    pub max_num_seqs: u64,
     /// Extra cost, in tokens, at a full KV cache (scaled by usage above
     /// `kv_pressure_from`): a nearly full cache evicts what we route for.
     pub kv_pressure_tokens: f64,
@@ -34,6 +37,7 @@ impl Default for CacheAwareConfig {
             epsilon: 0.25,
             load_slack: DEFAULT_LOAD_SLACK,
             tokens_per_queued_request: 512.0,
+            max_num_seqs: 256,
             kv_pressure_tokens: 2048.0,
             kv_pressure_from: 0.9,
         }
@@ -50,6 +54,7 @@ impl CacheAwareConfig {
             epsilon: self.epsilon,
             load_slack: self.load_slack,
             tokens_per_queued_request: self.tokens_per_queued_request,
+            max_num_seqs: self.max_num_seqs,
             kv_pressure_tokens: self.kv_pressure_tokens,
             kv_pressure_from: self.kv_pressure_from,
             stale_load: STALE_LOAD,
@@ -60,10 +65,15 @@ impl CacheAwareConfig {
 
 /// Ranks workers within the load bound by an estimate of time to first
 /// token, in prompt tokens: the part of the prompt they would prefill, plus
-/// the requests ahead of this one, plus a penalty near a full KV cache. So
-/// the deepest match wins unless its queue costs more than the match saves.
-/// Workers over the bound come last, by load. Equal costs (a miss on an idle
-/// fleet) are broken at random, never "always the first worker".
+/// the prefills ahead of it (the uncached tokens of requests sent there and
+/// not yet past their first token: an engine's prefill throughput is
+/// shared, so they delay this one's first token), plus the wait of requests
+/// queued beyond the batch (`max_num_seqs`), plus a penalty near a full KV
+/// cache. Requests that are only decoding cost nothing: continuous batching
+/// admits a new request beside them. So the deepest match wins unless the
+/// prefills queued before it cost more than the match saves. Workers over
+/// the bound come last, by load. Equal costs (a miss on an idle fleet) are
+/// broken at random, never "always the first worker".
 ///
 /// Hotspot guard: a prefix that a majority of the workers already hold (a
 /// global system prompt) is counted as cached on every worker
@@ -95,15 +105,24 @@ impl CacheAware {
         let cfg = &self.config;
         let cached = c.cached_tokens.max(shared);
         let uncached = request.prompt_tokens.saturating_sub(cached) as f64;
-        let queue = c.load() as f64 * cfg.tokens_per_queued_request;
+        let queue = queued_requests(c, cfg.max_num_seqs) as f64 * cfg.tokens_per_queued_request;
         let pressure = if c.kv_usage > cfg.kv_pressure_from {
             (c.kv_usage - cfg.kv_pressure_from) / (1.0 - cfg.kv_pressure_from).max(f64::EPSILON)
                 * cfg.kv_pressure_tokens
         } else {
             0.0
         };
-        uncached + queue + pressure
+        uncached + c.prefill_tokens as f64 + queue + pressure
     }
+}
+
+/// Requests waiting at `c` for a place in its batch of `max_num_seqs`: those
+/// beyond it among the requests there (in flight, or running and waiting
+/// as it reported, whichever is more), or the waiting it reported if more.
+/// route.lua computes the same.
+pub fn queued_requests(c: &Candidate, max_num_seqs: u64) -> u64 {
+    let occupancy = c.in_flight.max(c.running.saturating_add(c.waiting));
+    occupancy.saturating_sub(max_num_seqs).max(c.waiting)
 }
 
 impl CacheAware {
@@ -185,13 +204,62 @@ mod tests {
         assert_eq!(ids(&c, policy().rank(&req(5000), &c))[..2], ["b", "c"]);
     }
 
+    fn prefilling(id: &str, cached: u64, in_flight: u64, prefill_tokens: u64) -> Candidate {
+        Candidate {
+            prefill_tokens,
+            ..cand(id, cached, in_flight)
+        }
+    }
+
     #[test]
-    fn a_match_is_weighed_against_the_queue_in_front_of_it() {
-        // 1,024 cached tokens are worth two queued requests, not three.
-        let c = vec![cand("hot", 1024, 3), cand("idle", 0, 0), cand("x", 0, 3)];
+    fn a_match_is_weighed_against_the_prefills_in_front_of_it() {
+        // 1,024 cached tokens are worth less than 1,100 tokens of other
+        // prompts still prefilling there, more than 900.
+        let c = vec![
+            prefilling("hot", 1024, 2, 1100),
+            cand("idle", 0, 0),
+            prefilling("x", 0, 3, 500),
+        ];
         assert_eq!(ids(&c, policy().rank(&req(1100), &c))[0], "idle");
-        let c = vec![cand("hot", 1024, 1), cand("idle", 0, 0), cand("x", 0, 1)];
+        let c = vec![
+            prefilling("hot", 1024, 2, 900),
+            cand("idle", 0, 0),
+            cand("x", 0, 1),
+        ];
         assert_eq!(ids(&c, policy().rank(&req(1100), &c))[0], "hot");
+    }
+
+    #[test]
+    fn requests_only_decoding_do_not_spill_a_match() {
+        // Three requests past their first token: the batch has room, so a
+        // 1.5k-token match stays where it is cached.
+        let c = vec![cand("hot", 1536, 3), cand("idle", 0, 0), cand("x", 0, 0)];
+        assert_eq!(ids(&c, policy().rank(&req(1600), &c))[0], "hot");
+    }
+
+    #[test]
+    fn requests_beyond_the_batch_queue() {
+        // A batch of 4: the fifth and later requests wait for a place, each
+        // worth 512 tokens; in flight or as the worker reports it.
+        let cfg = CacheAwareConfig {
+            max_num_seqs: 4,
+            ..CacheAwareConfig::default()
+        };
+        let p = CacheAware::new(cfg);
+        let c = vec![
+            cand("hot", 1024, 7),
+            cand("idle", 0, 0),
+            prefilling("x", 0, 1, 300),
+        ];
+        assert_eq!(queued_requests(&c[0], 4), 3);
+        assert_eq!(ids(&c, p.rank(&req(1100), &c))[0], "idle");
+        let mut reported = cand("hot", 512, 0);
+        reported.running = 4;
+        reported.waiting = 2;
+        assert_eq!(queued_requests(&reported, 4), 2);
+        assert_eq!(queued_requests(&reported, 256), 2);
+        let c = vec![reported, cand("idle", 0, 0), prefilling("x", 0, 1, 300)];
+        assert_eq!(ids(&c, p.rank(&req(1100), &c))[0], "idle");
     }
 
     #[test]
@@ -213,12 +281,13 @@ mod tests {
 
     #[test]
     fn a_prefix_most_workers_hold_counts_as_cached_on_all() {
-        // Three of four hold the 2,048-token system prompt; the fourth is
-        // idle. Without the guard its prefill outweighs one queued request.
+        // Three of four hold the 2,048-token system prompt, each prefilling
+        // a question; the fourth is idle. Without the guard its prefill of
+        // the prompt outweighs their questions.
         let c = vec![
-            cand("a", 2048, 1),
-            cand("b", 2048, 1),
-            cand("c", 2048, 1),
+            prefilling("a", 2048, 1, 100),
+            prefilling("b", 2048, 1, 100),
+            prefilling("c", 2048, 1, 100),
             cand("new", 0, 0),
         ];
         assert_eq!(shared_tokens(&c), 2048);

@@ -13,7 +13,7 @@ mod power_of_two;
 mod round_robin;
 
 pub use bounded_load::{DEFAULT_LOAD_SLACK, capacity, within};
-pub use cache_aware::{CacheAware, CacheAwareConfig, STALE_LOAD, shared_tokens};
+pub use cache_aware::{CacheAware, CacheAwareConfig, STALE_LOAD, queued_requests, shared_tokens};
 pub use consistent_hash::ConsistentHash;
 pub use least_loaded::LeastLoaded;
 pub use power_of_two::PowerOfTwo;
@@ -22,7 +22,7 @@ pub use round_robin::RoundRobin;
 use std::sync::Arc;
 
 /// One live worker as a policy sees it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Candidate {
     /// The worker's id.
     pub worker_id: String,
@@ -30,8 +30,13 @@ pub struct Candidate {
     pub cached_tokens: u64,
     /// Requests in flight to it from all routers.
     pub in_flight: u64,
+    /// Uncached prompt tokens of those requests still before their first
+    /// token: the prefill queue ahead of a new request.
+    pub prefill_tokens: u64,
     /// Requests waiting in its queue, as it last reported (0 if unknown or stale).
     pub waiting: u64,
+    /// Requests running, as it last reported (0 if unknown or stale).
+    pub running: u64,
     /// Fraction of its KV cache in use (0 if unknown or stale).
     pub kv_usage: f64,
 }
@@ -102,7 +107,9 @@ pub(crate) fn cand(id: &str, cached: u64, in_flight: u64) -> Candidate {
         worker_id: id.into(),
         cached_tokens: cached,
         in_flight,
+        prefill_tokens: 0,
         waiting: 0,
+        running: 0,
         kv_usage: 0.0,
     }
 }

@@ -263,11 +263,13 @@ fn small_keys(
     }
     for (field, value) in &meta.view_other {
         let known = match view_field(field) {
-            ViewField::InFlight(i, _) => meta.known(i),
+            ViewField::InFlight(i, _) | ViewField::PrefillTokens(i, _) => meta.known(i),
             _ => Known::default(),
         };
         let router_lease = match view_field(field) {
-            ViewField::InFlight(_, r) => meta.routers.get(&r).copied(),
+            ViewField::InFlight(_, r) | ViewField::PrefillTokens(_, r) => {
+                meta.routers.get(&r).copied()
+            }
             _ => None,
         };
         let facts = ViewFieldFacts {

@@ -233,7 +233,7 @@ pub(crate) fn view_field_issues(f: &ViewFieldFacts) -> Vec<Issue> {
         ViewField::Bad => out.push(Issue::new(
             Code::BadViewField,
             format!(
-                "view field {:?} is neither <idx>, <idx>:<router> nor router:<router>",
+                "view field {:?} is neither <idx>, <idx>:<router>, p<idx>:<router> nor router:<router>",
                 f.field
             ),
         )),
@@ -249,34 +249,47 @@ pub(crate) fn view_field_issues(f: &ViewFieldFacts) -> Vec<Issue> {
             }
         }
         ViewField::InFlight(i, router) => {
-            if !f.known.known() {
-                out.push(Issue::new(
-                    Code::InflightOfUnknownIncarnation,
-                    format!("router {router:?} counts requests in flight to {i}, which is neither leased nor being purged"),
-                ));
-            }
-            if f.router_lease
-                .is_some_and(|lease| lease < f.now_ms - DEAD_ROUTER_GRACE_MS)
-            {
-                out.push(Issue::new(
-                    Code::InflightOfDeadRouter,
-                    format!(
-                        "router {router:?} counts requests in flight to {i}, but its lease ended \
-                         more than {} s ago: no live request stands behind them (is gc running?)",
-                        DEAD_ROUTER_GRACE_MS / 1000
-                    ),
-                ));
-            }
-            if f.value.parse::<i64>().map_or(true, |n| n < 1) {
-                out.push(Issue::new(
-                    Code::BadViewField,
-                    format!(
-                        "in-flight count {} = {:?} is not a positive integer",
-                        f.field, f.value
-                    ),
-                ));
-            }
+            out.extend(count_issues(f, i, &router, "requests in flight"));
         }
+        ViewField::PrefillTokens(i, router) => {
+            out.extend(count_issues(f, i, &router, "prefill tokens in flight"));
+        }
+    }
+    out
+}
+
+/// Invariant 4 for one count a router keeps for incarnation `i` (`what`:
+/// requests, or their prefill tokens).
+fn count_issues(f: &ViewFieldFacts, i: u64, router: &str, what: &str) -> Vec<Issue> {
+    let mut out = Vec::new();
+    if !f.known.known() {
+        out.push(Issue::new(
+            Code::InflightOfUnknownIncarnation,
+            format!(
+                "router {router:?} counts {what} to {i}, which is neither leased nor being purged"
+            ),
+        ));
+    }
+    if f.router_lease
+        .is_some_and(|lease| lease < f.now_ms - DEAD_ROUTER_GRACE_MS)
+    {
+        out.push(Issue::new(
+            Code::InflightOfDeadRouter,
+            format!(
+                "router {router:?} counts {what} to {i}, but its lease ended \
+                 more than {} s ago: no live request stands behind them (is gc running?)",
+                DEAD_ROUTER_GRACE_MS / 1000
+            ),
+        ));
+    }
+    if f.value.parse::<i64>().map_or(true, |n| n < 1) {
+        out.push(Issue::new(
+            Code::BadViewField,
+            format!(
+                "count {} = {:?} is not a positive integer",
+                f.field, f.value
+            ),
+        ));
     }
     out
 }

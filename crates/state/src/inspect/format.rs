@@ -95,13 +95,16 @@ fn parse_entry(token: &str) -> Option<Entry> {
 }
 
 /// A routing-view field: an incarnation's record, a router's in-flight
-/// count for one (`<idx>:<router>`), or a router's lease (`router:<id>`).
+/// count for one (`<idx>:<router>`) and their prefill tokens
+/// (`p<idx>:<router>`), or a router's lease (`router:<id>`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ViewField {
     /// `<idx>`
     Record(u64),
     /// `<idx>:<router>`
     InFlight(u64, String),
+    /// `p<idx>:<router>`
+    PrefillTokens(u64, String),
     /// `router:<router>`
     RouterLease(String),
     /// Anything else.
@@ -115,6 +118,12 @@ pub(crate) fn view_field(field: &str) -> ViewField {
             ViewField::Bad
         } else {
             ViewField::RouterLease(router.to_owned())
+        };
+    }
+    if let Some(count) = field.strip_prefix('p') {
+        return match view_field(count) {
+            ViewField::InFlight(i, router) => ViewField::PrefillTokens(i, router),
+            _ => ViewField::Bad,
         };
     }
     match field.split_once(':') {
