@@ -13,8 +13,8 @@
 //! router):
 //!
 //! * [`engine`]: admission, scheduling, prefill and decode timing.
-//! * [`cache`]: the block pool, its LRU free queue and events.
-//! * [`events`]: the event vocabulary and its replay.
+//! * [`cache`]: the block pool, its LRU free queue, its CPU tier and events.
+//! * [`events`]: the event vocabulary, the tiers ([`Medium`]) and replay.
 //! * `timing`: [`TimeModel`], prefill and decode durations.
 //! * [`server`]: HTTP (OpenAI routes, `/sim/*`, `/metrics`), push reports
 //!   and KV events.
@@ -32,7 +32,7 @@ pub use engine::{
     Admission, Engine, EngineConfig, EngineCounters, EngineError, FinishReason, Finished, Gauges,
     PrefillSharing, SimRequest, Ticket,
 };
-pub use events::{CacheEvent, CacheReplay, ReplayError};
+pub use events::{CacheEvent, CacheReplay, Medium, ReplayError, TierEvent};
 pub use timing::{TimeModel, TimeModelError};
 
 /// Identifies one request inside a simulated engine. The HTTP layer assigns
