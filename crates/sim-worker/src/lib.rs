@@ -4,8 +4,7 @@
 //! ([`server`]) and reported to a fleet as a real engine is.
 //!
 //! The model is pure: nothing in `engine`, `cache`, `events`, `timing` or
-//! `transfer`
-//! does I/O, sleeps or reads a clock; every operation that depends on time
+//! `transfer` does I/O, sleeps or reads a clock; every operation that depends on time
 //! takes `now` as a [`Duration`](std::time::Duration) since an epoch the
 //! caller chooses (the server's start `Instant`). That keeps it
 //! deterministic and testable; the server drives it as [`engine`] describes.
