@@ -9,6 +9,10 @@
 //! * [`kv_events`]: vLLM's KV-cache event batches (msgpack), decoded and
 //!   encoded; the ZeroMQ sockets that carry them are in `worker`.
 //! * [`push`]: the JSON bodies and replies of the worker push API.
+//! * `role`: [`WorkerRole`], prefill, decode or both, as a worker
+//!   registers it.
+//! * [`kv_transfer`]: vLLM's `kv_transfer_params`, the prefill/decode
+//!   handshake of disaggregated serving.
 //! * [`headers`]: HTTP header names shared by router, simulator and load test.
 //! * [`family`]: prefix families, how a model's index splits over Valkey
 //!   shards so that a route and its claim stay on one.
@@ -24,13 +28,15 @@
 //! * `worker_url`: [`check_worker_url`], the shape of a worker's base URL.
 //!
 //! Within: `family`, `push` and `vllm_metrics` use `hashing` and `load`; `kv_events`
-//! uses `hashing`'s digests; `engine_incarnation` uses `vllm_metrics`.
+//! uses `hashing`'s digests; `engine_incarnation` uses `vllm_metrics`; `push`
+//! uses `role`; `kv_transfer` uses `hashing`.
 
 pub mod family;
 pub mod hashing;
 pub mod headers;
 pub mod index;
 pub mod kv_events;
+pub mod kv_transfer;
 pub mod push;
 pub mod vllm_metrics;
 
@@ -39,6 +45,7 @@ mod engine_incarnation;
 mod load;
 mod names;
 mod redact;
+mod role;
 mod worker_url;
 
 pub use duration::{parse_duration, parse_duration_or_zero};
@@ -48,4 +55,5 @@ pub use index::INDEX_STRIDE;
 pub use load::{MAX_REPORTED_REQUESTS, WorkerLoad};
 pub use names::{InvalidName, MAX_NAME_LEN, check_name};
 pub use redact::redact_url;
+pub use role::{UnknownRole, WorkerRole};
 pub use worker_url::{InvalidWorkerUrl, MAX_WORKER_URL_LEN, check_worker_url};

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::hashing::BlockHash;
 use crate::load::WorkerLoad;
+use crate::role::WorkerRole;
 
 /// `POST /internal/heartbeat`: register, or renew the lease and load.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -31,6 +32,11 @@ pub struct HeartbeatBody<'a> {
     /// a sharded fleet refuses a worker whose depth differs from its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub family_blocks: Option<usize>,
+    /// Its role in a prefill/decode-disaggregated fleet ([`WorkerRole`]);
+    /// absent means [`WorkerRole::Both`], as every worker was before roles
+    /// existed. An unknown word fails the whole body with the valid ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<WorkerRole>,
 }
 
 /// `POST /internal/stored`: blocks the worker now caches.
@@ -256,6 +262,7 @@ mod tests {
                 kv_cache_usage_perc: 0.5,
             }),
             family_blocks: None,
+            role: None,
         };
         let json = serde_json::to_value(&hb).unwrap();
         assert_eq!(
@@ -283,5 +290,21 @@ mod tests {
                 ..WorkerLoad::default()
             })
         );
+        assert_eq!(hb.role, None);
+    }
+
+    #[test]
+    fn heartbeats_carry_a_role_and_refuse_an_unknown_one() {
+        let hb: HeartbeatBody<'_> =
+            serde_json::from_str(r#"{"worker_id":"w","url":"u","role":"prefill"}"#).unwrap();
+        assert_eq!(hb.role, Some(WorkerRole::Prefill));
+        let json = serde_json::to_value(&hb).unwrap();
+        assert_eq!(json["role"], "prefill");
+        let err = serde_json::from_str::<HeartbeatBody<'_>>(
+            r#"{"worker_id":"w","url":"u","role":"prefil"}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("unknown worker role \"prefil\""), "{err}");
     }
 }

@@ -25,19 +25,27 @@
 //! Every change to the set of cached hashes is queued as a [`CacheEvent`].
 //! All operations cost O(blocks touched), never O(capacity), except the
 //! snapshots and [`check_invariants`](PrefixCache::check_invariants).
+//!
+//! With a CPU tier ([`set_cpu_blocks`](PrefixCache::set_cpu_blocks);
+//! `cpu_tier` has the model) evicted blocks move there, and `allocate`
+//! takes a chain's continuation on it back as CPU hits. Without one (the
+//! default) nothing of it exists and every event is the GPU pool's.
 
 use std::collections::{HashMap, HashSet};
 
+mod cpu_tier;
 mod free_queue;
 mod indexing;
 mod invariants;
+mod queries;
 mod types;
 
+use cpu_tier::{CpuTier, GpuEvicted};
 use free_queue::FreeQueue;
 pub use types::{Allocation, CacheError, CacheStats};
 
 use super::RequestId;
-use super::events::{CacheEvent, CacheReplay, ReplayError};
+use super::events::{CacheEvent, CacheReplay, Medium, ReplayError, TierEvent};
 use protocol::family::{DEFAULT_FAMILY_BLOCKS, FamilyBlock, chain_family};
 use protocol::hashing::BlockHash;
 use protocol::index::branch_point;
@@ -67,9 +75,14 @@ pub struct PrefixCache {
     free: FreeQueue,
     cached: HashMap<BlockHash, usize>,
     requests: HashMap<RequestId, Held>,
-    events: Vec<CacheEvent>,
+    events: Vec<TierEvent>,
     record_events: bool,
     evictions: u64,
+    cpu: CpuTier,
+    /// Blocks moved to the CPU tier, evicted from it, loaded back from it.
+    offloaded: u64,
+    cpu_evictions: u64,
+    cpu_hit_blocks: u64,
     audit: Option<CacheReplay>,
     audit_error: Option<ReplayError>,
     family_blocks: usize,
@@ -95,6 +108,10 @@ impl PrefixCache {
             events: Vec::new(),
             record_events: true,
             evictions: 0,
+            cpu: CpuTier::default(),
+            offloaded: 0,
+            cpu_evictions: 0,
+            cpu_hit_blocks: 0,
             audit: None,
             audit_error: None,
             family_blocks: DEFAULT_FAMILY_BLOCKS,
@@ -105,6 +122,12 @@ impl PrefixCache {
     /// `--family-blocks`) instead of the default.
     pub fn set_family_blocks(&mut self, family_blocks: usize) {
         self.family_blocks = family_blocks.max(1);
+    }
+
+    /// Gives the pool a CPU tier of `blocks` blocks (0: none, the default).
+    /// Call before the first allocation: whatever the tier held is dropped.
+    pub fn set_cpu_blocks(&mut self, blocks: usize) {
+        self.cpu = CpuTier::new(blocks);
     }
 
     /// Also replays every event into a private [`CacheReplay`], so that
@@ -141,24 +164,12 @@ impl PrefixCache {
         self.block_size
     }
 
-    /// How many leading hashes of `hashes` are cached, stopping at the first
-    /// miss. Does not change the LRU order.
-    pub fn lookup(&self, hashes: &[BlockHash]) -> usize {
-        hashes
-            .iter()
-            .take_while(|h| self.cached.contains_key(h))
-            .count()
-    }
-
-    /// Whether `hash` is cached.
-    pub fn contains(&self, hash: BlockHash) -> bool {
-        self.cached.contains_key(&hash)
-    }
-
     /// Gives request `id` `num_blocks` blocks: its cached prefix of `hashes`
     /// (the hashes of its full prompt blocks, in order) reused, the rest new
-    /// (evicting what they cached). Fails without side effects if the pool
-    /// cannot supply them now ([`CacheError::OutOfBlocks`]) or ever.
+    /// (evicting what they cached); the blocks after the GPU prefix that the
+    /// CPU tier holds are taken off it, to be loaded. Fails without side
+    /// effects if the pool cannot supply them now
+    /// ([`CacheError::OutOfBlocks`]) or ever.
     pub fn allocate(
         &mut self,
         id: RequestId,
@@ -199,27 +210,32 @@ impl PrefixCache {
         if needed > available {
             return Err(CacheError::OutOfBlocks { needed, available });
         }
+        let cpu_hit_blocks = hashes[hit_blocks..]
+            .iter()
+            .take_while(|h| self.cpu.contains(h))
+            .count();
+        // Before anything spills: the spill must not evict them.
+        self.take_from_cpu(&hashes[hit_blocks..hit_blocks + cpu_hit_blocks]);
+        self.cpu_hit_blocks += cpu_hit_blocks as u64;
         for &b in &held {
             if self.blocks[b].ref_cnt == 0 {
                 self.free.remove(b);
             }
             self.blocks[b].ref_cnt += 1;
         }
-        let (mut evicted, mut indexed) = (Vec::new(), Vec::new());
+        let mut evicted = Vec::new();
         while held.len() < num_blocks {
             let Some(b) = self.free.pop_front() else {
                 break;
             };
             let block = &mut self.blocks[b];
-            if let Some(h) = block.hash.take() {
-                self.cached.remove(&h);
-                evicted.push(h);
-                if std::mem::take(&mut block.indexed) {
-                    indexed.push(FamilyBlock {
-                        hash: h,
-                        family: block.family,
-                    });
-                }
+            if let Some(hash) = block.hash.take() {
+                self.cached.remove(&hash);
+                let indexed = std::mem::take(&mut block.indexed).then_some(FamilyBlock {
+                    hash,
+                    family: block.family,
+                });
+                evicted.push(GpuEvicted { hash, indexed });
             }
             block.ref_cnt = 1;
             held.push(b);
@@ -227,10 +243,7 @@ impl PrefixCache {
         debug_assert_eq!(held.len(), num_blocks, "free count was checked");
         self.evictions += evicted.len() as u64;
         if !evicted.is_empty() {
-            self.emit(CacheEvent::Removed {
-                hashes: evicted,
-                indexed,
-            });
+            self.spill(evicted);
         }
         self.requests.insert(
             id,
@@ -243,6 +256,7 @@ impl PrefixCache {
         Ok(Allocation {
             hit_blocks,
             new_blocks: needed,
+            cpu_hit_blocks,
         })
     }
 
@@ -253,11 +267,25 @@ impl PrefixCache {
     pub fn commit(&mut self, id: RequestId) -> Result<usize, CacheError> {
         let held = self
             .requests
-            .get_mut(&id)
+            .get(&id)
             .ok_or(CacheError::UnknownRequest(id))?;
         if held.committed {
             return Ok(0);
         }
+        if self.cpu.is_on() {
+            // Blocks the CPU tier received after this request allocated
+            // return to the GPU: the tiers stay exclusive.
+            let on_cpu: Vec<BlockHash> = held
+                .hashes
+                .iter()
+                .filter(|h| self.cpu.contains(h) && !self.cached.contains_key(h))
+                .copied()
+                .collect();
+            self.take_from_cpu(&on_cpu);
+        }
+        let Some(held) = self.requests.get_mut(&id) else {
+            return Err(CacheError::UnknownRequest(id));
+        };
         held.committed = true;
         let mut events = Vec::new();
         // (block, hash, position in the chain) of the current run.
@@ -339,57 +367,22 @@ impl PrefixCache {
             self.blocks[b].hash = None;
             self.blocks[b].indexed = false;
         }
+        self.cpu.clear();
         self.emit(CacheEvent::Cleared);
     }
 
-    /// Takes the queued events, oldest first.
-    pub fn drain_events(&mut self) -> Vec<CacheEvent> {
-        std::mem::take(&mut self.events)
-    }
-
-    /// Number of queued events.
-    pub fn pending_events(&self) -> usize {
-        self.events.len()
-    }
-
-    /// Every cached hash, sorted: a snapshot for a full sync.
-    pub fn cached_hashes(&self) -> Vec<BlockHash> {
-        let mut v: Vec<BlockHash> = self.cached.keys().copied().collect();
-        v.sort_unstable();
-        v
-    }
-
-    /// The cached hashes of free blocks in the order they would be evicted
-    /// (first = next). O(capacity); for tests and diagnostics.
-    pub fn eviction_order(&self) -> Vec<BlockHash> {
-        self.free
-            .iter()
-            .filter_map(|b| self.blocks[b].hash)
-            .collect()
-    }
-
-    /// Current counters and gauges.
-    pub fn stats(&self) -> CacheStats {
-        let capacity = self.capacity();
-        let used_blocks = capacity - self.free.len();
-        CacheStats {
-            capacity,
-            used_blocks,
-            free_blocks: self.free.len(),
-            cached_blocks: self.cached.len(),
-            evictions: self.evictions,
-            usage: used_blocks as f64 / capacity as f64,
-        }
-    }
-
     fn emit(&mut self, event: CacheEvent) {
+        self.emit_on(Medium::Gpu, event);
+    }
+
+    fn emit_on(&mut self, medium: Medium, event: CacheEvent) {
         if let Some(replay) = &mut self.audit
             && let Err(err) = replay.apply(&event)
         {
             self.audit_error.get_or_insert(err);
         }
         if self.record_events {
-            self.events.push(event);
+            self.events.push(TierEvent { medium, event });
         }
     }
 }

@@ -48,15 +48,16 @@ use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use super::cache::PrefixCache;
-use super::events::CacheEvent;
+use super::events::{CacheEvent, TierEvent};
+use super::transfer::KvTransferModel;
 use super::{InvariantViolation, RequestId};
 
 mod admit;
 mod types;
 
 pub use types::{
-    Admission, EngineConfig, EngineCounters, EngineError, FinishReason, Finished, Gauges,
-    PrefillSharing, SimRequest, Ticket,
+    Admission, EngineConfig, EngineCounters, EngineError, FinishReason, Finished, Gauges, KvSource,
+    PrefillSharing, SimRequest, Ticket, Tiers,
 };
 
 /// Which moment of a running request a timeline entry marks. Prefill
@@ -80,6 +81,7 @@ struct Timed {
 #[derive(Debug, Clone)]
 struct Waiting {
     req: SimRequest,
+    source: KvSource,
     submitted_at: Duration,
 }
 
@@ -106,6 +108,7 @@ pub struct Engine {
     counters: EngineCounters,
     /// With serial prefills, when the last admitted prefill completes.
     prefill_busy_until: Duration,
+    transfer: KvTransferModel,
 }
 
 impl Engine {
@@ -132,7 +135,17 @@ impl Engine {
             finished: Vec::new(),
             counters: EngineCounters::default(),
             prefill_busy_until: Duration::ZERO,
+            transfer: KvTransferModel::default(),
         })
+    }
+
+    /// Gives the engine a CPU tier and its transfer model (see [`Tiers`]).
+    /// Call before the first submit: the CPU tier starts empty.
+    pub fn set_tiers(&mut self, tiers: Tiers) -> Result<(), EngineError> {
+        tiers.transfer.validate()?;
+        self.transfer = tiers.transfer;
+        self.cache.set_cpu_blocks(tiers.cpu_blocks);
+        Ok(())
     }
 
     /// Audits the cache's event stream (see [`PrefixCache::with_audit`]).
@@ -166,11 +179,22 @@ impl Engine {
     /// slot and blocks are free, otherwise queued. Invalid requests are
     /// refused without side effects.
     pub fn submit(&mut self, req: SimRequest, now: Duration) -> Result<Ticket, EngineError> {
+        self.submit_from(req, KvSource::Local, now)
+    }
+
+    /// [`submit`](Self::submit) for a request whose prompt KV comes from
+    /// `source`.
+    pub fn submit_from(
+        &mut self,
+        req: SimRequest,
+        source: KvSource,
+        now: Duration,
+    ) -> Result<Ticket, EngineError> {
         self.advance(now);
         let now = self.clock;
         self.validate(&req)?;
         if self.waiting.is_empty()
-            && let Some(admission) = self.try_admit(&req, now, now)?
+            && let Some(admission) = self.try_admit(&req, source, now, now)?
         {
             self.counters.submitted += 1;
             // With a zero-cost model it may already be due.
@@ -181,6 +205,7 @@ impl Engine {
         self.waiting_ids.insert(req.id);
         self.waiting.push_back(Waiting {
             req,
+            source,
             submitted_at: now,
         });
         Ok(Ticket::Queued {
@@ -276,9 +301,15 @@ impl Engine {
         std::mem::take(&mut self.finished)
     }
 
-    /// Takes the queued cache events, oldest first, for publishing.
+    /// Takes the queued cache events, oldest first, without their tier.
     pub fn drain_cache_events(&mut self) -> Vec<CacheEvent> {
         self.cache.drain_events()
+    }
+
+    /// Takes the queued cache events, oldest first, with their tier, for
+    /// publishing.
+    pub fn drain_tier_events(&mut self) -> Vec<TierEvent> {
+        self.cache.drain_tier_events()
     }
 
     /// vLLM's `/reset_prefix_cache` at `now` (see [`PrefixCache::reset`]).

@@ -41,6 +41,39 @@ pub enum CacheEvent {
     Cleared,
 }
 
+/// Which tier of a worker's KV cache an event is about, labelled as vLLM
+/// labels it in KV events' `medium` (`GPULoadStoreSpec.medium()`,
+/// `CPULoadStoreSpec.medium()` in `vllm/v1/kv_offload`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Medium {
+    /// The engine's own block pool.
+    #[default]
+    Gpu,
+    /// The CPU offload tier (`--cpu-blocks`).
+    Cpu,
+}
+
+impl Medium {
+    /// `"GPU"` or `"CPU"`, as vLLM writes `medium`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Medium::Gpu => "GPU",
+            Medium::Cpu => "CPU",
+        }
+    }
+}
+
+/// A [`CacheEvent`] and the tier it happened on. The tiers are exclusive
+/// (a hash is cached on at most one), so the events of all tiers replay to
+/// the worker's whole cached set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TierEvent {
+    /// Where.
+    pub medium: Medium,
+    /// What.
+    pub event: CacheEvent,
+}
+
 /// An event that does not apply to the replayed set: a hash stored twice or
 /// removed while absent. Seeing one means the event stream and the cache
 /// disagree.

@@ -3,8 +3,8 @@
 //! and timing ([`Engine`], [`TimeModel`]), served over vLLM's OpenAI API
 //! ([`server`]) and reported to a fleet as a real engine is.
 //!
-//! The model is pure: nothing in `engine`, `cache`, `events` or `timing`
-//! does I/O, sleeps or reads a clock; every operation that depends on time
+//! The model is pure: nothing in `engine`, `cache`, `events`, `timing` or
+//! `transfer` does I/O, sleeps or reads a clock; every operation that depends on time
 //! takes `now` as a [`Duration`](std::time::Duration) since an epoch the
 //! caller chooses (the server's start `Instant`). That keeps it
 //! deterministic and testable; the server drives it as [`engine`] describes.
@@ -13,9 +13,11 @@
 //! router):
 //!
 //! * [`engine`]: admission, scheduling, prefill and decode timing.
-//! * [`cache`]: the block pool, its LRU free queue and events.
-//! * [`events`]: the event vocabulary and its replay.
+//! * [`cache`]: the block pool, its LRU free queue, its CPU tier and events.
+//! * [`events`]: the event vocabulary, the tiers ([`Medium`]) and replay.
 //! * `timing`: [`TimeModel`], prefill and decode durations.
+//! * `transfer`: [`KvTransferModel`], remote-prefill pulls and CPU-tier
+//!   loads.
 //! * [`server`]: HTTP (OpenAI routes, `/sim/*`, `/metrics`), push reports
 //!   and KV events.
 //!
@@ -26,14 +28,16 @@ pub mod engine;
 pub mod events;
 pub mod server;
 mod timing;
+mod transfer;
 
 pub use cache::{Allocation, CacheError, CacheStats, PrefixCache};
 pub use engine::{
     Admission, Engine, EngineConfig, EngineCounters, EngineError, FinishReason, Finished, Gauges,
-    PrefillSharing, SimRequest, Ticket,
+    KvSource, PrefillSharing, SimRequest, Ticket, Tiers,
 };
-pub use events::{CacheEvent, CacheReplay, ReplayError};
+pub use events::{CacheEvent, CacheReplay, Medium, ReplayError, TierEvent};
 pub use timing::{TimeModel, TimeModelError};
+pub use transfer::{KvTransferModel, TransferModelError};
 
 /// Identifies one request inside a simulated engine. The HTTP layer assigns
 /// them (e.g. from a counter) and maps its own request ids onto them.

@@ -12,9 +12,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Parser;
 use metrics_exporter_prometheus::PrometheusBuilder;
-use protocol::parse_duration;
+use protocol::{WorkerRole, parse_duration};
 use sim_worker::server::{FaultSettings, KvEventsSettings, PushSettings, SimConfig, SimServer};
-use sim_worker::{EngineConfig, PrefillSharing, TimeModel};
+use sim_worker::{EngineConfig, KvTransferModel, PrefillSharing, Tiers, TimeModel};
 use tracing_subscriber::EnvFilter;
 use worker::kv_events::SocketMode;
 
@@ -60,6 +60,26 @@ struct Args {
     /// `serial` (one after another, each at full rate, as on one GPU).
     #[arg(long, default_value = "parallel", value_parser = parse_prefill)]
     prefill: PrefillSharing,
+    /// Role in a prefill/decode-disaggregated fleet: `prefill` answers
+    /// `do_remote_decode` requests with the handoff's `kv_transfer_params`,
+    /// `decode` pulls the KV of `do_remote_prefill` requests, `both` (the
+    /// default) ignores them. Registered in the heartbeat.
+    #[arg(long, default_value = "both")]
+    role: WorkerRole,
+    /// Blocks of the CPU offload tier: blocks the GPU pool evicts move
+    /// there and are loaded back instead of recomputed (0: no tier).
+    #[arg(long, default_value_t = 0)]
+    cpu_blocks: usize,
+    /// KV-cache bytes of one token (all layers, keys and values); sizes
+    /// transfers [default: Qwen3-8B in bf16].
+    #[arg(long, default_value_t = KvTransferModel::default().kv_bytes_per_token)]
+    kv_bytes_per_token: u64,
+    /// Bandwidth of a decode worker's pull from a prefill worker, in Gbit/s.
+    #[arg(long, default_value_t = KvTransferModel::default().remote_gbps)]
+    transfer_gbps: f64,
+    /// Bandwidth of a load from the CPU tier, in Gbit/s.
+    #[arg(long, default_value_t = KvTransferModel::default().cpu_gbps)]
+    cpu_transfer_gbps: f64,
     /// Prefill cost per uncached prompt token, in microseconds.
     #[arg(long, default_value_t = 100.0)]
     prefill_us_per_token: f64,
@@ -148,6 +168,14 @@ fn config(args: Args) -> anyhow::Result<SimConfig> {
         time_scale: args.time_scale,
     };
     time.validate().context("--time-scale")?;
+    let transfer = KvTransferModel {
+        kv_bytes_per_token: args.kv_bytes_per_token,
+        remote_gbps: args.transfer_gbps,
+        cpu_gbps: args.cpu_transfer_gbps,
+    };
+    transfer
+        .validate()
+        .context("--transfer-gbps and --cpu-transfer-gbps")?;
     let push = args.fleet_url.map(|url| PushSettings {
         advertise_url: args.advertise_url,
         flush_interval: args.flush_interval,
@@ -181,6 +209,11 @@ fn config(args: Args) -> anyhow::Result<SimConfig> {
             block_size: args.block_size,
             family_blocks: args.family_blocks.max(1),
             prefill: args.prefill,
+        },
+        role: args.role,
+        tiers: Tiers {
+            cpu_blocks: args.cpu_blocks,
+            transfer,
         },
         default_max_tokens: args.default_max_tokens,
         filler: args.filler,

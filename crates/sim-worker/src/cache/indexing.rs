@@ -47,7 +47,7 @@ pub(super) fn index_run(
 
 impl PrefixCache {
     /// Every cached hash the fleet's index holds, with its family, sorted:
-    /// what a full sync sends.
+    /// what a full sync sends (the CPU tier's too: the worker holds them).
     pub fn indexed_hashes(&self) -> Vec<FamilyBlock> {
         let mut v: Vec<FamilyBlock> = self
             .cached
@@ -57,6 +57,7 @@ impl PrefixCache {
                 hash,
                 family: self.blocks[b].family,
             })
+            .chain(self.cpu.indexed())
             .collect();
         v.sort_unstable();
         v

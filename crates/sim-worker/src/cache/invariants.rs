@@ -49,6 +49,12 @@ impl PrefixCache {
                 self.cached.len()
             ));
         }
+        if !self.cpu.is_consistent() {
+            return fail("the CPU tier's LRU order and entries disagree".into());
+        }
+        if let Some(h) = self.cpu.hashes().find(|h| self.cached.contains_key(h)) {
+            return fail(format!("{h} is cached on both the GPU and the CPU tier"));
+        }
         if let Some(err) = &self.audit_error {
             return fail(format!("event stream: {err}"));
         }

@@ -49,8 +49,11 @@ pub enum CacheError {
 pub struct Allocation {
     /// Leading hashes served from the cache (blocks reused).
     pub hit_blocks: usize,
-    /// Blocks taken from the free queue.
+    /// Blocks taken from the free queue (CPU hits among them).
     pub new_blocks: usize,
+    /// Hashes after the GPU hits taken off the CPU tier, to be loaded
+    /// instead of computed (0 without a CPU tier).
+    pub cpu_hit_blocks: usize,
 }
 
 /// Counters and gauges of the pool, for metrics.
@@ -69,4 +72,14 @@ pub struct CacheStats {
     /// `used_blocks / capacity`, like vLLM's `vllm:kv_cache_usage_perc`
     /// (a fraction in 0..=1 despite the name).
     pub usage: f64,
+    /// Blocks the CPU tier can hold (0: no tier).
+    pub cpu_capacity: usize,
+    /// Blocks the CPU tier holds.
+    pub cpu_cached_blocks: usize,
+    /// Blocks moved from the GPU pool to the CPU tier, since creation.
+    pub offloaded: u64,
+    /// Blocks the CPU tier evicted to make room, since creation.
+    pub cpu_evictions: u64,
+    /// Blocks requests loaded back from the CPU tier, since creation.
+    pub cpu_hit_blocks: u64,
 }

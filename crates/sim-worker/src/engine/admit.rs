@@ -6,8 +6,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::{
-    Admission, Engine, EngineError, FinishReason, Finished, Phase, PrefillSharing, Running,
-    SimRequest, Timed,
+    Admission, Engine, EngineError, FinishReason, Finished, KvSource, Phase, PrefillSharing,
+    Running, SimRequest, Timed,
 };
 use crate::RequestId;
 use crate::cache::CacheError;
@@ -60,6 +60,7 @@ impl Engine {
     pub(super) fn try_admit(
         &mut self,
         req: &SimRequest,
+        source: KvSource,
         submitted_at: Duration,
         at: Duration,
     ) -> Result<Option<Admission>, CacheError> {
@@ -77,14 +78,37 @@ impl Engine {
         // Like vLLM, the last prompt token is always computed (its logits
         // are needed), so a fully cached prompt still recomputes a block.
         let bs = self.config.block_size;
-        let cached_tokens = alloc.hit_blocks.min((req.prompt_tokens - 1) / bs) * bs;
+        let prompt = req.prompt_tokens;
+        let cap = (prompt - 1) / bs;
+        let cached_tokens = alloc.hit_blocks.min(cap) * bs;
+        let cpu_tokens = (alloc.hit_blocks + alloc.cpu_hit_blocks).min(cap) * bs - cached_tokens;
         let time = &self.config.time;
-        let prefill_from = match self.config.prefill {
-            PrefillSharing::Serial => at.max(self.prefill_busy_until),
-            PrefillSharing::Parallel => at,
+        let mut transfer = self.transfer.cpu(alloc.cpu_hit_blocks, bs);
+        let (remote_tokens, compute) = match source {
+            KvSource::Local => {
+                let reused = cached_tokens + cpu_tokens;
+                (0, time.prefill(prompt - reused, reused))
+            }
+            KvSource::RemotePrefill => {
+                // Every prompt block not held here, the partial one too.
+                let pulled = prompt
+                    .div_ceil(bs)
+                    .saturating_sub(alloc.hit_blocks + alloc.cpu_hit_blocks);
+                transfer += self.transfer.remote(pulled, bs);
+                (
+                    prompt - 1 - cached_tokens - cpu_tokens,
+                    time.prefill(1, prompt - 1),
+                )
+            }
         };
-        let first_token_at = prefill_from
-            .saturating_add(time.prefill(req.prompt_tokens - cached_tokens, cached_tokens));
+        // Transfers do not hold the prefill compute (vLLM waits for remote
+        // KV outside the running batch).
+        let ready = at.saturating_add(time.scale(transfer));
+        let prefill_from = match self.config.prefill {
+            PrefillSharing::Serial => ready.max(self.prefill_busy_until),
+            PrefillSharing::Parallel => ready,
+        };
+        let first_token_at = prefill_from.saturating_add(compute);
         if self.config.prefill == PrefillSharing::Serial {
             self.prefill_busy_until = first_token_at;
         }
@@ -94,6 +118,8 @@ impl Engine {
             prompt_tokens: req.prompt_tokens,
             output_tokens: req.output_tokens,
             cached_tokens,
+            cpu_tokens,
+            remote_tokens,
             submitted_at,
             admitted_at: at,
             first_token_at,
@@ -109,6 +135,11 @@ impl Engine {
         self.counters.admitted += 1;
         self.counters.prompt_tokens += req.prompt_tokens as u64;
         self.counters.cached_tokens += cached_tokens as u64;
+        self.counters.cpu_hit_tokens += cpu_tokens as u64;
+        if source == KvSource::RemotePrefill {
+            self.counters.remote_prefills += 1;
+            self.counters.remote_tokens += remote_tokens as u64;
+        }
         Ok(Some(admission))
     }
 
@@ -117,7 +148,7 @@ impl Engine {
     /// validation) is aborted rather than left to block the queue.
     pub(super) fn admit_waiting(&mut self, at: Duration) {
         while let Some(w) = self.waiting.pop_front() {
-            match self.try_admit(&w.req, w.submitted_at, at) {
+            match self.try_admit(&w.req, w.source, w.submitted_at, at) {
                 Ok(Some(admission)) => {
                     self.waiting_ids.remove(&w.req.id);
                     self.admitted.push(admission);

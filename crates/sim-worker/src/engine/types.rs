@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::RequestId;
 use crate::cache::CacheError;
 use crate::timing::{TimeModel, TimeModelError};
+use crate::transfer::{KvTransferModel, TransferModelError};
 use protocol::hashing::{BlockHash, DEFAULT_BLOCK_SIZE};
 
 /// One request as the engine sees it: what it costs, not what it says.
@@ -37,6 +38,13 @@ pub struct Admission {
     /// size, at most the prompt minus its last token, as vLLM reports in
     /// `usage.prompt_tokens_details.cached_tokens`).
     pub cached_tokens: usize,
+    /// Prompt tokens loaded from the CPU tier instead of computed (0
+    /// without a CPU tier), within the same bound as `cached_tokens`.
+    pub cpu_tokens: usize,
+    /// Prompt tokens whose KV a remote prefill computed and this engine
+    /// pulled ([`KvSource::RemotePrefill`]; else 0): the prompt but for the
+    /// local and CPU hits and the last token, which is recomputed.
+    pub remote_tokens: usize,
     /// When the request was submitted.
     pub submitted_at: Duration,
     /// When it got a slot and its blocks.
@@ -71,7 +79,16 @@ impl Admission {
 
     /// Prompt tokens that had to be computed.
     pub fn uncached_tokens(&self) -> usize {
-        self.prompt_tokens - self.cached_tokens
+        self.prompt_tokens - self.cached_tokens - self.cpu_tokens - self.remote_tokens
+    }
+
+    /// The prompt tokens vLLM reports in `usage.prompt_tokens_details.
+    /// cached_tokens`: every token it did not compute, the local prefix
+    /// cache's, the CPU tier's and a remote prefill's (vLLM's scheduler
+    /// counts `num_computed_tokens` at the first schedule, external tokens
+    /// included). Equals `cached_tokens` without tiers or transfers.
+    pub fn reported_cached_tokens(&self) -> usize {
+        self.cached_tokens + self.cpu_tokens + self.remote_tokens
     }
 
     /// When output token `index` (0-based) is out, for streaming: evenly
@@ -89,6 +106,19 @@ impl Admission {
             u64::try_from(offset).unwrap_or(u64::MAX),
         ))
     }
+}
+
+/// Where a request's prompt KV comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvSource {
+    /// Computed here (from the prefix cache and CPU tier as far as they
+    /// reach): a colocated request, or a prefill worker's.
+    #[default]
+    Local,
+    /// Computed by a remote prefill worker and pulled from it (a decode
+    /// worker's request with `do_remote_prefill`): the blocks this engine
+    /// does not hold are transferred, only the last token is computed.
+    RemotePrefill,
 }
 
 /// What [`Engine::submit`](super::Engine::submit) did with a request.
@@ -154,6 +184,12 @@ pub struct EngineCounters {
     pub prompt_tokens: u64,
     /// Of those, served from the cache (`vllm:prefix_cache_hits`).
     pub cached_tokens: u64,
+    /// Of those, loaded from the CPU tier.
+    pub cpu_hit_tokens: u64,
+    /// Requests whose prompt KV came from a remote prefill.
+    pub remote_prefills: u64,
+    /// Prompt tokens pulled from remote prefills.
+    pub remote_tokens: u64,
 }
 
 /// The simulated replica's shape and speed.
@@ -204,6 +240,17 @@ impl Default for EngineConfig {
     }
 }
 
+/// The KV tiers and transfers of a simulated replica, beyond the GPU pool
+/// ([`Engine::set_tiers`](super::Engine::set_tiers)). The default, no CPU
+/// tier, changes nothing of a colocated engine.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Tiers {
+    /// Blocks of the CPU offload tier (0: none).
+    pub cpu_blocks: usize,
+    /// KV size and the bandwidths of remote and CPU transfers.
+    pub transfer: KvTransferModel,
+}
+
 /// Why the engine refused a configuration, request or call.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum EngineError {
@@ -213,6 +260,9 @@ pub enum EngineError {
     /// An unusable time model.
     #[error(transparent)]
     TimeModel(#[from] TimeModelError),
+    /// An unusable transfer model.
+    #[error(transparent)]
+    Transfer(#[from] TransferModelError),
     /// An unusable cache configuration.
     #[error(transparent)]
     Cache(#[from] CacheError),

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use super::app::App;
 use super::error::{SimError, SimJson};
+use protocol::WorkerRole;
 
 /// The exit status of a simulated crash (what a shell shows for `kill -9`).
 pub const CRASH_EXIT_CODE: i32 = 137;
@@ -120,8 +121,9 @@ pub async fn resync(State(app): State<Arc<App>>) -> Result<StatusCode, SimError>
     }
 }
 
-/// `GET /sim/state`: the cached hashes (sorted, hex), gauges, totals,
-/// faults and the reporters' state.
+/// `GET /sim/state`: the cached hashes (sorted, hex; every tier's), gauges,
+/// totals, faults and the reporters' state; a prefill or decode worker's
+/// role and transfers, and the CPU tier's hashes and totals when it has one.
 pub async fn state(State(app): State<Arc<App>>) -> Json<Value> {
     let faults = current_faults(&app);
     let st = app.core.lock_now();
@@ -138,7 +140,7 @@ pub async fn state(State(app): State<Arc<App>>) -> Json<Value> {
             "dropped": publisher.map(|p| p.dropped()),
         })
     });
-    Json(json!({
+    let mut state = json!({
         "worker_id": app.worker_id,
         "model": app.model,
         "now_ms": app.core.now().as_millis() as u64,
@@ -169,5 +171,31 @@ pub async fn state(State(app): State<Arc<App>>) -> Json<Value> {
         "faults": faults,
         "pusher": app.core.pusher().map(|p| p.status()),
         "kv_events": kv,
-    }))
+    });
+    // Only where they exist: a `both` worker without a CPU tier answers
+    // as it always did.
+    if app.role != WorkerRole::Both {
+        state["role"] = json!(app.role);
+        state["counters"]["remote_prefills"] = json!(counters.remote_prefills);
+        state["counters"]["remote_tokens"] = json!(counters.remote_tokens);
+        state["counters"]["handoffs"] = json!(st.stats.handoffs);
+    }
+    if stats.cpu_capacity > 0 {
+        state["cpu_hashes"] = json!(
+            cache
+                .cpu_hashes()
+                .iter()
+                .map(|h| h.to_hex())
+                .collect::<Vec<_>>()
+        );
+        state["cpu_tier"] = json!({
+            "capacity": stats.cpu_capacity,
+            "cached_blocks": stats.cpu_cached_blocks,
+            "offloaded": stats.offloaded,
+            "evictions": stats.cpu_evictions,
+            "hit_blocks": stats.cpu_hit_blocks,
+            "hit_tokens": counters.cpu_hit_tokens,
+        });
+    }
+    Json(state)
 }

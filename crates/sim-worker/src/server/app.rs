@@ -1,5 +1,6 @@
 //! [`App`]: what every handler shares, and the HTTP routes.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
@@ -11,6 +12,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 
 use super::core::SimCore;
 use super::{admin, handlers, render};
+use protocol::WorkerRole;
 use tokenize::ModelPipeline;
 
 /// The state behind every route.
@@ -33,6 +35,12 @@ pub struct App {
     pub kv_endpoints: Option<(String, Option<String>)>,
     /// `max_model_len` shown by `/v1/models`: the pool's tokens.
     pub max_model_len: usize,
+    /// Its prefill/decode role (`disagg`).
+    pub role: WorkerRole,
+    /// The bound HTTP address, named in a prefill's handoff params.
+    pub addr: SocketAddr,
+    /// Tokens per block.
+    pub block_size: usize,
 }
 
 /// The routes: vLLM's OpenAI API and probes (held while paused), and the

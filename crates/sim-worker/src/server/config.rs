@@ -4,7 +4,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::EngineConfig;
+use crate::{EngineConfig, Tiers};
+use protocol::WorkerRole;
 use worker::kv_events::SocketMode;
 
 /// One simulated vLLM replica.
@@ -22,6 +23,12 @@ pub struct SimConfig {
     pub hash_seed: Option<String>,
     /// Pool size, batch size, block size and time model.
     pub engine: EngineConfig,
+    /// Its role in a prefill/decode-disaggregated fleet: which
+    /// `kv_transfer_params` it honours (`server::disagg`), registered in its
+    /// heartbeat. `Both` ignores them, as the sim always did.
+    pub role: WorkerRole,
+    /// The CPU tier and the KV transfer model.
+    pub tiers: Tiers,
     /// Output tokens when a request gives no `max_tokens`.
     pub default_max_tokens: usize,
     /// The text of every output token.
@@ -37,8 +44,8 @@ pub struct SimConfig {
 impl SimConfig {
     /// Defaults for `model`, tokenized from `tokenizer_dir`: loopback port
     /// 0, worker id `sim-0`, vLLM's engine defaults (see
-    /// [`EngineConfig::default`]), 16 output tokens of `" tok"`, no
-    /// reporting, no faults.
+    /// [`EngineConfig::default`]), both roles, no CPU tier, 16 output
+    /// tokens of `" tok"`, no reporting, no faults.
     pub fn new(model: impl Into<String>, tokenizer_dir: impl Into<PathBuf>) -> Self {
         SimConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -47,6 +54,8 @@ impl SimConfig {
             tokenizer_dir: tokenizer_dir.into(),
             hash_seed: None,
             engine: EngineConfig::default(),
+            role: WorkerRole::Both,
+            tiers: Tiers::default(),
             default_max_tokens: 16,
             filler: " tok".into(),
             push: None,

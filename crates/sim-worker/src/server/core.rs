@@ -33,6 +33,8 @@ pub struct ServeStats {
     pub completed: u64,
     /// Requests aborted (client gone) or refused while waiting.
     pub aborted: u64,
+    /// Prefills answered with handoff params for a remote decode.
+    pub handoffs: u64,
 }
 
 /// Everything behind the engine lock.
@@ -87,7 +89,7 @@ impl EngineState {
 
     /// Hands the engine's queued cache events to the reporters.
     pub fn publish(&mut self) {
-        let events = self.engine.drain_cache_events();
+        let events = self.engine.drain_tier_events();
         if !events.is_empty() {
             self.reporters.publish(&events, &self.book);
         }

@@ -1,7 +1,8 @@
 //! The OpenAI routes, answered like vLLM's server but from the simulated
 //! engine: the answer's timing, its `usage.prompt_tokens_details.
 //! cached_tokens` and the `x-sim-cached-tokens` header come from the
-//! engine; the text is `max_tokens` filler tokens.
+//! engine; the text is `max_tokens` filler tokens. A prefill or decode
+//! worker's half of a disaggregated request is decided by `disagg`.
 
 use std::sync::Arc;
 
@@ -15,6 +16,7 @@ use bytes::Bytes;
 use serde_json::json;
 
 use super::app::App;
+use super::disagg::{Disagg, Producer, handoff_params, plan};
 use super::error::SimError;
 use super::metrics::{Sample, orca_header, render};
 use super::prompt::{Kind, prepare};
@@ -22,7 +24,8 @@ use super::request::admit;
 use super::responses::Envelope;
 use super::stream::sse_body;
 use protocol::headers::{
-    ORCA_REQUEST_HEADER, ORCA_RESPONSE_HEADER, SIM_CACHED_TOKENS_HEADER, SIM_WORKER_HEADER,
+    ORCA_REQUEST_HEADER, ORCA_RESPONSE_HEADER, SIM_CACHED_TOKENS_HEADER, SIM_REMOTE_TOKENS_HEADER,
+    SIM_WORKER_HEADER,
 };
 
 /// `POST /v1/completions`.
@@ -61,13 +64,29 @@ async fn answer(
     })
     .await
     .map_err(|e| internal(format!("tokenizing task failed: {e}")))??;
-    let (guard, admission) = admit(&app.core, &prepared).await?;
+    let disagg = plan(app.role, &prepared)?;
+    let (guard, admission) = admit(&app.core, &prepared, disagg.source()).await?;
     let envelope = Envelope::new(&prepared, &app.worker_id, guard.id().0);
+    // Read now: the engine frees the blocks when the request ends.
+    let block_ids = (disagg == Disagg::Handoff).then(|| {
+        let st = app.core.lock();
+        st.engine
+            .cache()
+            .block_ids(guard.id())
+            .map(<[usize]>::to_vec)
+            .unwrap_or_default()
+    });
     let mut out = HeaderMap::new();
     out.insert(
         HeaderName::from_static(SIM_CACHED_TOKENS_HEADER),
-        HeaderValue::from(admission.cached_tokens),
+        HeaderValue::from(admission.cached_tokens + admission.cpu_tokens),
     );
+    if disagg == Disagg::Receive {
+        out.insert(
+            HeaderName::from_static(SIM_REMOTE_TOKENS_HEADER),
+            HeaderValue::from(admission.remote_tokens),
+        );
+    }
     if let Ok(v) = HeaderValue::from_str(&app.worker_id) {
         out.insert(HeaderName::from_static(SIM_WORKER_HEADER), v);
     }
@@ -98,7 +117,19 @@ async fn answer(
         }
     }
     let text = app.filler.repeat(admission.output_tokens);
-    Ok((out, Json(envelope.full(&admission, &text))).into_response())
+    let mut answer = envelope.full(&admission, &text);
+    if let Some(block_ids) = block_ids {
+        let producer = Producer {
+            engine_id: &app.worker_id,
+            request_id: &envelope.id,
+            host: app.addr.ip().to_string(),
+            port: app.addr.port(),
+        };
+        answer["kv_transfer_params"] =
+            handoff_params(&producer, &prepared, &admission, &block_ids, app.block_size);
+        app.core.lock().stats.handoffs += 1;
+    }
+    Ok((out, Json(answer)).into_response())
 }
 
 fn internal(message: String) -> SimError {
@@ -139,6 +170,7 @@ pub async fn metrics(State(app): State<Arc<App>>) -> Response {
             counters: st.engine.counters(),
             stats: st.stats,
             cache: st.engine.cache().stats(),
+            role: app.role,
         }
     };
     let mut text = render(&app.model, &sample);

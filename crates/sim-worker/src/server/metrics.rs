@@ -6,6 +6,7 @@
 use std::fmt::Write;
 
 use crate::{CacheStats, EngineCounters, Gauges};
+use protocol::WorkerRole;
 
 use super::core::ServeStats;
 
@@ -20,6 +21,8 @@ pub struct Sample {
     pub stats: ServeStats,
     /// The block pool.
     pub cache: CacheStats,
+    /// The worker's prefill/decode role.
+    pub role: WorkerRole,
 }
 
 /// The vLLM metrics of `sample` in the Prometheus text format, labelled
@@ -99,7 +102,81 @@ pub fn render(model: &str, sample: &Sample) -> String {
         &labels,
         sample.cache.cached_blocks as f64,
     );
+    disagg_metrics(&mut out, &labels, sample);
     out
+}
+
+/// The role's and the CPU tier's series, only where they exist: a `both`
+/// worker without a CPU tier shows exactly what it always did.
+fn disagg_metrics(out: &mut String, labels: &str, sample: &Sample) {
+    let c = &sample.counters;
+    let mut counters: Vec<(&str, &str, u64)> = Vec::new();
+    if sample.role != WorkerRole::Both {
+        let role = format!("{labels},role=\"{}\"", sample.role);
+        metric(
+            out,
+            "sim:role_info",
+            "The worker's prefill/decode role (simulation only).",
+            "gauge",
+            &role,
+            1.0,
+        );
+        counters.extend([
+            (
+                "sim:prefill_handoffs",
+                "Prefills answered with kv_transfer_params for a remote decode (simulation only).",
+                sample.stats.handoffs,
+            ),
+            (
+                "sim:remote_prefills",
+                "Requests whose prompt KV was pulled from a remote prefill (simulation only).",
+                c.remote_prefills,
+            ),
+            (
+                "sim:remote_prefill_tokens",
+                "Prompt tokens whose KV was pulled from remote prefills (simulation only).",
+                c.remote_tokens,
+            ),
+        ]);
+    }
+    let cache = &sample.cache;
+    if cache.cpu_capacity > 0 {
+        metric(
+            out,
+            "sim:cpu_cached_blocks",
+            "Blocks held by the CPU tier (simulation only).",
+            "gauge",
+            labels,
+            cache.cpu_cached_blocks as f64,
+        );
+        counters.extend([
+            (
+                "sim:cpu_hit_tokens",
+                "Prompt tokens loaded from the CPU tier instead of computed (simulation only).",
+                c.cpu_hit_tokens,
+            ),
+            (
+                "sim:cpu_hit_blocks",
+                "Blocks loaded back from the CPU tier (simulation only).",
+                cache.cpu_hit_blocks,
+            ),
+            (
+                "sim:offloaded_blocks",
+                "Blocks moved from the GPU pool to the CPU tier (simulation only).",
+                cache.offloaded,
+            ),
+            (
+                "sim:cpu_evicted_blocks",
+                "Blocks the CPU tier evicted to make room (simulation only).",
+                cache.cpu_evictions,
+            ),
+        ]);
+    }
+    for (name, help, value) in counters {
+        let _ = writeln!(out, "# HELP {name}_total {help}");
+        let _ = writeln!(out, "# TYPE {name}_total counter");
+        let _ = writeln!(out, "{name}_total{{{labels}}} {}", py_float(value as f64));
+    }
 }
 
 fn metric(out: &mut String, name: &str, help: &str, kind: &str, labels: &str, value: f64) {

@@ -15,6 +15,7 @@
 //! tokens → hashes), `request` (admission, abort on disconnect), `stream`
 //! (SSE timing), `responses` (JSON shapes), `handlers` (OpenAI routes),
 //! `render` (vLLM's render routes and `/tokenize`: the ids it would cache),
+//! `disagg` (a prefill or decode worker's half of a disaggregated request),
 //! `metrics` (Prometheus text, ORCA header), `admin` (`/sim/*`), `app`
 //! (routes). See `docs/sim-worker.md`.
 
@@ -23,6 +24,7 @@ mod app;
 mod book;
 pub mod config;
 mod core;
+mod disagg;
 mod driver;
 mod error;
 mod handlers;
@@ -53,6 +55,7 @@ use self::book::TokenBook;
 use self::core::{EngineState, ServeStats, SimCore};
 use self::reporting::Reporters;
 use crate::{Engine, EngineError};
+use protocol::WorkerRole;
 use protocol::hashing::HashSeed;
 use tokenize::ModelPipeline;
 use tokenize::TokenizeError;
@@ -117,6 +120,7 @@ impl SimServer {
     ) -> Result<SimServer, SimServerError> {
         let pipeline = load_pipeline(&config).await?;
         let mut engine = Engine::new(config.engine)?;
+        engine.set_tiers(config.tiers)?;
         engine.set_record_events(config.push.is_some() || config.kv_events.is_some());
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -185,6 +189,9 @@ impl SimServer {
             metrics,
             kv_endpoints,
             max_model_len: config.engine.num_blocks * config.engine.block_size,
+            role: config.role,
+            addr,
+            block_size: config.engine.block_size,
         });
         let http = tokio::spawn(serve(listener, Arc::clone(&app), stop_rx));
         if let Some(after) = config.faults.crash_after {
@@ -305,6 +312,8 @@ fn start_pusher(
         seed: push.seed,
         paused: config.faults.stop_reporting,
         family_blocks: Some(config.engine.family_blocks),
+        // Both is what no role means: its heartbeat stays as it was.
+        role: (config.role != WorkerRole::Both).then_some(config.role),
         ..PusherConfig::new(identity)
     };
     Ok(Pusher::start(

@@ -39,6 +39,9 @@ pub struct Prepared {
     pub stream: bool,
     /// `stream_options.include_usage`: a final usage chunk.
     pub include_usage: bool,
+    /// The request's `kv_transfer_params`, as given (`server::disagg`
+    /// reads them).
+    pub kv_transfer_params: Option<Value>,
 }
 
 fn bad(message: impl Into<String>) -> SimError {
@@ -77,6 +80,7 @@ pub fn prepare(
         max_tokens,
         stream,
         include_usage,
+        kv_transfer_params: json.get("kv_transfer_params").cloned(),
     })
 }
 

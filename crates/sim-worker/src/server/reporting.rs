@@ -9,7 +9,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::book::TokenBook;
-use crate::CacheEvent;
+use crate::{CacheEvent, Medium, TierEvent};
 use protocol::hashing::BlockHash;
 use protocol::kv_events::{BlockRemoved, BlockStored, EngineHash, KvEvent, KvEventBatch};
 use worker::kv_events::KvEventPublisher;
@@ -80,10 +80,12 @@ impl Reporters {
         self.kv_drop_evictions
     }
 
-    /// Hands `events` to both reporters, in order.
-    pub fn publish(&mut self, events: &[CacheEvent], book: &TokenBook) {
+    /// Hands `events` to both reporters, in order. The push API has no
+    /// tiers: a block on the CPU tier is still the worker's (the events
+    /// of a move carry no indexed blocks).
+    pub fn publish(&mut self, events: &[TierEvent], book: &TokenBook) {
         if let Some(p) = &self.pusher {
-            for event in events {
+            for TierEvent { event, .. } in events {
                 match event {
                     CacheEvent::Stored { indexed, .. } => p.stored(indexed),
                     CacheEvent::Removed { indexed, .. } => p.evicted(indexed),
@@ -96,7 +98,10 @@ impl Reporters {
         }
         let kv_events: Vec<KvEvent> = events
             .iter()
-            .filter_map(|e| self.kv_event(e, book))
+            .filter_map(|e| match e.medium {
+                Medium::Gpu => self.kv_event(&e.event, book),
+                Medium::Cpu => self.cpu_kv_event(&e.event),
+            })
             .collect();
         if kv_events.is_empty() {
             return;
@@ -119,6 +124,44 @@ impl Reporters {
         }
     }
 
+    /// One CPU-tier event as vLLM's offloading connector publishes it
+    /// (`OffloadingConnectorScheduler.take_events`): `medium` `"CPU"`, no
+    /// parent, no tokens, no LoRA, no group. Its lost evictions are drawn
+    /// as the GPU pool's are.
+    fn cpu_kv_event(&mut self, event: &CacheEvent) -> Option<KvEvent> {
+        match event {
+            CacheEvent::Stored {
+                hashes, block_size, ..
+            } => Some(KvEvent::BlockStored(BlockStored {
+                block_hashes: hashes.iter().map(|&h| EngineHash::from(h)).collect(),
+                block_size: u32::try_from(*block_size).unwrap_or(u32::MAX),
+                medium: Some(Medium::Cpu.as_str().into()),
+                ..BlockStored::default()
+            })),
+            CacheEvent::Removed { hashes, .. } => {
+                let kept = self.kept_evictions(hashes);
+                (!kept.is_empty()).then(|| {
+                    KvEvent::BlockRemoved(BlockRemoved {
+                        block_hashes: kept,
+                        medium: Some(Medium::Cpu.as_str().into()),
+                        ..BlockRemoved::default()
+                    })
+                })
+            }
+            CacheEvent::Cleared => None,
+        }
+    }
+
+    /// The evicted hashes the drop-evictions fault lets through.
+    fn kept_evictions(&mut self, hashes: &[BlockHash]) -> Vec<EngineHash> {
+        let p = self.kv_drop_evictions;
+        hashes
+            .iter()
+            .filter(|_| p <= 0.0 || !self.rng.random_bool(p))
+            .map(|&h| EngineHash::from(h))
+            .collect()
+    }
+
     /// One cache event as vLLM 0.33 publishes it from its GPU block pool.
     fn kv_event(&mut self, event: &CacheEvent, book: &TokenBook) -> Option<KvEvent> {
         match event {
@@ -137,7 +180,7 @@ impl Reporters {
                     parent_block_hash: parent.map(EngineHash::from),
                     token_ids,
                     block_size: u32::try_from(*block_size).unwrap_or(u32::MAX),
-                    medium: Some("GPU".into()),
+                    medium: Some(Medium::Gpu.as_str().into()),
                     extra_keys: Some(vec![rmpv::Value::Nil; hashes.len()]),
                     group_idx: Some(0),
                     kv_cache_spec_kind: Some("full_attention".into()),
@@ -145,16 +188,11 @@ impl Reporters {
                 }))
             }
             CacheEvent::Removed { hashes, .. } => {
-                let p = self.kv_drop_evictions;
-                let kept: Vec<EngineHash> = hashes
-                    .iter()
-                    .filter(|_| p <= 0.0 || !self.rng.random_bool(p))
-                    .map(|&h: &BlockHash| EngineHash::from(h))
-                    .collect();
+                let kept = self.kept_evictions(hashes);
                 (!kept.is_empty()).then(|| {
                     KvEvent::BlockRemoved(BlockRemoved {
                         block_hashes: kept,
-                        medium: Some("GPU".into()),
+                        medium: Some(Medium::Gpu.as_str().into()),
                         group_idx: Some(0),
                         ..BlockRemoved::default()
                     })

@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 use super::core::SimCore;
 use super::error::SimError;
 use super::prompt::Prepared;
-use crate::{Admission, EngineError, RequestId, SimRequest, Ticket};
+use crate::{Admission, EngineError, KvSource, RequestId, SimRequest, Ticket};
 
 /// Aborts its request on drop unless finished; see the module docs.
 pub struct RequestGuard {
@@ -41,11 +41,13 @@ impl Drop for RequestGuard {
     }
 }
 
-/// Submits `p` and waits until it runs. The response can only start then:
-/// its headers carry the cached-token count, which admission decides.
+/// Submits `p`, whose prompt KV comes from `source`, and waits until it
+/// runs. The response can only start then: its headers carry the
+/// cached-token count, which admission decides.
 pub async fn admit(
     core: &Arc<SimCore>,
     p: &Prepared,
+    source: KvSource,
 ) -> Result<(RequestGuard, Admission), SimError> {
     let id = core.next_id();
     let req = SimRequest {
@@ -58,7 +60,7 @@ pub async fn admit(
     let submitted = {
         let mut st = core.lock();
         st.book.register(id, Arc::clone(&p.tokens), &p.hashes);
-        match st.engine.submit(req, now) {
+        match st.engine.submit_from(req, source, now) {
             Ok(Ticket::Admitted(a)) => Submitted::Running(a),
             Ok(Ticket::Queued { .. }) => {
                 let (tx, rx) = oneshot::channel();

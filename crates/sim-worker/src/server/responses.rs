@@ -115,13 +115,14 @@ pub fn done_chunk() -> Bytes {
     Bytes::from_static(b"data: [DONE]\n\n")
 }
 
-/// `usage`, with the prompt tokens the prefix cache served.
+/// `usage`, with the prompt tokens not computed (as vLLM counts them:
+/// prefix cache, CPU tier and a remote prefill's KV).
 pub fn usage(a: &Admission) -> Value {
     json!({
         "prompt_tokens": a.prompt_tokens,
         "total_tokens": a.prompt_tokens + a.output_tokens,
         "completion_tokens": a.output_tokens,
-        "prompt_tokens_details": {"cached_tokens": a.cached_tokens},
+        "prompt_tokens_details": {"cached_tokens": a.reported_cached_tokens()},
     })
 }
 

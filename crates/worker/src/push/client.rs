@@ -20,11 +20,11 @@ use super::retry::Backoff;
 use std::borrow::Cow;
 
 use super::wire::wire_blocks;
-use protocol::WorkerLoad;
 use protocol::family::FamilyBlock;
 use protocol::push::{
     EvictionBody, HeartbeatBody, HeartbeatReply, StoredBody, SyncBody, SyncReply,
 };
+use protocol::{WorkerLoad, WorkerRole};
 
 /// The most hashes the fleet accepts in one `stored`/`eviction` request.
 pub const FLEET_MAX_BATCH: usize = 65_536;
@@ -151,12 +151,25 @@ impl FleetClient {
         load: Option<WorkerLoad>,
         family_blocks: Option<usize>,
     ) -> Result<HeartbeatReply, PushError> {
+        self.heartbeat_as(who, load, family_blocks, None).await
+    }
+
+    /// [`heartbeat`](Self::heartbeat), also registering the worker's
+    /// prefill/decode `role` (`None`: not sent, which means both).
+    pub async fn heartbeat_as(
+        &self,
+        who: &WorkerIdentity,
+        load: Option<WorkerLoad>,
+        family_blocks: Option<usize>,
+        role: Option<WorkerRole>,
+    ) -> Result<HeartbeatReply, PushError> {
         let body = HeartbeatBody {
             worker_id: who.worker_id.as_str().into(),
             url: who.url.as_str().into(),
             model: Some(who.model.as_str().into()),
             load,
             family_blocks,
+            role,
         };
         let reply = self.send(self.post("heartbeat", &body)).await?;
         serde_json::from_value(reply).map_err(|e| PushError::Reply {

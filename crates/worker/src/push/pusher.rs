@@ -190,7 +190,7 @@ impl Worker {
         let family_blocks = self.config.family_blocks;
         match self
             .client
-            .heartbeat(&self.config.identity, load, family_blocks)
+            .heartbeat_as(&self.config.identity, load, family_blocks, self.config.role)
             .await
         {
             Ok(reply) => {
