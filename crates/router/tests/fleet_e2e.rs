@@ -142,7 +142,14 @@ async fn routers_agree_on_a_new_prefix_sent_concurrently() {
     // agreeing, not about spreading load. One prompt of whole blocks (token
     // ids): a follower adds no prefill to the first request's, so the
     // holder costs what a cold worker does, and at equal cost it wins.
-    let flags = router_flags(&["--epsilon", "100", "--queue-cost-tokens", "0"]);
+    let flags = router_flags(&[
+        "--epsilon",
+        "100",
+        "--queue-cost-tokens",
+        "0",
+        "--batch-cost-tokens",
+        "0",
+    ]);
     let a = RouterProcess::start(&f.valkey.url(), &flags).await;
     let b = RouterProcess::start(&f.valkey.url(), &flags).await;
     let ids: Vec<u32> = (0..320).map(|i| 1000 + i * 7).collect();

@@ -444,6 +444,7 @@ impl Fleet {
                     load_slack: 2,
                     tokens_per_queued_request: 100.0,
                     max_num_seqs: 256,
+                    tokens_per_running_request: 16.0,
                     kv_pressure_tokens: 0.0,
                     kv_pressure_from: 0.9,
                     stale_load: Duration::from_secs(10),

@@ -212,6 +212,7 @@ async fn concurrent_routers_agree_on_one_worker_for_a_new_prefix() {
         // at equal cost the holder wins.
         let mut p = params(320, 1000.0, i * 7919);
         p.tokens_per_queued_request = 0.0;
+        p.tokens_per_running_request = 0.0;
         tasks.push(tokio::spawn(async move {
             let o = s.route_and_claim(M, &c, &p, &[]).await.unwrap();
             o.lookup.workers[o.chosen.unwrap()].info.worker_id.clone()
@@ -432,23 +433,11 @@ async fn a_hot_prefix_stays_on_its_holders_until_their_load_says_otherwise() {
         assert_ne!(candidates(&o)[ranked[0]].worker_id, "w2");
         release(&s, &o).await;
     }
-    // Holders only decoding (a continuous batch admits the new request
-    // beside them): still a holder.
-    s.add_in_flight(M, "w0", 2).await.unwrap();
-    s.add_in_flight(M, "w1", 2).await.unwrap();
-    let o = s
-        .route_and_claim(M, &document, &params(tokens, 0.25, 1), &[])
-        .await
-        .unwrap();
-    assert_ne!(o.lookup.workers[o.chosen.unwrap()].info.worker_id, "w2");
-    release(&s, &o).await;
-    // Both holders busy prefilling other prompts: the guard spreads the
-    // document to the third.
-    for w in ["w0", "w1"] {
-        s.change_in_flight(M, w, InFlight::prefill_tokens(1000))
-            .await
-            .unwrap();
-    }
+    // Both holders running a request: the document, held by two of three,
+    // counts as cached on all, and the third, whose batch is empty, takes
+    // it.
+    s.add_in_flight(M, "w0", 1).await.unwrap();
+    s.add_in_flight(M, "w1", 1).await.unwrap();
     let o = s
         .route_and_claim(M, &document, &params(tokens, 0.25, 1), &[])
         .await
@@ -509,4 +498,39 @@ async fn tips_and_branch_points_between_anchors_are_credited() {
     let mut other = earlier[..13].to_vec();
     other.extend(chain(17, 8));
     assert_eq!(credited(&s, &other).await, (13, 13, 8));
+}
+
+/// Issue 13's defect: three requests in flight on the holder of a 1.5k-token
+/// prefix spilled it to a cold worker. Requests past their first token cost
+/// only their place in the batch; prefills queued there still spill it.
+#[tokio::test]
+async fn only_queued_prefill_spills_a_match() {
+    let v = Valkey::start();
+    let s = store(&v, "rs", "router-a", ttls());
+    s.router_lease(M, Duration::from_secs(120)).await.unwrap();
+    for i in 0..3 {
+        worker(&s, &format!("w{i}"), None).await;
+    }
+    let document = chain(96, 21);
+    s.stored(M, "w0", &document).await.unwrap();
+    let tokens = 96 * BS as u64 + 7;
+    s.add_in_flight(M, "w0", 3).await.unwrap();
+    let o = s
+        .route_and_claim(M, &document, &params(tokens, 0.25, 5), &[])
+        .await
+        .unwrap();
+    assert_eq!(o.lookup.workers[o.chosen.unwrap()].info.worker_id, "w0");
+    assert_eq!(o.prefill_tokens, 7, "only the partial last block is new");
+    release(&s, &o).await;
+    // 2,000 tokens of other prompts still prefilling there: a cold worker
+    // starts sooner.
+    s.change_in_flight(M, "w0", InFlight::prefill_tokens(2000))
+        .await
+        .unwrap();
+    let o = s
+        .route_and_claim(M, &document, &params(tokens, 0.25, 5), &[])
+        .await
+        .unwrap();
+    assert_ne!(o.lookup.workers[o.chosen.unwrap()].info.worker_id, "w0");
+    assert_eq!(o.prefill_tokens, tokens);
 }

@@ -6,12 +6,13 @@
 -- two are kept equal by tests/route_script.rs): among workers within the
 -- bounded load ceil((1+eps) * (total load + 1) / workers) + slack, the least
 -- estimated time to first token in tokens: uncached prompt tokens + the
--- prefill tokens routed to it and not yet past their first token + queued
--- requests x tokens_per_queued + KV pressure (a prefix most workers hold
--- counts as cached on all: the hotspot guard; at equal cost the deeper real
--- match first); else the least loaded. Queued: requests beyond max_num_seqs
--- (in flight, or running + waiting as reported), or the reported waiting
--- if more. Ties by `seed`
+-- prefill tokens routed to it and not yet past their first token + its
+-- batch x tokens_per_running + queued requests x tokens_per_queued + KV
+-- pressure (a prefix at least half the workers hold, two at least, counts
+-- as cached on all: the hotspot guard; at equal cost the deeper real match
+-- first); else the least loaded. Batch: the requests there (in flight, or
+-- running + waiting as reported, whichever is more) up to max_num_seqs;
+-- queued: those beyond it, or the reported waiting if more. Ties by `seed`
 -- (tie_break in lib_routing.lua: each worker equally likely among the tied).
 -- The chosen worker's uncached tokens are added to this router's prefill
 -- count for it (p<idx>:<router>); the router takes them off at the
@@ -24,7 +25,8 @@
 -- ARGV[12] = most blocks claimed in this call,
 -- ARGV[13] = load slack (requests always allowed on top of the bound),
 -- ARGV[14] = index stride S, ARGV[15] = blocks in the prompt's head (n),
--- ARGV[16] = the engines' max_num_seqs, ARGV[17] = n hints, then n pairs (worker id, blocks it holds beyond the
+-- ARGV[16] = the engines' max_num_seqs, ARGV[17] = tokens per request in
+-- the batch, ARGV[18] = n hints, then n pairs (worker id, blocks it holds beyond the
 -- head, from a read-only lookup of a longer chain), then m, then m worker
 -- ids: the only workers that may be chosen (a gateway's endpoint subset;
 -- m = 0: any), then the chain: the
@@ -50,8 +52,8 @@
 -- Complexity: O(workers x log indexed blocks + S + claimed blocks), plus
 -- creating the arguments: the indexed blocks and at most
 -- GAP_PROBE_BLOCKS first blocks.
-local nhints = tonumber(ARGV[17])
-local at = 18 + 2 * nhints
+local nhints = tonumber(ARGV[18])
+local at = 19 + 2 * nhints
 local nallowed = tonumber(ARGV[at])
 if not nallowed then return redis.error_reply('ERR the allowed workers must be counted after the hints') end
 local allowed = nil
@@ -70,7 +72,7 @@ local eps, per_queued = tonumber(ARGV[6]), tonumber(ARGV[7])
 local kv_tokens, kv_from = tonumber(ARGV[8]), tonumber(ARGV[9])
 local stale_ms, seed = tonumber(ARGV[10]), tonumber(ARGV[11])
 local stride, head = tonumber(ARGV[14]), tonumber(ARGV[15])
-local max_seqs = tonumber(ARGV[16])
+local max_seqs, per_running = tonumber(ARGV[16]), tonumber(ARGV[17])
 
 local view = routing_view(now, ARGV[2])
 local list = view.list
@@ -83,13 +85,13 @@ end
 probe_gaps(p, list, full, #chain / 8, head, stride)
 -- Per worker: its load (in flight, or the queue it reported if fresher and
 -- longer) and the blocks it is credited with: its own match (plus hints
--- beyond the head), or the depth a strict majority holds (at least two
--- workers), if deeper: the hotspot guard of shared_tokens() in
+-- beyond the head), or the depth at least half the workers hold (two at
+-- least), if deeper: the hotspot guard of shared_tokens() in
 -- cache_aware.rs.
 local hints = nhints > 0 and {} or nil
-for i = 18, at - 1, 2 do hints[ARGV[i]] = tonumber(ARGV[i + 1]) end
+for i = 19, at - 1, 2 do hints[ARGV[i]] = tonumber(ARGV[i + 1]) end
 -- Workers outside the allowed set take no part in the choice: not in the
--- load bound, the majority depth or the ranking (w.out, reset every call:
+-- load bound, the shared depth or the ranking (w.out, reset every call:
 -- the list is the view's cached parse).
 local n, total, depths = 0, 0, {}
 for _, w in ipairs(list) do
@@ -103,13 +105,14 @@ for _, w in ipairs(list) do
     if fresh and w.waiting > load then load = w.waiting end
     w.pressure_kv = fresh and w.kv or 0
     w.load, total = load, total + load
-    -- Requests waiting for a place in the batch (queued_requests() in
-    -- cache_aware.rs).
+    -- The batch, and the requests waiting for a place in it
+    -- (batch_requests() and queued_requests() in cache_aware.rs).
     local occupancy = w.inflight
     if fresh and w.waiting + w.running > occupancy then occupancy = w.waiting + w.running end
     local queued = occupancy - max_seqs
     if fresh and w.waiting > queued then queued = w.waiting end
     w.queued = math.max(queued, 0)
+    w.batch = math.min(occupancy, max_seqs)
     local credited = w.matched
     if credited == head and hints then
       credited = credited + (hints[id] or 0)
@@ -119,10 +122,10 @@ for _, w in ipairs(list) do
   end
 end
 local cap = math.ceil((1 + eps) * (total + 1) / math.max(n, 1)) + tonumber(ARGV[13])
-local shared, majority = 0, math.floor(n / 2) + 1
-if n >= 2 and #depths >= majority then
+local shared, half = 0, math.max(2, math.ceil(n / 2))
+if n >= 2 and #depths >= half then
   table.sort(depths, function(a, b) return a > b end)
-  shared = depths[majority]
+  shared = depths[half]
 end
 -- The least key (over bound?, cost, blocks it really holds, most first,
 -- tie-break), compared in order. The third key keeps a hot prefix on its
@@ -137,8 +140,8 @@ for i, w in ipairs(list) do
       local pressure = 0
       local kv = w.pressure_kv
       if kv > kv_from then pressure = (kv - kv_from) / math.max(1 - kv_from, 1e-9) * kv_tokens end
-      k1, k2, kh = 0, math.max(prompt - blocks * block_size, 0) + w.prefill + w.queued * per_queued + pressure,
-        -w.credited
+      k1, k2, kh = 0, math.max(prompt - blocks * block_size, 0) + w.prefill + w.batch * per_running
+        + w.queued * per_queued + pressure, -w.credited
     else
       k1, k2, kh = 1, w.load, 0
     end

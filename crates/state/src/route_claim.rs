@@ -36,6 +36,8 @@ pub struct RouteParams {
     /// The engines' `max_num_seqs`: requests beyond it wait for a place in
     /// the batch.
     pub max_num_seqs: u64,
+    /// Cost of each request in a worker's batch, in tokens.
+    pub tokens_per_running_request: f64,
     /// Cost of a full KV cache, in tokens.
     pub kv_pressure_tokens: f64,
     /// KV usage where the pressure starts.
@@ -108,6 +110,7 @@ impl StateStore {
             INDEX_STRIDE.to_string(),
             head.len().to_string(),
             params.max_num_seqs.to_string(),
+            params.tokens_per_running_request.to_string(),
             hints.len().to_string(),
         ];
         let hint_args: Vec<String> = hints

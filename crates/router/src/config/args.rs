@@ -104,6 +104,10 @@ pub struct ServeArgs {
     /// worker's queue for a place in the batch [default: 256].
     #[arg(long, env = "PREFIX_ROUTER_MAX_NUM_SEQS")]
     pub max_num_seqs: Option<u64>,
+    /// What each request in a worker's batch costs, in prompt tokens: a
+    /// larger batch makes every engine step longer [default: 16].
+    #[arg(long, env = "PREFIX_ROUTER_BATCH_COST_TOKENS")]
+    pub batch_cost_tokens: Option<f64>,
     /// A LoRA adapter `NAME=PATH` the engines serve for --model (repeatable):
     /// requests naming it are hashed with it, as vLLM does.
     #[arg(long = "lora", env = "PREFIX_ROUTER_LORAS", value_delimiter = ',')]

@@ -100,6 +100,8 @@ pub struct ServeConfig {
     pub queue_cost_tokens: f64,
     /// The engines' `max_num_seqs`.
     pub max_num_seqs: u64,
+    /// Cost of each request in a worker's batch, in prompt tokens.
+    pub batch_cost_tokens: f64,
     /// The endpoint picker's gRPC service, when run as `epp`.
     pub epp: Option<EppSettings>,
     /// The response cache; `None` when off.
@@ -324,16 +326,24 @@ impl ServeConfig {
             block_size,
             hash_seed,
             max_attempts: args.max_attempts.or(file.max_attempts).unwrap_or(3),
-            epsilon: args.epsilon.or(file.epsilon).unwrap_or(0.25),
-            queue_cost_tokens: args
-                .queue_cost_tokens
-                .or(file.queue_cost_tokens)
-                .unwrap_or(512.0),
+            epsilon: weight("epsilon", args.epsilon.or(file.epsilon).unwrap_or(0.25))?,
+            queue_cost_tokens: weight(
+                "queue-cost-tokens",
+                args.queue_cost_tokens
+                    .or(file.queue_cost_tokens)
+                    .unwrap_or(512.0),
+            )?,
             max_num_seqs: args
                 .max_num_seqs
                 .or(file.max_num_seqs)
                 .unwrap_or(256)
                 .max(1),
+            batch_cost_tokens: weight(
+                "batch-cost-tokens",
+                args.batch_cost_tokens
+                    .or(file.batch_cost_tokens)
+                    .unwrap_or(16.0),
+            )?,
             loras,
             models,
             scrape_metrics_interval: args.scrape_metrics_interval.or(file_duration(
@@ -379,8 +389,19 @@ impl std::fmt::Debug for ServeConfig {
             .field("epsilon", &self.epsilon)
             .field("queue_cost_tokens", &self.queue_cost_tokens)
             .field("max_num_seqs", &self.max_num_seqs)
+            .field("batch_cost_tokens", &self.batch_cost_tokens)
             .field("epp", &self.epp)
             .field("response_cache", &self.response_cache)
             .finish()
+    }
+}
+
+/// A routing weight: a finite number, zero or more (the routing script
+/// compares costs made of them; NaN would compare false everywhere).
+fn weight(flag: &str, v: f64) -> anyhow::Result<f64> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(v)
+    } else {
+        bail!("--{flag} must be a finite number, zero or more; got {v}")
     }
 }

@@ -24,6 +24,10 @@ pub struct CacheAwareConfig {
     /// The engines' `max_num_seqs`: the batch a worker runs; requests
     /// beyond it queue.
     pub max_num_seqs: u64,
+    /// Cost of each request in a worker's batch, in prompt tokens: a larger
+    /// batch makes each engine step, prefills included, a little longer.
+    /// Small; it mostly orders workers whose caches tie, by occupancy.
+    pub tokens_per_running_request: f64,
     /// Extra cost, in tokens, at a full KV cache (scaled by usage above
     /// `kv_pressure_from`): a nearly full cache evicts what we route for.
     pub kv_pressure_tokens: f64,
@@ -38,6 +42,7 @@ impl Default for CacheAwareConfig {
             load_slack: DEFAULT_LOAD_SLACK,
             tokens_per_queued_request: 512.0,
             max_num_seqs: 256,
+            tokens_per_running_request: 16.0,
             kv_pressure_tokens: 2048.0,
             kv_pressure_from: 0.9,
         }
@@ -55,6 +60,7 @@ impl CacheAwareConfig {
             load_slack: self.load_slack,
             tokens_per_queued_request: self.tokens_per_queued_request,
             max_num_seqs: self.max_num_seqs,
+            tokens_per_running_request: self.tokens_per_running_request,
             kv_pressure_tokens: self.kv_pressure_tokens,
             kv_pressure_from: self.kv_pressure_from,
             stale_load: STALE_LOAD,
@@ -67,22 +73,24 @@ impl CacheAwareConfig {
 /// token, in prompt tokens: the part of the prompt they would prefill, plus
 /// the prefills ahead of it (the uncached tokens of requests sent there and
 /// not yet past their first token: an engine's prefill throughput is
-/// shared, so they delay this one's first token), plus the wait of requests
-/// queued beyond the batch (`max_num_seqs`), plus a penalty near a full KV
-/// cache. Requests that are only decoding cost nothing: continuous batching
-/// admits a new request beside them. So the deepest match wins unless the
-/// prefills queued before it cost more than the match saves. Workers over
-/// the bound come last, by load. Equal costs (a miss on an idle fleet) are
-/// broken at random, never "always the first worker".
+/// shared, so they delay this one's first token), plus a little per request
+/// in its batch (a larger batch makes every engine step longer), plus the
+/// wait of requests queued beyond the batch (`max_num_seqs`), plus a penalty
+/// near a full KV cache. Requests that are only decoding cost little:
+/// continuous batching admits a new request beside them. So the deepest
+/// match wins unless the prefills queued before it cost more than the match
+/// saves. Workers over the bound come last, by load. Equal costs (a miss on
+/// an idle fleet) are broken at random, never "always the first worker".
 ///
-/// Hotspot guard: a prefix that a majority of the workers already hold (a
-/// global system prompt) is counted as cached on every worker
-/// ([`shared_tokens`]). Otherwise, at a load too light for the bound to
-/// spill, the workers that do not hold it yet would never be chosen: their
-/// one prefill of it is not worth a queued request, so the prefix would stay
-/// on the majority and the rest of the fleet would idle. At equal cost a
-/// holder still wins, so the prefix spreads only when the holders' load
-/// makes them dearer, not at random on an idle fleet.
+/// Hotspot guard: a prefix that at least half of the workers (two at least)
+/// already hold (a global system prompt) is counted as cached on every
+/// worker ([`shared_tokens`]), so it spreads by occupancy. Otherwise, at a
+/// load too light for the bound to spill, the workers that do not hold it
+/// yet would never be chosen: their one prefill of it costs more than the
+/// holders' batches, so the prefix would stay where it is and the rest of
+/// the fleet would idle. At equal cost a holder still wins, so the prefix
+/// spreads only when the holders' load makes them dearer, not at random on
+/// an idle fleet.
 #[derive(Debug, Clone)]
 pub struct CacheAware {
     config: CacheAwareConfig,
@@ -106,14 +114,27 @@ impl CacheAware {
         let cached = c.cached_tokens.max(shared);
         let uncached = request.prompt_tokens.saturating_sub(cached) as f64;
         let queue = queued_requests(c, cfg.max_num_seqs) as f64 * cfg.tokens_per_queued_request;
+        let batch = batch_requests(c, cfg.max_num_seqs) as f64 * cfg.tokens_per_running_request;
         let pressure = if c.kv_usage > cfg.kv_pressure_from {
             (c.kv_usage - cfg.kv_pressure_from) / (1.0 - cfg.kv_pressure_from).max(f64::EPSILON)
                 * cfg.kv_pressure_tokens
         } else {
             0.0
         };
-        uncached + c.prefill_tokens as f64 + queue + pressure
+        uncached + c.prefill_tokens as f64 + batch + queue + pressure
     }
+}
+
+/// The requests at `c` (in flight, or running and waiting as it reported,
+/// whichever is more).
+fn occupancy(c: &Candidate) -> u64 {
+    c.in_flight.max(c.running.saturating_add(c.waiting))
+}
+
+/// The requests in `c`'s batch: at most `max_num_seqs` of those there.
+/// route.lua computes the same.
+pub fn batch_requests(c: &Candidate, max_num_seqs: u64) -> u64 {
+    occupancy(c).min(max_num_seqs)
 }
 
 /// Requests waiting at `c` for a place in its batch of `max_num_seqs`: those
@@ -121,8 +142,7 @@ impl CacheAware {
 /// as it reported, whichever is more), or the waiting it reported if more.
 /// route.lua computes the same.
 pub fn queued_requests(c: &Candidate, max_num_seqs: u64) -> u64 {
-    let occupancy = c.in_flight.max(c.running.saturating_add(c.waiting));
-    occupancy.saturating_sub(max_num_seqs).max(c.waiting)
+    occupancy(c).saturating_sub(max_num_seqs).max(c.waiting)
 }
 
 impl CacheAware {
@@ -157,11 +177,11 @@ impl Policy for CacheAware {
     }
 }
 
-/// The cached prefix a strict majority of the candidates (at least two)
-/// hold: the ⌊n/2⌋+1-th largest cached length; 0 with fewer than two
+/// The cached prefix at least half of the candidates (two at least) hold:
+/// the max(2, ⌈n/2⌉)-th largest cached length; 0 with fewer than two
 /// candidates. route.lua computes the same.
 pub fn shared_tokens(candidates: &[Candidate]) -> u64 {
-    let k = candidates.len() / 2 + 1;
+    let k = candidates.len().div_ceil(2).max(2);
     if candidates.len() < 2 {
         return 0;
     }
@@ -280,7 +300,7 @@ mod tests {
     }
 
     #[test]
-    fn a_prefix_most_workers_hold_counts_as_cached_on_all() {
+    fn a_prefix_half_the_workers_hold_counts_as_cached_on_all() {
         // Three of four hold the 2,048-token system prompt, each prefilling
         // a question; the fourth is idle. Without the guard its prefill of
         // the prompt outweighs their questions.
@@ -292,15 +312,37 @@ mod tests {
         ];
         assert_eq!(shared_tokens(&c), 2048);
         assert_eq!(ids(&c, policy().rank(&req(2100), &c))[0], "new");
-        // Held by two of four: not a majority, locality wins.
+        // Held by two of four, each running a request: half, so it spreads
+        // to the idle ones, by their batches.
         let c = vec![
             cand("a", 2048, 1),
             cand("b", 2048, 1),
             cand("c", 0, 0),
+            cand("d", 0, 1),
+        ];
+        assert_eq!(shared_tokens(&c), 2048);
+        assert_eq!(ids(&c, policy().rank(&req(2100), &c))[0], "c");
+        // On an idle fleet a holder still wins.
+        let c = vec![
+            cand("a", 2048, 0),
+            cand("b", 2048, 0),
+            cand("c", 0, 0),
+            cand("d", 0, 0),
+        ];
+        assert!(["a", "b"].contains(&ids(&c, policy().rank(&req(2100), &c))[0].as_str()));
+        // Held by one of four, or by two of five: not shared, locality wins.
+        let c = vec![
+            cand("a", 2048, 1),
+            cand("b", 0, 0),
+            cand("c", 0, 0),
             cand("d", 0, 0),
         ];
         assert_eq!(shared_tokens(&c), 0);
-        assert!(["a", "b"].contains(&ids(&c, policy().rank(&req(2100), &c))[0].as_str()));
+        assert_eq!(ids(&c, policy().rank(&req(2100), &c))[0], "a");
+        let mut five = c.clone();
+        five[1].cached_tokens = 2048;
+        five.push(cand("e", 0, 0));
+        assert_eq!(shared_tokens(&five), 0);
         // One worker alone never makes a prefix shared.
         assert_eq!(shared_tokens(&[cand("a", 2048, 1)]), 0);
         assert_eq!(shared_tokens(&[cand("a", 2048, 1), cand("b", 0, 0)]), 0);
