@@ -76,6 +76,7 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
         tokens_per_queued_request: cfg.queue_cost_tokens,
         max_num_seqs: cfg.max_num_seqs,
         tokens_per_running_request: cfg.batch_cost_tokens,
+        uncached_weight: cfg.uncached_weight,
         ..CacheAwareConfig::default()
     };
     let policy = policy_by_name(&cfg.policy, cache_aware)

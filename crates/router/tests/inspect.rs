@@ -445,6 +445,7 @@ impl Fleet {
                     tokens_per_queued_request: 100.0,
                     max_num_seqs: 256,
                     tokens_per_running_request: 16.0,
+                    uncached_weight: 1.0,
                     kv_pressure_tokens: 0.0,
                     kv_pressure_from: 0.9,
                     stale_load: Duration::from_secs(10),
@@ -623,6 +624,18 @@ async fn each_corruption_fails_the_check_by_name() {
             "inflight-of-unknown-incarnation",
             Box::new(|v, _, _| {
                 let _: () = raw(v, &["HSET", &key("view"), "97:router-z", "2"]);
+            }),
+        ),
+        (
+            "inflight-of-unknown-incarnation",
+            Box::new(|v, _, _| {
+                let _: () = raw(v, &["HSET", &key("view"), "p97:router-z", "500"]);
+            }),
+        ),
+        (
+            "bad-view-field",
+            Box::new(|v, w0, _| {
+                let _: () = raw(v, &["HSET", &key("view"), &format!("p{w0}:router-a"), "-3"]);
             }),
         ),
         (

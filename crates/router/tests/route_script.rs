@@ -139,7 +139,8 @@ fn the_scripts_choice_is_the_rust_policys_choice() {
     };
     proptest!(cfg, |(workers in prop::collection::vec(spec(), 1..5), prompt_blocks in 1..48u64,
                      eps in prop::sample::select(vec![0.0, 0.25, 1.0]), seed in 0..1_000_003u32,
-                     subset in prop::option::of(1..16u32), max_seqs in prop::sample::select(vec![1u64, 3, 256]))| {
+                     subset in prop::option::of(1..16u32), max_seqs in prop::sample::select(vec![1u64, 3, 256]),
+                     uncached_weight in prop::sample::select(vec![1.0, 1.5, 2.0]))| {
         rt.block_on(async {
             let _: () = redis::cmd("FLUSHALL").query(&mut v.conn()).unwrap();
             let s = store(&v, "rs", "router-a", ttls());
@@ -161,7 +162,7 @@ fn the_scripts_choice_is_the_rust_policys_choice() {
                 .filter(|i| subset.is_some_and(|m| m & (1 << i) != 0))
                 .map(|i| format!("w{i}"))
                 .collect();
-            let cfg = config(eps, max_seqs);
+            let cfg = CacheAwareConfig { uncached_weight, ..config(eps, max_seqs) };
             let o = s
                 .route_and_claim_within(M, &c, &cfg.route_params(prompt_tokens, BS, seed), &[], &allowed)
                 .await
@@ -522,9 +523,9 @@ async fn only_queued_prefill_spills_a_match() {
     assert_eq!(o.lookup.workers[o.chosen.unwrap()].info.worker_id, "w0");
     assert_eq!(o.prefill_tokens, 7, "only the partial last block is new");
     release(&s, &o).await;
-    // 2,000 tokens of other prompts still prefilling there: a cold worker
-    // starts sooner.
-    s.change_in_flight(M, "w0", InFlight::prefill_tokens(2000))
+    // 6,000 tokens of other prompts still prefilling there: more than a
+    // cold worker's prefill of the whole prompt at weight 3 (4,629).
+    s.change_in_flight(M, "w0", InFlight::prefill_tokens(6000))
         .await
         .unwrap();
     let o = s

@@ -1,14 +1,14 @@
 -- route.lua: the routing step in one atomic call: match the chain against
 -- every live worker, choose one, claim its unheld blocks, count the request.
 -- Routers that see the same new prefix at the same instant are serialised
--- here, so the second sees the first's claim and follows it.
+-- here, so the second sees the first's claim (and its queued prefill).
 -- The choice is the cache_aware policy of src/routing/cache_aware.rs (the
 -- two are kept equal by tests/route_script.rs): among workers within the
 -- bounded load ceil((1+eps) * (total load + 1) / workers) + slack, the least
--- estimated time to first token in tokens: uncached prompt tokens + the
--- prefill tokens routed to it and not yet past their first token + its
--- batch x tokens_per_running + queued requests x tokens_per_queued + KV
--- pressure (a prefix at least half the workers hold, two at least, counts
+-- estimated time to first token in tokens: uncached prompt tokens (x their
+-- weight: a prefill delays later requests too) + the prefill tokens routed
+-- to it and not yet past their first token + its batch x tokens_per_running
+-- + queued requests x tokens_per_queued + KV pressure (a prefix at least half the workers hold, two at least, counts
 -- as cached on all: the hotspot guard; at equal cost the deeper real match
 -- first); else the least loaded. Batch: the requests there (in flight, or
 -- running + waiting as reported, whichever is more) up to max_num_seqs;
@@ -26,7 +26,8 @@
 -- ARGV[13] = load slack (requests always allowed on top of the bound),
 -- ARGV[14] = index stride S, ARGV[15] = blocks in the prompt's head (n),
 -- ARGV[16] = the engines' max_num_seqs, ARGV[17] = tokens per request in
--- the batch, ARGV[18] = n hints, then n pairs (worker id, blocks it holds beyond the
+-- the batch, ARGV[18] = weight of the request's own uncached tokens,
+-- ARGV[19] = n hints, then n pairs (worker id, blocks it holds beyond the
 -- head, from a read-only lookup of a longer chain), then m, then m worker
 -- ids: the only workers that may be chosen (a gateway's endpoint subset;
 -- m = 0: any), then the chain: the
@@ -52,8 +53,8 @@
 -- Complexity: O(workers x log indexed blocks + S + claimed blocks), plus
 -- creating the arguments: the indexed blocks and at most
 -- GAP_PROBE_BLOCKS first blocks.
-local nhints = tonumber(ARGV[18])
-local at = 19 + 2 * nhints
+local nhints = tonumber(ARGV[19])
+local at = 20 + 2 * nhints
 local nallowed = tonumber(ARGV[at])
 if not nallowed then return redis.error_reply('ERR the allowed workers must be counted after the hints') end
 local allowed = nil
@@ -72,7 +73,7 @@ local eps, per_queued = tonumber(ARGV[6]), tonumber(ARGV[7])
 local kv_tokens, kv_from = tonumber(ARGV[8]), tonumber(ARGV[9])
 local stale_ms, seed = tonumber(ARGV[10]), tonumber(ARGV[11])
 local stride, head = tonumber(ARGV[14]), tonumber(ARGV[15])
-local max_seqs, per_running = tonumber(ARGV[16]), tonumber(ARGV[17])
+local max_seqs, per_running, per_uncached = tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[18])
 
 local view = routing_view(now, ARGV[2])
 local list = view.list
@@ -89,7 +90,7 @@ probe_gaps(p, list, full, #chain / 8, head, stride)
 -- least), if deeper: the hotspot guard of shared_tokens() in
 -- cache_aware.rs.
 local hints = nhints > 0 and {} or nil
-for i = 19, at - 1, 2 do hints[ARGV[i]] = tonumber(ARGV[i + 1]) end
+for i = 20, at - 1, 2 do hints[ARGV[i]] = tonumber(ARGV[i + 1]) end
 -- Workers outside the allowed set take no part in the choice: not in the
 -- load bound, the shared depth or the ranking (w.out, reset every call:
 -- the list is the view's cached parse).
@@ -140,7 +141,7 @@ for i, w in ipairs(list) do
       local pressure = 0
       local kv = w.pressure_kv
       if kv > kv_from then pressure = (kv - kv_from) / math.max(1 - kv_from, 1e-9) * kv_tokens end
-      k1, k2, kh = 0, math.max(prompt - blocks * block_size, 0) + w.prefill + w.batch * per_running
+      k1, k2, kh = 0, math.max(prompt - blocks * block_size, 0) * per_uncached + w.prefill + w.batch * per_running
         + w.queued * per_queued + pressure, -w.credited
     else
       k1, k2, kh = 1, w.load, 0

@@ -1,6 +1,7 @@
 //! What every part of a sharded model must see of a request, batched: the
 //! in-flight changes of the parts that did not route it, and the load a
-//! worker reported. One call per request and part would cost each primary
+//! worker reported. Also, in any model, the end of requests' prefills
+//! (their tokens taken off at the first response byte). One call per request and part would cost each primary
 //! about 0.2 ms per request of the whole fleet (docs/capacity.md); here
 //! each part gets one `inflight.lua` and one `load.lua` call per
 //! [`FLUSH_EVERY`], carrying every worker's net change.

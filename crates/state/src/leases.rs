@@ -309,7 +309,9 @@ impl StateStore {
 
     /// Adds `delta` to this router's in-flight gauges for a worker (in
     /// every part of the model): its requests and their prefill tokens.
-    /// Returns this router's new request count (0 for a sharded model).
+    /// Returns this router's new request count (0 for a sharded model, and
+    /// for a change of prefill tokens alone: both go out in the next batch,
+    /// within 10 ms).
     pub async fn change_in_flight(
         &self,
         model: &str,
@@ -334,7 +336,11 @@ impl StateStore {
         check_name("worker_id", worker_id)?;
         let parts = self.parts(model)?;
         let new_request = delta.requests > 0;
-        if parts.len() == 1 {
+        // A prefill's end (tokens only, taken off at a response's first
+        // byte) can wait for the next batch: one call per flush instead of
+        // one per request.
+        let prefill_done = delta.requests == 0 && delta.prefill_tokens < 0;
+        if parts.len() == 1 && !prefill_done {
             // Unsharded: at once, unless the routing call already counted it.
             let mut n = 0;
             if Some(parts[0].as_str()) != skip {
@@ -345,8 +351,9 @@ impl StateStore {
             }
             return Ok(n);
         }
-        // A sharded model: batched per part (fan_out). A release counts in
-        // the ledger at once, an increment once its batch is sent.
+        // A sharded model, or a prefill's end: batched per part (fan_out).
+        // A release counts in the ledger at once, an increment once its
+        // batch is sent.
         for part in parts.iter().filter(|p| Some(p.as_str()) != skip) {
             self.inner.ledger.add(part, worker_id, delta.decrease());
             self.queue_in_flight(part, worker_id, delta);

@@ -38,6 +38,8 @@ pub struct RouteParams {
     pub max_num_seqs: u64,
     /// Cost of each request in a worker's batch, in tokens.
     pub tokens_per_running_request: f64,
+    /// Weight of the request's own uncached tokens.
+    pub uncached_weight: f64,
     /// Cost of a full KV cache, in tokens.
     pub kv_pressure_tokens: f64,
     /// KV usage where the pressure starts.
@@ -111,6 +113,7 @@ impl StateStore {
             head.len().to_string(),
             params.max_num_seqs.to_string(),
             params.tokens_per_running_request.to_string(),
+            params.uncached_weight.to_string(),
             hints.len().to_string(),
         ];
         let hint_args: Vec<String> = hints

@@ -108,6 +108,11 @@ pub struct ServeArgs {
     /// larger batch makes every engine step longer [default: 16].
     #[arg(long, env = "PREFIX_ROUTER_BATCH_COST_TOKENS")]
     pub batch_cost_tokens: Option<f64>,
+    /// Weight of a request's own uncached tokens against the prefills
+    /// queued before it: a prefill also delays the requests that come
+    /// after it to the same worker [default: 3].
+    #[arg(long, env = "PREFIX_ROUTER_UNCACHED_WEIGHT")]
+    pub uncached_weight: Option<f64>,
     /// A LoRA adapter `NAME=PATH` the engines serve for --model (repeatable):
     /// requests naming it are hashed with it, as vLLM does.
     #[arg(long = "lora", env = "PREFIX_ROUTER_LORAS", value_delimiter = ',')]

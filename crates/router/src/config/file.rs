@@ -50,6 +50,7 @@ pub(super) struct FileConfig {
     pub(super) queue_cost_tokens: Option<f64>,
     pub(super) max_num_seqs: Option<u64>,
     pub(super) batch_cost_tokens: Option<f64>,
+    pub(super) uncached_weight: Option<f64>,
     #[serde(default)]
     pub(super) loras: Vec<String>,
     pub(super) scrape_metrics_interval: Option<String>,

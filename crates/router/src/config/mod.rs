@@ -102,6 +102,8 @@ pub struct ServeConfig {
     pub max_num_seqs: u64,
     /// Cost of each request in a worker's batch, in prompt tokens.
     pub batch_cost_tokens: f64,
+    /// Weight of a request's own uncached tokens.
+    pub uncached_weight: f64,
     /// The endpoint picker's gRPC service, when run as `epp`.
     pub epp: Option<EppSettings>,
     /// The response cache; `None` when off.
@@ -344,6 +346,10 @@ impl ServeConfig {
                     .or(file.batch_cost_tokens)
                     .unwrap_or(16.0),
             )?,
+            uncached_weight: weight(
+                "uncached-weight",
+                args.uncached_weight.or(file.uncached_weight).unwrap_or(3.0),
+            )?,
             loras,
             models,
             scrape_metrics_interval: args.scrape_metrics_interval.or(file_duration(
@@ -390,6 +396,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("queue_cost_tokens", &self.queue_cost_tokens)
             .field("max_num_seqs", &self.max_num_seqs)
             .field("batch_cost_tokens", &self.batch_cost_tokens)
+            .field("uncached_weight", &self.uncached_weight)
             .field("epp", &self.epp)
             .field("response_cache", &self.response_cache)
             .finish()

@@ -6,7 +6,8 @@ use serde_json::{Value, json};
 use super::candidates::targets;
 use super::{Endpoint, Proxy, ProxyError};
 use crate::routing::{
-    CacheAware, Candidate, RouteRequest, capacity, queued_requests, shared_tokens, within,
+    CacheAware, Candidate, RouteRequest, batch_requests, capacity, queued_requests, shared_tokens,
+    within,
 };
 
 impl Proxy {
@@ -52,6 +53,7 @@ impl Proxy {
                     "matched_tokens": c.cached_tokens,
                     "in_flight": c.in_flight,
                     "prefill_tokens": c.prefill_tokens,
+                    "batch": batch_requests(c, cfg.max_num_seqs),
                     "queued": queued_requests(c, cfg.max_num_seqs),
                     "waiting": c.waiting,
                     "running": c.running,

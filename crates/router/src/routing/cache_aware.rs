@@ -28,6 +28,10 @@ pub struct CacheAwareConfig {
     /// batch makes each engine step, prefills included, a little longer.
     /// Small; it mostly orders workers whose caches tie, by occupancy.
     pub tokens_per_running_request: f64,
+    /// Weight of the request's own uncached tokens against the prefills
+    /// queued before it: above 1, a prefill also counts for the work it adds
+    /// to the worker, which delays every later request there.
+    pub uncached_weight: f64,
     /// Extra cost, in tokens, at a full KV cache (scaled by usage above
     /// `kv_pressure_from`): a nearly full cache evicts what we route for.
     pub kv_pressure_tokens: f64,
@@ -43,6 +47,7 @@ impl Default for CacheAwareConfig {
             tokens_per_queued_request: 512.0,
             max_num_seqs: 256,
             tokens_per_running_request: 16.0,
+            uncached_weight: 3.0,
             kv_pressure_tokens: 2048.0,
             kv_pressure_from: 0.9,
         }
@@ -61,6 +66,7 @@ impl CacheAwareConfig {
             tokens_per_queued_request: self.tokens_per_queued_request,
             max_num_seqs: self.max_num_seqs,
             tokens_per_running_request: self.tokens_per_running_request,
+            uncached_weight: self.uncached_weight,
             kv_pressure_tokens: self.kv_pressure_tokens,
             kv_pressure_from: self.kv_pressure_from,
             stale_load: STALE_LOAD,
@@ -70,7 +76,10 @@ impl CacheAwareConfig {
 }
 
 /// Ranks workers within the load bound by an estimate of time to first
-/// token, in prompt tokens: the part of the prompt they would prefill, plus
+/// token, in prompt tokens: the part of the prompt they would prefill
+/// (weighed [`uncached_weight`](CacheAwareConfig::uncached_weight): it
+/// delays the requests after it there too, so a hit is worth more than
+/// this request's own first token), plus
 /// the prefills ahead of it (the uncached tokens of requests sent there and
 /// not yet past their first token: an engine's prefill throughput is
 /// shared, so they delay this one's first token), plus a little per request
@@ -112,7 +121,7 @@ impl CacheAware {
     pub fn cost(&self, request: &RouteRequest, c: &Candidate, shared: u64) -> f64 {
         let cfg = &self.config;
         let cached = c.cached_tokens.max(shared);
-        let uncached = request.prompt_tokens.saturating_sub(cached) as f64;
+        let uncached = request.prompt_tokens.saturating_sub(cached) as f64 * cfg.uncached_weight;
         let queue = queued_requests(c, cfg.max_num_seqs) as f64 * cfg.tokens_per_queued_request;
         let batch = batch_requests(c, cfg.max_num_seqs) as f64 * cfg.tokens_per_running_request;
         let pressure = if c.kv_usage > cfg.kv_pressure_from {
@@ -214,7 +223,8 @@ mod tests {
 
     #[test]
     fn the_deepest_match_wins_at_equal_load() {
-        // Four workers, so that no prefix here is held by a majority.
+        // The first 1,024 tokens, held by two of four, count as cached on
+        // all (the guard); at equal cost the real holder comes first.
         let c = vec![
             cand("a", 0, 1),
             cand("b", 4096, 1),
@@ -233,16 +243,17 @@ mod tests {
 
     #[test]
     fn a_match_is_weighed_against_the_prefills_in_front_of_it() {
-        // 1,024 cached tokens are worth less than 1,100 tokens of other
-        // prompts still prefilling there, more than 900.
+        // 1,024 cached tokens of 1,100, at weight 3, are worth 3,072 tokens
+        // of other prompts still prefilling there: less than 3,300, more
+        // than 2,800.
         let c = vec![
-            prefilling("hot", 1024, 2, 1100),
+            prefilling("hot", 1024, 2, 3300),
             cand("idle", 0, 0),
             prefilling("x", 0, 3, 500),
         ];
         assert_eq!(ids(&c, policy().rank(&req(1100), &c))[0], "idle");
         let c = vec![
-            prefilling("hot", 1024, 2, 900),
+            prefilling("hot", 1024, 2, 2800),
             cand("idle", 0, 0),
             cand("x", 0, 1),
         ];
@@ -260,24 +271,33 @@ mod tests {
     #[test]
     fn requests_beyond_the_batch_queue() {
         // A batch of 4: the fifth and later requests wait for a place, each
-        // worth 512 tokens; in flight or as the worker reports it.
+        // worth 512 tokens; in flight or as the worker reports it. (No load
+        // bound here: it would rule the busy worker out anyway.)
         let cfg = CacheAwareConfig {
             max_num_seqs: 4,
+            epsilon: 100.0,
             ..CacheAwareConfig::default()
         };
         let p = CacheAware::new(cfg);
         let c = vec![
-            cand("hot", 1024, 7),
+            cand("hot", 1024, 12),
             cand("idle", 0, 0),
             prefilling("x", 0, 1, 300),
         ];
-        assert_eq!(queued_requests(&c[0], 4), 3);
+        assert_eq!(queued_requests(&c[0], 4), 8);
+        assert_eq!(batch_requests(&c[0], 4), 4);
         assert_eq!(ids(&c, p.rank(&req(1100), &c))[0], "idle");
+        let c = vec![
+            cand("hot", 1024, 5),
+            cand("idle", 0, 0),
+            prefilling("x", 0, 1, 300),
+        ];
+        assert_eq!(ids(&c, p.rank(&req(1100), &c))[0], "hot");
         let mut reported = cand("hot", 512, 0);
         reported.running = 4;
-        reported.waiting = 2;
-        assert_eq!(queued_requests(&reported, 4), 2);
-        assert_eq!(queued_requests(&reported, 256), 2);
+        reported.waiting = 5;
+        assert_eq!(queued_requests(&reported, 4), 5);
+        assert_eq!(queued_requests(&reported, 256), 5);
         let c = vec![reported, cand("idle", 0, 0), prefilling("x", 0, 1, 300)];
         assert_eq!(ids(&c, p.rank(&req(1100), &c))[0], "idle");
     }

@@ -13,7 +13,9 @@ mod power_of_two;
 mod round_robin;
 
 pub use bounded_load::{DEFAULT_LOAD_SLACK, capacity, within};
-pub use cache_aware::{CacheAware, CacheAwareConfig, STALE_LOAD, queued_requests, shared_tokens};
+pub use cache_aware::{
+    CacheAware, CacheAwareConfig, STALE_LOAD, batch_requests, queued_requests, shared_tokens,
+};
 pub use consistent_hash::ConsistentHash;
 pub use least_loaded::LeastLoaded;
 pub use power_of_two::PowerOfTwo;
