@@ -64,6 +64,11 @@ const SIM_FLAGS: [&str; 4] = ["--num-blocks", "24", "--time-scale", "0.02"];
 /// A vLLM-like engine: serves HTTP and publishes KV events on fixed ports
 /// (a restarted one is found at the same addresses), pushes nothing.
 fn engine(worker: &str, ports: (u16, u16, u16)) -> Sim {
+    engine_with(worker, ports, &[])
+}
+
+/// [`engine`] with `extra` flags.
+fn engine_with(worker: &str, ports: (u16, u16, u16), extra: &[&str]) -> Sim {
     let (kv, replay) = (
         format!("tcp://127.0.0.1:{}", ports.0),
         format!("tcp://127.0.0.1:{}", ports.1),
@@ -71,6 +76,7 @@ fn engine(worker: &str, ports: (u16, u16, u16)) -> Sim {
     let http_port = ports.2.to_string();
     let mut flags = vec!["--worker-id", worker, "--port", &http_port];
     flags.extend(SIM_FLAGS);
+    flags.extend(extra);
     flags.extend([
         "--kv-events-endpoint",
         &kv,
@@ -269,4 +275,32 @@ async fn the_fleets_state_equals_every_workers_cache_through_faults() {
     ] {
         converged(&valkey, worker, sim, "at the end").await;
     }
+}
+
+/// An engine offloading to a CPU tier (vLLM's offloading connector): it
+/// stores a copy on the CPU, without tokens, before the GPU evicts the
+/// block. The reporter keeps the block held while any medium holds it, so
+/// the fleet still routes to a prefix that lives only on the CPU tier.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocks_offloaded_to_the_cpu_tier_stay_in_the_index() {
+    let valkey = Valkey::start();
+    let mut a = args();
+    a.model = Some(MODEL.into());
+    a.tokenizer_dir = Some(tokenizer_dir());
+    let router = Router::start(&valkey.url(), a).await;
+    let ports = (free_port(), free_port(), free_port());
+    let sim = engine_with("zmq-cpu", ports, &["--cpu-blocks", "64"]);
+    let _reporter = Reporter::start("zmq-cpu", &sim, &router, ports);
+    serve(&sim, &["alpha", "beta", "gamma", "delta"]).await;
+    let held = converged(&valkey, "zmq-cpu", &sim, "after offloading").await;
+    let on_cpu = harness::hex_set(&sim.state().await["cpu_hashes"]);
+    assert!(
+        !on_cpu.is_empty(),
+        "the GPU evicted nothing to the CPU tier"
+    );
+    let indexed_on_cpu: BTreeSet<&String> = on_cpu.intersection(&held).collect();
+    assert!(
+        !indexed_on_cpu.is_empty(),
+        "no indexed block lives only on the CPU tier"
+    );
 }

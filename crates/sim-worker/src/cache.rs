@@ -377,7 +377,7 @@ impl PrefixCache {
 
     fn emit_on(&mut self, medium: Medium, event: CacheEvent) {
         if let Some(replay) = &mut self.audit
-            && let Err(err) = replay.apply(&event)
+            && let Err(err) = replay.apply_on(medium, &event)
         {
             self.audit_error.get_or_insert(err);
         }

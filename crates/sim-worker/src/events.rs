@@ -88,11 +88,12 @@ pub enum ReplayError {
 }
 
 /// The set of cached hashes as seen by an event subscriber: starts empty and
-/// applies events strictly. Used to audit the cache's event stream, and
-/// usable by anything that consumes [`CacheEvent`]s.
+/// applies events strictly, per medium (a block moved to the CPU tier is
+/// stored there before it leaves the GPU). Used to audit the cache's event
+/// stream, and usable by anything that consumes [`CacheEvent`]s.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CacheReplay {
-    hashes: HashSet<BlockHash>,
+    held: HashSet<(Medium, BlockHash)>,
 }
 
 impl CacheReplay {
@@ -101,51 +102,58 @@ impl CacheReplay {
         Self::default()
     }
 
-    /// Applies one event. On an inconsistent event the set is still updated
-    /// as far as possible (a stored hash is present, a removed one absent)
-    /// and the first inconsistency is returned.
+    /// Applies one event of the GPU tier (see [`apply_on`](Self::apply_on)).
     pub fn apply(&mut self, event: &CacheEvent) -> Result<(), ReplayError> {
+        self.apply_on(Medium::Gpu, event)
+    }
+
+    /// Applies one event of `medium`. On an inconsistent event the set is
+    /// still updated as far as possible (a stored hash is present, a
+    /// removed one absent) and the first inconsistency is returned.
+    /// `Cleared` empties every medium.
+    pub fn apply_on(&mut self, medium: Medium, event: &CacheEvent) -> Result<(), ReplayError> {
         let mut first_error = None;
         match event {
             CacheEvent::Stored { hashes, .. } => {
                 for &h in hashes {
-                    if !self.hashes.insert(h) && first_error.is_none() {
+                    if !self.held.insert((medium, h)) && first_error.is_none() {
                         first_error = Some(ReplayError::AlreadyStored(h));
                     }
                 }
             }
             CacheEvent::Removed { hashes, .. } => {
-                for h in hashes {
-                    if !self.hashes.remove(h) && first_error.is_none() {
-                        first_error = Some(ReplayError::NotStored(*h));
+                for &h in hashes {
+                    if !self.held.remove(&(medium, h)) && first_error.is_none() {
+                        first_error = Some(ReplayError::NotStored(h));
                     }
                 }
             }
-            CacheEvent::Cleared => self.hashes.clear(),
+            CacheEvent::Cleared => self.held.clear(),
         }
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Whether `hash` is in the replayed set.
+    /// Whether `hash` is in the replayed set, on any medium.
     pub fn contains(&self, hash: BlockHash) -> bool {
-        self.hashes.contains(&hash)
+        self.held.iter().any(|&(_, h)| h == hash)
     }
 
-    /// Number of hashes in the replayed set.
+    /// Number of hashes in the replayed set (a hash on two media once).
     pub fn len(&self) -> usize {
-        self.hashes.len()
+        self.sorted().len()
     }
 
     /// Whether the replayed set is empty.
     pub fn is_empty(&self) -> bool {
-        self.hashes.is_empty()
+        self.held.is_empty()
     }
 
-    /// The replayed set, sorted (comparable with
+    /// The replayed set, sorted, whatever the medium (comparable with
     /// [`PrefixCache::cached_hashes`](super::PrefixCache::cached_hashes)).
     pub fn sorted(&self) -> Vec<BlockHash> {
-        let mut v: Vec<BlockHash> = self.hashes.iter().copied().collect();
+        let mut v: Vec<BlockHash> = self.held.iter().map(|&(_, h)| h).collect();
         v.sort_unstable();
+        v.dedup();
         v
     }
 }

@@ -98,7 +98,9 @@ fn an_evicted_block_moves_to_the_cpu_tier_and_a_hit_on_it_is_a_load() {
     // 8 GPU blocks: 8 new ones evict the 4 of request 1.
     let b = admitted(e.submit(req(2, 200, 7), a.done_at).unwrap());
     let moved: Vec<_> = e.drain_tier_events();
-    let [gpu_removed, cpu_stored] = moved.as_slice() else {
+    // The copy is stored on the CPU before the block leaves the GPU, as
+    // vLLM reports an offload.
+    let [cpu_stored, gpu_removed] = moved.as_slice() else {
         panic!("{moved:?}");
     };
     assert_eq!(gpu_removed.medium, Medium::Gpu);
@@ -149,26 +151,32 @@ fn events_of(events: &[KvEvent], tag: &str, medium: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// Applies events to the set of cached hashes strictly (a stored hash is
-/// new, a removed one present), over both tiers.
-fn replay(set: &mut BTreeSet<String>, events: &[KvEvent]) {
+/// Applies events to the set of cached (medium, hash) pairs strictly (a
+/// stored pair is new, a removed one present), over both tiers.
+fn replay(set: &mut BTreeSet<(String, String)>, events: &[KvEvent]) {
+    let pair = |m: &Option<String>, h: &protocol::kv_events::EngineHash| {
+        (m.clone().unwrap_or_default(), h.to_block_hash().to_hex())
+    };
     for e in events {
         match e {
-            KvEvent::BlockStored(s) => s.block_hashes.iter().for_each(|h| {
-                assert!(
-                    set.insert(h.to_block_hash().to_hex()),
-                    "stored twice: {e:?}"
-                )
-            }),
+            KvEvent::BlockStored(s) => s
+                .block_hashes
+                .iter()
+                .for_each(|h| assert!(set.insert(pair(&s.medium, h)), "stored twice: {e:?}")),
             KvEvent::BlockRemoved(r) => r.block_hashes.iter().for_each(|h| {
                 assert!(
-                    set.remove(&h.to_block_hash().to_hex()),
+                    set.remove(&pair(&r.medium, h)),
                     "removed while absent: {e:?}"
                 )
             }),
             other => panic!("unexpected {other:?}"),
         }
     }
+}
+
+/// The hashes of a replayed set, whatever their medium.
+fn hashes_of(set: &BTreeSet<(String, String)>) -> BTreeSet<String> {
+    set.iter().map(|(_, h)| h.clone()).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,14 +187,18 @@ async fn cpu_tier_evictions_and_hits_over_http_with_medium_labels() {
     c.tiers.cpu_blocks = 64;
     let mut sim = Sim::start(c).await;
     sim.warm_up().await;
-    let mut cached = hex_set(&sim.state().await["cached_hashes"]);
+    // What the sim holds before the events below, all on its GPU.
+    let mut cached: BTreeSet<(String, String)> = hex_set(&sim.state().await["cached_hashes"])
+        .into_iter()
+        .map(|h| ("GPU".to_owned(), h))
+        .collect();
     let north = prompt("north", 20);
     let first = sim.complete(&completion(&north, 4)).await;
     assert_eq!(first.headers()["x-sim-cached-tokens"], "0");
     let first: Value = first.json().await.unwrap();
     let prompt_tokens = first["usage"]["prompt_tokens"].as_u64().unwrap() as usize;
     let north_hashes = hex_set(&sim.state().await["cached_hashes"])
-        .difference(&cached)
+        .difference(&hashes_of(&cached))
         .cloned()
         .collect::<BTreeSet<_>>();
     assert!(north_hashes.len() >= 10, "{north_hashes:?}");
@@ -252,6 +264,12 @@ async fn cpu_tier_evictions_and_hits_over_http_with_medium_labels() {
     // Every tier's events replay to exactly the worker's cached set.
     let state = sim.state().await;
     replay(&mut cached, &all);
-    assert_eq!(cached, hex_set(&state["cached_hashes"]));
+    assert_eq!(hashes_of(&cached), hex_set(&state["cached_hashes"]));
+    let on_cpu: BTreeSet<String> = cached
+        .iter()
+        .filter(|(m, _)| m == "CPU")
+        .map(|(_, h)| h.clone())
+        .collect();
+    assert_eq!(on_cpu, hex_set(&state["cpu_hashes"]));
     assert!(hex_set(&state["cpu_hashes"]).is_disjoint(&north_hashes));
 }

@@ -232,6 +232,23 @@ fn removals_media_parents_and_bounds() {
     assert!(d.is_empty(), "still held on CPU");
     blocks.apply(&removed(vec![2], "CPU"), &mut d);
     assert_eq!(hashes(&d.removed), router[1..2]);
+    // vLLM's offloading connector stores CPU copies without tokens or a
+    // parent: a copy of a held block keeps it held when the GPU copy goes;
+    // a copy of a block never seen is refused, not guessed.
+    let mut d = BlockDelta::default();
+    blocks.apply(&stored(vec![2], Some(1), &tokens[16..32], "GPU"), &mut d);
+    assert_eq!(
+        blocks.apply(&stored(vec![2], None, &[], "CPU"), &mut d),
+        Applied::Changed
+    );
+    blocks.apply(&removed(vec![2], "GPU"), &mut d);
+    assert!(d.removed.is_empty(), "the CPU copy still holds it");
+    assert_eq!(
+        blocks.apply(&stored(vec![2, 42], None, &[], "CPU"), &mut d),
+        Applied::Skipped(Unmappable::UnknownCopies(1))
+    );
+    blocks.apply(&removed(vec![2], "CPU"), &mut d);
+    assert_eq!(hashes(&d.removed), router[1..2]);
     // Bounded: a fourth engine block does not fit in 3.
     let mut d = BlockDelta::default();
     blocks.apply(&stored(vec![2, 3], Some(1), &tokens[16..48], "GPU"), &mut d);

@@ -8,14 +8,16 @@
 //! stored block); a request whose chain continues on the CPU tier takes
 //! those blocks back (they are loaded, not computed) and they are cached
 //! on the GPU again when its prefill completes. The tiers are exclusive:
-//! a hash is cached on at most one, so replaying the events of both gives
-//! the worker's whole cached set (`CacheReplay`), and a subscriber that
-//! ignores `medium` still sees every hash the worker holds.
+//! a hash is cached on at most one, so replaying the events of both, by
+//! medium, gives the worker's whole cached set (`CacheReplay`).
 //!
 //! Events, labelled as vLLM labels them (`"GPU"`, `"CPU"`:
 //! `GPULoadStoreSpec.medium()` / `CPULoadStoreSpec.medium()` in
-//! `vllm/v1/kv_offload`): a move is `BlockRemoved` on the GPU then
-//! `BlockStored` on the CPU; a CPU eviction or a load back is
+//! `vllm/v1/kv_offload`): a move is `BlockStored` on the CPU (no parent,
+//! no tokens) then `BlockRemoved` on the GPU, the order vLLM reports an
+//! offloaded block in (its copy is stored while the GPU still holds the
+//! block), so a consumer tracking media sees it held throughout; a CPU
+//! eviction or a load back is
 //! `BlockRemoved` on the CPU. A move changes nothing in the fleet's index
 //! (the worker still holds the block), so its events carry no indexed
 //! blocks; a block leaving the CPU tier is reported as evicted, and one
@@ -201,13 +203,6 @@ impl PrefixCache {
             }
         }
         self.offloaded += moved.len() as u64;
-        self.emit_on(
-            Medium::Gpu,
-            CacheEvent::Removed {
-                hashes: hashes.clone(),
-                indexed: lost_indexed,
-            },
-        );
         if !cpu_removed.is_empty() {
             self.emit_on(
                 Medium::Cpu,
@@ -217,9 +212,15 @@ impl PrefixCache {
                 },
             );
         }
-        let stored: Vec<BlockHash> = hashes.into_iter().filter(|h| moved.contains(h)).collect();
+        let stored: Vec<BlockHash> = hashes
+            .iter()
+            .filter(|h| moved.contains(h))
+            .copied()
+            .collect();
         if !stored.is_empty() {
-            // vLLM's offloading connector sends no parent and no tokens.
+            // vLLM's offloading connector sends no parent and no tokens,
+            // and stores the copy while the GPU still holds the block: a
+            // reporter that tracks media sees it held throughout.
             self.emit_on(
                 Medium::Cpu,
                 CacheEvent::Stored {
@@ -230,5 +231,12 @@ impl PrefixCache {
                 },
             );
         }
+        self.emit_on(
+            Medium::Gpu,
+            CacheEvent::Removed {
+                hashes,
+                indexed: lost_indexed,
+            },
+        );
     }
 }

@@ -47,6 +47,11 @@ pub enum Unmappable {
     /// The live set is at its bound.
     #[error("more than {0} live blocks")]
     Full(usize),
+    /// A store without tokens (a copy to another medium, as vLLM's
+    /// offloading connector reports it) of blocks this reporter does not
+    /// hold on any medium: nothing to hash them from.
+    #[error("{0} blocks stored without tokens are unknown")]
+    UnknownCopies(usize),
 }
 
 /// The router-level changes an event caused to the indexed blocks: hashes
@@ -195,6 +200,9 @@ impl EngineBlocks {
                 configured: bs,
             });
         }
+        if e.token_ids.is_empty() && !e.block_hashes.is_empty() {
+            return self.copied(e);
+        }
         if e.token_ids.len() != e.block_hashes.len() * bs {
             return Err(Unmappable::TokenCount {
                 tokens: e.token_ids.len(),
@@ -264,6 +272,27 @@ impl EngineBlocks {
                     delta.stored.push(FamilyBlock { hash, family });
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// A `BlockStored` without tokens: known blocks copied to another
+    /// medium (vLLM's offloading connector stores to the CPU while the GPU
+    /// copy still exists). They are held already; the medium keeps them
+    /// held once the GPU copy is removed.
+    fn copied(&mut self, e: &BlockStored) -> Result<(), Unmappable> {
+        let mut unknown = 0;
+        for engine in &e.block_hashes {
+            match self.blocks.get_mut(engine) {
+                Some(block) if !block.media.contains(&e.medium) => {
+                    block.media.push(e.medium.clone())
+                }
+                Some(_) => {}
+                None => unknown += 1,
+            }
+        }
+        if unknown > 0 {
+            return Err(Unmappable::UnknownCopies(unknown));
         }
         Ok(())
     }
