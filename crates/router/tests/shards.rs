@@ -20,7 +20,8 @@ use protocol::family::{FamilyBlock, block_shards, chain_family, split_families};
 use protocol::hashing::BlockHash;
 use protocol::index::{digests, digests_hex, indexed_positions};
 use state::{
-    BatchLimits, ConnectionSettings, Sharding, StateStore, StateTtls, WorkerHeartbeat, part_names,
+    BatchLimits, ConnectionSettings, InFlight, Sharding, StateStore, StateTtls, WorkerHeartbeat,
+    part_names,
 };
 use support::Valkey;
 
@@ -333,4 +334,44 @@ async fn a_sharded_model_spreads_over_a_valkey_cluster() {
     assert_eq!(s.sync_check_shards(M, "w1", &digests).await.unwrap(), None);
     let report = state::inspect::check(&inspect).await.unwrap();
     assert!(report.clean, "{:#?}", report.shown);
+}
+
+/// The other parts of a sharded model get a request's count and, often in
+/// the same 10 ms batch, the end of its prefill (or of another request's):
+/// the batch's net goes to Valkey and to this router's ledger alike, so the
+/// lease renewals that reconcile the two leave the real counts in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_counts_and_prefill_releases_survive_reconciliation() {
+    let valkey = Valkey::start();
+    let s = sharded_store(&valkey.url(), 3);
+    register(&s, "w1").await;
+    s.router_lease(M, Duration::from_secs(120)).await.unwrap();
+    // Two requests on two families.
+    let chains: Vec<Vec<BlockHash>> = (1..=12).map(chain).collect();
+    let params = CacheAwareConfig::default().route_params(BLOCKS * 16 + 5, 16, 7);
+    let first = s
+        .route_and_claim(M, &chains[0], &params, &[])
+        .await
+        .unwrap();
+    assert_eq!(first.prefill_tokens, BLOCKS * 16 + 5);
+    // Its count reaches the other parts; then, in one batch, its prefill
+    // ends and a second request comes.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let done = InFlight::prefill_tokens(-(first.prefill_tokens as i64));
+    s.change_in_flight(M, "w1", done).await.unwrap();
+    let second = s
+        .route_and_claim(M, &chains[1], &params, &[])
+        .await
+        .unwrap();
+    let open = second.prefill_tokens;
+    // Every part, seen through a chain it routes, after the batch and two
+    // renewals: two requests, the second's prefill.
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        s.router_lease(M, Duration::from_secs(120)).await.unwrap();
+    }
+    for c in &chains {
+        let w = seen(&s, c, "w1").await.unwrap();
+        assert_eq!((w.info.in_flight, w.info.prefill_tokens), (2, open));
+    }
 }

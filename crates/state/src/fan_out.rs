@@ -43,10 +43,21 @@ impl LoadReport {
     }
 }
 
-/// Per part, per worker: the net in-flight change and the latest load.
+/// One worker's queued in-flight changes in one part: their net sum (what
+/// the flush sends, and what the ledger takes once Valkey has it), and
+/// their decreases (what the ledger takes if the flush fails: those
+/// requests are over whatever Valkey does, and the next router lease
+/// renewal lowers the gauges to the ledger).
+#[derive(Debug, Default, Clone, Copy)]
+struct Queued {
+    net: InFlight,
+    decreases: InFlight,
+}
+
+/// Per part, per worker: the queued in-flight changes and the latest load.
 #[derive(Debug, Default)]
 struct Batch {
-    in_flight: HashMap<String, HashMap<String, InFlight>>,
+    in_flight: HashMap<String, HashMap<String, Queued>>,
     loads: HashMap<String, HashMap<String, LoadReport>>,
 }
 
@@ -55,6 +66,11 @@ struct Batch {
 pub(crate) struct FanOut {
     batch: Mutex<Batch>,
     flushing: AtomicBool,
+    /// Held by a flush while it sends and updates the ledger, and by a
+    /// router lease renewal while it reads the ledger and reconciles: a
+    /// renewal never sees a batch in Valkey and not in the ledger, or the
+    /// reverse. (Queued changes are in neither.)
+    pub(crate) gate: tokio::sync::Mutex<()>,
 }
 
 impl FanOut {
@@ -78,7 +94,8 @@ impl StateStore {
                 .or_default()
                 .entry(worker.to_owned())
                 .or_default();
-            *n = n.plus(delta);
+            n.net = n.net.plus(delta);
+            n.decreases = n.decreases.plus(delta.decrease());
         }
         self.start_flusher();
     }
@@ -118,20 +135,23 @@ impl StateStore {
     /// Sends the pending batch: per part, one call for the in-flight
     /// changes and one for the loads.
     pub(crate) async fn flush_fan_out(&self) {
+        let _gate = self.inner.fan_out.gate.lock().await;
         let batch = self.inner.fan_out.take();
         let router = self.router_id().to_owned();
         for (part, workers) in batch.in_flight {
-            let changes: Vec<(String, InFlight)> =
-                workers.into_iter().filter(|(_, d)| !d.is_zero()).collect();
+            let changes: Vec<(String, Queued)> = workers
+                .into_iter()
+                .filter(|(_, q)| !q.net.is_zero())
+                .collect();
             if changes.is_empty() {
                 continue;
             }
             let mut args = vec![router.clone()];
-            for (w, d) in &changes {
+            for (w, q) in &changes {
                 args.extend([
                     w.clone(),
-                    d.requests.to_string(),
-                    d.prefill_tokens.to_string(),
+                    q.net.requests.to_string(),
+                    q.net.prefill_tokens.to_string(),
                 ]);
             }
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -140,13 +160,16 @@ impl StateStore {
                 .await
             {
                 Ok(_) => {
-                    // Increments count in the ledger once Valkey has them
-                    // (releases counted at once, when queued).
-                    for (w, d) in &changes {
-                        self.inner.ledger.add(&part, w, d.increase());
+                    for (w, q) in &changes {
+                        self.inner.ledger.add(&part, w, q.net);
                     }
                 }
-                Err(e) => tracing::debug!(error = %e, part, "batched in-flight changes lost"),
+                Err(e) => {
+                    for (w, q) in &changes {
+                        self.inner.ledger.add(&part, w, q.decreases);
+                    }
+                    tracing::debug!(error = %e, part, "batched in-flight changes lost");
+                }
             }
         }
         for (part, workers) in batch.loads {

@@ -262,6 +262,9 @@ impl StateStore {
         let first = !self.leased_models().contains(model);
         let fresh = clear_first && first;
         let ledger = &self.inner.ledger;
+        // No flush between reading the ledger and reconciling (a batch is
+        // in both, or in neither).
+        let _gate = self.inner.fan_out.gate.lock().await;
         let snapshot = ledger.snapshot(model);
         let mut args = vec![
             router,
@@ -351,11 +354,9 @@ impl StateStore {
             }
             return Ok(n);
         }
-        // A sharded model, or a prefill's end: batched per part (fan_out).
-        // A release counts in the ledger at once, an increment once its
-        // batch is sent.
+        // A sharded model, or a prefill's end: batched per part (fan_out),
+        // into the ledger with its batch.
         for part in parts.iter().filter(|p| Some(p.as_str()) != skip) {
-            self.inner.ledger.add(part, worker_id, delta.decrease());
             self.queue_in_flight(part, worker_id, delta);
         }
         if new_request {

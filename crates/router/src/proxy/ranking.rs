@@ -71,7 +71,16 @@ impl Proxy {
                 .await
                 .map(|ranked| {
                     listed = !ranked.is_empty();
-                    keep(ranked)
+                    let kept = keep(ranked.clone());
+                    // The script chose by the URLs last seen; a worker
+                    // whose URL changed since is not allowed now: its count
+                    // must not outlive this request.
+                    if let Some(first) = ranked.first().filter(|t| t.assigned)
+                        && !kept.iter().any(|t| t.assigned)
+                    {
+                        self.release(model, first);
+                    }
+                    kept
                 }),
             None => self.store.probe(model, &chain.hashes).await.map(|lookup| {
                 let all = targets(&lookup, block_size);
@@ -170,6 +179,25 @@ impl Proxy {
         let mut ranked = vec![first];
         ranked.extend(self.order(self.policy.as_ref(), request, all));
         Ok(ranked)
+    }
+
+    /// Takes back what the atomic step counted for `target` (the request
+    /// will not go there), off the request path.
+    fn release(&self, model: &str, target: &Target) {
+        let done = state::InFlight {
+            requests: -1,
+            prefill_tokens: -i64::try_from(target.prefill_tokens).unwrap_or(i64::MAX),
+        };
+        let (store, model, worker) = (
+            self.store.clone(),
+            model.to_owned(),
+            target.candidate.worker_id.clone(),
+        );
+        tokio::spawn(async move {
+            if let Err(e) = store.change_in_flight(&model, &worker, done).await {
+                tracing::debug!(error = %e, worker, "in-flight release lost; the router lease bounds it");
+            }
+        });
     }
 
     pub(super) fn order(
