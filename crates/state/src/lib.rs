@@ -18,7 +18,8 @@
 //! * `ttl`: [`StateTtls`] and [`BatchLimits`].
 //! * `leases`: worker heartbeats and drains, router leases, in-flight gauges.
 //! * `fan_out`: a sharded model's per-request changes for the parts that
-//!   did not route it (in-flight counts, load reports), batched per part.
+//!   did not route it (in-flight counts, load reports), and every model's
+//!   prefill ends, batched per part.
 //! * `in_flight`: [`InFlight`] (requests and their prefill tokens) and this
 //!   router's ledger of them, which each router lease renewal reconciles
 //!   the shared gauges with.
