@@ -104,6 +104,11 @@ pub struct ServeArgs {
     /// worker's queue for a place in the batch [default: 256].
     #[arg(long, env = "PREFIX_ROUTER_MAX_NUM_SEQS")]
     pub max_num_seqs: Option<u64>,
+    /// Disaggregated serving: a decode worker holding more than this share
+    /// of a prompt (0 to 1) computes it without a prefill worker
+    /// [default: 0.8].
+    #[arg(long, env = "PREFIX_ROUTER_PD_SKIP_PREFILL_SHARE")]
+    pub pd_skip_prefill_share: Option<f64>,
     /// A LoRA adapter `NAME=PATH` the engines serve for --model (repeatable):
     /// requests naming it are hashed with it, as vLLM does.
     #[arg(long = "lora", env = "PREFIX_ROUTER_LORAS", value_delimiter = ',')]

@@ -100,6 +100,9 @@ pub struct ServeConfig {
     pub queue_cost_tokens: f64,
     /// The engines' `max_num_seqs`.
     pub max_num_seqs: u64,
+    /// Disaggregated serving: the share of a prompt a decode worker must
+    /// hold beyond which the prefill worker is skipped.
+    pub pd_skip_prefill_share: f64,
     /// The endpoint picker's gRPC service, when run as `epp`.
     pub epp: Option<EppSettings>,
     /// The response cache; `None` when off.
@@ -224,6 +227,13 @@ impl ServeConfig {
         if model_limits.max_models == 0 {
             bail!("--max-models must be positive");
         }
+        let pd_skip_prefill_share = args
+            .pd_skip_prefill_share
+            .or(file.pd_skip_prefill_share)
+            .unwrap_or(0.8);
+        if !(0.0..=1.0).contains(&pd_skip_prefill_share) {
+            bail!("--pd-skip-prefill-share must be within 0 and 1, got {pd_skip_prefill_share}");
+        }
         let max_connections = args
             .exposure
             .max_connections
@@ -334,6 +344,7 @@ impl ServeConfig {
                 .or(file.max_num_seqs)
                 .unwrap_or(256)
                 .max(1),
+            pd_skip_prefill_share,
             loras,
             models,
             scrape_metrics_interval: args.scrape_metrics_interval.or(file_duration(
@@ -379,6 +390,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("epsilon", &self.epsilon)
             .field("queue_cost_tokens", &self.queue_cost_tokens)
             .field("max_num_seqs", &self.max_num_seqs)
+            .field("pd_skip_prefill_share", &self.pd_skip_prefill_share)
             .field("epp", &self.epp)
             .field("response_cache", &self.response_cache)
             .finish()

@@ -8,6 +8,7 @@
 mod bounded_load;
 mod cache_aware;
 mod consistent_hash;
+mod decode;
 mod least_loaded;
 mod power_of_two;
 mod round_robin;
@@ -15,6 +16,7 @@ mod round_robin;
 pub use bounded_load::{DEFAULT_LOAD_SLACK, capacity, within};
 pub use cache_aware::{CacheAware, CacheAwareConfig, STALE_LOAD, queued_requests, shared_tokens};
 pub use consistent_hash::ConsistentHash;
+pub use decode::{decode_cost, rank_decode, skip_prefill};
 pub use least_loaded::LeastLoaded;
 pub use power_of_two::PowerOfTwo;
 pub use round_robin::RoundRobin;
@@ -99,6 +101,15 @@ fn ranked_by<K: PartialOrd>(candidates: &[Candidate], key: impl Fn(&Candidate) -
             .then(keyed[a].1.cmp(&keyed[b].1))
     });
     order
+}
+
+/// A request of `tokens` prompt tokens (tests).
+#[cfg(test)]
+pub(crate) fn req(tokens: u64) -> RouteRequest {
+    RouteRequest {
+        prompt_tokens: tokens,
+        prefix_key: 0,
+    }
 }
 
 #[cfg(test)]
