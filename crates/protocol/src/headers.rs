@@ -3,6 +3,9 @@
 
 /// On every routed answer: the worker the router chose.
 pub const WORKER_HEADER: &str = "x-prefix-router-worker";
+/// On a disaggregated answer: the prefill worker that computed the prompt
+/// (the answer itself is the decode worker's, [`WORKER_HEADER`]).
+pub const PREFILL_WORKER_HEADER: &str = "x-prefix-router-prefill-worker";
 /// On a simulated worker's answers: its worker id.
 pub const SIM_WORKER_HEADER: &str = "x-sim-worker";
 /// On a simulated worker's answers: prompt tokens served from its cache

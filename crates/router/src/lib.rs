@@ -12,9 +12,14 @@
 //! * `api`: HTTP handlers (thin): OpenAI routes, the worker push API,
 //!   `/admin/*`, auth, JSON errors, connection guards.
 //! * `proxy`: the routing path: prompt → blocks → lookup → policy → claim
-//!   → forward, with retries, fallback and in-flight accounting.
+//!   → forward, with retries, fallback and in-flight accounting; a model
+//!   with prefill and decode workers is served disaggregated (`disagg`:
+//!   decode pick and skip decision in `pd_plan`, prefill by the atomic
+//!   step over the prefill workers, bodies in `pd_bodies`).
 //! * [`routing`]: the policies, pure: `cache_aware`, `round_robin`,
-//!   `least_loaded`, `power_of_two`, `consistent_hash`, bounded load.
+//!   `least_loaded`, `power_of_two`, `consistent_hash`, bounded load; and
+//!   `decode`, the decode pick and skip-prefill rule of disaggregated
+//!   serving.
 //! * `response_cache`: the optional cache of deterministic completions in
 //!   Valkey, asked by `proxy` before routing, replayed byte for byte.
 //! * `metrics_recorder`: the Prometheus recorder, installed once per process.

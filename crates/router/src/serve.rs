@@ -90,6 +90,7 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
             .with_max_prompt_tokens(cfg.max_prompt_tokens)
             .with_cpu_pool(CpuPool::new(cfg.tokenize_threads, cfg.tokenize_queue))
             .with_known_for(cfg.ttls.worker_lease)
+            .with_pd_skip_prefill_share(cfg.pd_skip_prefill_share)
             .with_response_cache(cache),
     )
 }

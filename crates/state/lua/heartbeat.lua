@@ -3,7 +3,9 @@
 -- ARGV[1] = base "<ns>:{<model>}", ARGV[2] = worker_id, ARGV[3] = url,
 -- ARGV[4] = lease_ms, ARGV[5] = has_load (0/1), ARGV[6] = num_requests_waiting,
 -- ARGV[7] = num_requests_running, ARGV[8] = kv_cache_usage_perc (the counts
--- are bounded to MAX_REPORTED, lib.lua)
+-- are bounded to MAX_REPORTED, lib.lua), ARGV[9] = role (prefill, decode or
+-- both, checked by the caller; '' or absent: the record's role is left as
+-- it is, and a new incarnation has none, which means both)
 -- Returns {idx, lease_ms, is_new (1 when a new incarnation was created)}.
 -- A worker whose lease already expired gets a new incarnation: its old
 -- entries are stale and go to the purge queue. A live incarnation keeps the
@@ -32,6 +34,7 @@ if not idx then
   is_new = 1
 end
 redis.call('HSET', worker_key(idx), 'url', url, 'heartbeat_ms', now, 'lease_until', now + lease_ms)
+if ARGV[9] and ARGV[9] ~= '' then redis.call('HSET', worker_key(idx), 'role', ARGV[9]) end
 if ARGV[5] == '1' then
   redis.call('HSET', worker_key(idx), 'waiting', bounded_count(ARGV[6]), 'running', bounded_count(ARGV[7]),
     'kv_usage', ARGV[8], 'load_ms', now)

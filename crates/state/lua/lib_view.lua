@@ -9,7 +9,9 @@
 -- Field <idx> = the routing part of the worker's record: VIEW_FIELDS 1-7
 -- packed as little-endian doubles (-1 when unset; struct.unpack reads them
 -- in one C call, where parsing text cost about 1 us per record), then
--- id .. '\n' .. url. Field <idx>:<router> = that router's in-flight count
+-- id .. '\n' .. url, then '\n' .. role only for a prefill or decode worker
+-- (a record without it is a worker of both roles, as every record written
+-- before roles existed). Field <idx>:<router> = that router's in-flight count
 -- for <idx>; field p<idx>:<router> = the uncached prompt tokens of those
 -- requests still before their first token (the prefill queue it put on
 -- <idx>); field router:<router> = that router's lease expiry (ms, as in
@@ -26,7 +28,8 @@ local function bounded_count(x)
   return math.floor(x)
 end
 
-local VIEW_FIELDS = { 'lease_until', 'synced_until', 'syncing', 'waiting', 'running', 'kv_usage', 'load_ms', 'id', 'url' }
+local VIEW_FIELDS = { 'lease_until', 'synced_until', 'syncing', 'waiting', 'running', 'kv_usage', 'load_ms', 'id', 'url',
+  'role' }
 local VIEW_PACK, VIEW_NUMBERS, VIEW_BYTES = '<ddddddd', 7, 56
 local ROUTER_FIELD = 'router:'
 local function view_key() return BASE .. ':view' end
@@ -49,7 +52,9 @@ local function view_refresh(idx)
   if not f[8] then return end -- purged
   local n = {}
   for i = 1, VIEW_NUMBERS do n[i] = tonumber(f[i]) or -1 end
-  redis.call('HSET', view_key(), idx, struct.pack(VIEW_PACK, unpack(n)) .. f[8] .. '\n' .. (f[9] or ''))
+  local role = ''
+  if f[10] and f[10] ~= '' and f[10] ~= 'both' then role = '\n' .. f[10] end
+  redis.call('HSET', view_key(), idx, struct.pack(VIEW_PACK, unpack(n)) .. f[8] .. '\n' .. (f[9] or '') .. role)
 end
 
 -- A view record's values by VIEW_FIELDS name (nil when unset), or nil when
@@ -62,7 +67,8 @@ local function view_decode(v)
     rec[i] = nil
     if x >= 0 then rec[VIEW_FIELDS[i]] = x end
   end
-  rec.id, rec.url = string.match(string.sub(v, VIEW_BYTES + 1), '^([^\n]*)\n(.*)$')
+  rec.id, rec.url, rec.role = string.match(string.sub(v, VIEW_BYTES + 1), '^([^\n]*)\n([^\n]*)\n?(.*)$')
+  if rec.role == '' then rec.role = nil end
   return rec
 end
 
@@ -118,15 +124,15 @@ local function view_record(view, idx)
   local f = redis.call('HMGET', worker_key(idx), unpack(VIEW_FIELDS))
   rec = {}
   for i = 1, VIEW_NUMBERS do rec[VIEW_FIELDS[i]] = tonumber(f[i]) end
-  rec.id, rec.url = f[8], f[9]
+  rec.id, rec.url, rec.role = f[8], f[9], f[10]
   view.recs[idx] = rec
   return rec
 end
 
 -- Everything operators need to know about one incarnation, as a flat array
--- of 11 values: id, url, inflight, waiting, running, kv_usage, load_age_ms
+-- of 12 values: id, url, inflight, waiting, running, kv_usage, load_age_ms
 -- (-1 if never reported), lease_left_ms, blocks, syncing, prefill tokens
--- in flight (before their first token). Counts and times
+-- in flight (before their first token), role (prefill, decode or both). Counts and times
 -- are numbers (RESP integers in a reply); kv_usage is a string (a fraction).
 local function worker_info(idx, lease, now, view)
   local rec = view_record(view, idx)
@@ -134,6 +140,6 @@ local function worker_info(idx, lease, now, view)
     rec.id or '', rec.url or '', view.inflight[idx] or 0, bounded_count(rec.waiting), bounded_count(rec.running),
     tostring(rec.kv_usage or 0), rec.load_ms and now - rec.load_ms or -1,
     lease and lease - now or -1, redis.call('SCARD', reverse_key(idx)), rec.syncing or 0,
-    view.prefill[idx] or 0,
+    view.prefill[idx] or 0, (rec.role ~= nil and rec.role ~= '') and rec.role or 'both',
   }
 end

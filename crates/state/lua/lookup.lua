@@ -3,8 +3,8 @@
 -- ARGV[1] = base, ARGV[2..] = the request's block hashes in chain order.
 -- For each live worker: the number of leading blocks of the chain it holds,
 -- plus its load. The scan stops at the first block no remaining worker holds.
--- Returns {blocks scanned, then per worker 12 values: matched blocks, then
--- worker_info's 11 fields (see lib_view.lua)}.
+-- Returns {blocks scanned, then per worker 13 values: matched blocks, then
+-- worker_info's 12 fields (see lib_view.lua)}.
 -- Complexity: O(matched blocks x live workers holding them + live workers);
 -- callers send at most 1024 hashes per call.
 local bad = check_hashes(2)

@@ -96,7 +96,7 @@ for i = 20, at - 1, 2 do hints[ARGV[i]] = tonumber(ARGV[i + 1]) end
 -- the list is the view's cached parse).
 local n, total, depths = 0, 0, {}
 for _, w in ipairs(list) do
-  local id = (hints or allowed) and string.match(w.raw, '([^\n]*)\n[^\n]*$', VIEW_BYTES + 1)
+  local id = (hints or allowed) and string.match(w.raw, '^([^\n]*)\n', VIEW_BYTES + 1)
   w.out = allowed ~= nil and not allowed[id]
   if not w.out then
     n = n + 1

@@ -2,8 +2,8 @@
 -- and inspect: live, expired (lease over, not yet collected) and draining.
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base
--- Returns per incarnation 13 values: idx, status (live|expired|draining),
--- then worker_info's 11 fields (see lib_view.lua).
+-- Returns per incarnation 14 values: idx, status (live|expired|draining),
+-- then worker_info's 12 fields (see lib_view.lua).
 -- Complexity: O(workers + routers).
 local now = now_ms()
 local view = fleet_view(live_routers(now))

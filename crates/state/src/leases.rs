@@ -1,7 +1,8 @@
-//! Worker leases (heartbeat, deregister), router leases and in-flight gauges.
+//! Worker leases (heartbeat, deregister, load) and in-flight gauges; the
+//! router's own leases are in `router_lease`.
 
 use super::ttl::ms;
-use protocol::{MAX_REPORTED_REQUESTS, WorkerLoad, check_name};
+use protocol::{MAX_REPORTED_REQUESTS, WorkerLoad, WorkerRole, check_name};
 
 use super::{InFlight, Lane, ScriptName, StateError, StateStore};
 
@@ -28,11 +29,25 @@ pub struct WorkerLease {
 }
 
 impl StateStore {
-    /// Registers `hb.worker_id` for `model` or renews its lease and load.
+    /// Registers `hb.worker_id` for `model` or renews its lease and load;
+    /// its role, if it had one, stays (see [`heartbeat_as`](Self::heartbeat_as)).
     pub async fn heartbeat(
         &self,
         model: &str,
         hb: &WorkerHeartbeat,
+    ) -> Result<WorkerLease, StateError> {
+        self.heartbeat_as(model, hb, None).await
+    }
+
+    /// As [`heartbeat`](Self::heartbeat), registering the worker's
+    /// prefill/decode `role` too; `None` leaves the record's role as it is
+    /// (a static worker's heartbeat must not undo the role its own pushes
+    /// register), and a new incarnation without one is both.
+    pub async fn heartbeat_as(
+        &self,
+        model: &str,
+        hb: &WorkerHeartbeat,
+        role: Option<WorkerRole>,
     ) -> Result<WorkerLease, StateError> {
         check_name("worker_id", &hb.worker_id)?;
         let (has_load, load) = match hb.load {
@@ -64,6 +79,7 @@ impl StateStore {
             &waiting,
             &running,
             &kv,
+            role.map_or("", WorkerRole::as_str),
         ];
         // Every part (shard) of the model keeps its own lease; the first
         // part's incarnation stands for the worker's, and a new incarnation
@@ -183,120 +199,6 @@ impl StateStore {
         Ok(recorded == 1)
     }
 
-    /// Renews this router's lease for `model` (a zero lease ends it). This
-    /// process's first renewal for a model also drops in-flight counts left
-    /// under the same router id by an earlier process.
-    pub async fn router_lease(
-        &self,
-        model: &str,
-        lease: std::time::Duration,
-    ) -> Result<u64, StateError> {
-        let parts = self.parts(model)?;
-        let mut live = 0;
-        for (i, part) in parts.iter().enumerate() {
-            let n = self.router_lease_part(part, lease, true).await?;
-            if i == 0 {
-                live = n;
-            }
-        }
-        Ok(live)
-    }
-
-    /// Leases this router on `model`'s parts it has no lease in yet, right
-    /// after it counted a request there (so only in a model that has live
-    /// workers: a client's made-up model name never gets keys). A router's
-    /// in-flight counts weigh only while its lease lives, and the lease
-    /// loop takes up to a period to find a model that appeared after the
-    /// router started (workers registered by heartbeat): until then its
-    /// requests went uncounted.
-    /// Bounded by the routing deadline, tried at most once a second per
-    /// model (so a Valkey outage costs requests no more than that).
-    pub(crate) async fn lease_if_new(&self, model: &str) {
-        let Ok(parts) = self.parts(model) else {
-            return;
-        };
-        if parts.iter().all(|p| self.leased_models().contains(p)) {
-            return;
-        }
-        let mut tried = self.inner.first_lease.lock().await;
-        let now = std::time::Instant::now();
-        if tried
-            .get(model)
-            .is_some_and(|t| now.duration_since(*t) < std::time::Duration::from_secs(1))
-        {
-            return;
-        }
-        if tried.len() >= 4096 {
-            tried.clear();
-        }
-        tried.insert(model.to_owned(), now);
-        let lease = self.ttls().router_lease;
-        let wait = self.inner.conns.hot_timeout();
-        let leased = tokio::time::timeout(wait, async {
-            for part in parts.iter() {
-                if !self.leased_models().contains(part) {
-                    self.router_lease_part(part, lease, false).await?;
-                }
-            }
-            Ok::<(), StateError>(())
-        })
-        .await;
-        if !matches!(leased, Ok(Ok(()))) {
-            tracing::debug!(model, "first router lease not taken; the lease loop will");
-        }
-    }
-
-    /// [`router_lease`](Self::router_lease) of one part, with the ledger
-    /// of the requests counted in it. `clear_first`: this process's first
-    /// lease of the part drops the counts left under its router id (a
-    /// request's own first lease does not: a request counted a moment
-    /// earlier, its reply not yet in the ledger, would be dropped with them;
-    /// stale counts are reconciled away within two renewals anyway).
-    async fn router_lease_part(
-        &self,
-        model: &str,
-        lease: std::time::Duration,
-        clear_first: bool,
-    ) -> Result<u64, StateError> {
-        let router = self.router_id().to_owned();
-        let first = !self.leased_models().contains(model);
-        let fresh = clear_first && first;
-        let ledger = &self.inner.ledger;
-        // No flush between reading the ledger and reconciling (a batch is
-        // in both, or in neither).
-        let _gate = self.inner.fan_out.gate.lock().await;
-        let snapshot = ledger.snapshot(model);
-        let mut args = vec![
-            router,
-            ms(lease),
-            if fresh { "1" } else { "0" }.to_owned(),
-            snapshot.len().to_string(),
-        ];
-        for (worker, held, excess) in snapshot {
-            args.extend([
-                worker,
-                held.requests.to_string(),
-                excess.requests.to_string(),
-                held.prefill_tokens.to_string(),
-                excess.prefill_tokens.to_string(),
-            ]);
-        }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let (live, excess): (u64, Vec<(String, InFlight)>) = self
-            .run::<Vec<redis::Value>>(Lane::Bulk, ScriptName::RouterLease, model, &args)
-            .await
-            .and_then(|reply| lease_reply(&reply))?;
-        if lease <= std::time::Duration::from_millis(1) {
-            ledger.forget(model);
-        } else {
-            ledger.set_excess(model, excess.into_iter().collect());
-        }
-        if first {
-            self.leased_models().insert(model.to_owned());
-        }
-        Ok(live)
-    }
-
     /// Adds `delta` to this router's in-flight count for a worker (in every
     /// part of the model); returns this router's new count (0 for a sharded
     /// model, whose parts get the change in the next batch).
@@ -392,35 +294,4 @@ impl StateStore {
         self.inner.ledger.add(model, worker_id, delta.increase());
         Ok(n)
     }
-}
-
-/// Decodes `router_lease.lua`'s {live routers, then (worker, request
-/// excess, prefill token excess) triples}.
-fn lease_reply(reply: &[redis::Value]) -> Result<(u64, Vec<(String, InFlight)>), StateError> {
-    use redis::FromRedisValue;
-    let bad = |detail: String| StateError::Script {
-        script: ScriptName::RouterLease.file(),
-        detail,
-    };
-    let (first, triples) = reply
-        .split_first()
-        .ok_or_else(|| bad("an empty reply".into()))?;
-    let live = u64::from_redis_value(first.clone()).map_err(|e| bad(e.to_string()))?;
-    if triples.len() % 3 != 0 {
-        return Err(bad(format!("{} values after the count", triples.len())));
-    }
-    let count = |v: &redis::Value| i64::from_redis_value(v.clone()).map_err(|e| bad(e.to_string()));
-    let excess = triples
-        .chunks(3)
-        .map(|t| {
-            Ok((
-                String::from_redis_value(t[0].clone()).map_err(|e| bad(e.to_string()))?,
-                InFlight {
-                    requests: count(&t[1])?,
-                    prefill_tokens: count(&t[2])?,
-                },
-            ))
-        })
-        .collect::<Result<_, StateError>>()?;
-    Ok((live, excess))
 }

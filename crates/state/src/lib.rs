@@ -16,7 +16,10 @@
 //!   connections given several seeds ([`ConnectionSettings`]).
 //! * `scripts`: the Lua library, loaded and called by name ([`ScriptName`]).
 //! * `ttl`: [`StateTtls`] and [`BatchLimits`].
-//! * `leases`: worker heartbeats and drains, router leases, in-flight gauges.
+//! * `leases`: worker heartbeats (with their prefill/decode role), drains
+//!   and load reports, in-flight gauges.
+//! * `router_lease`: this router's leases, which reconcile the shared
+//!   in-flight gauges with its ledger.
 //! * `fan_out`: a sharded model's per-request changes for the parts that
 //!   did not route it (in-flight counts, load reports), and every model's
 //!   prefill ends, batched per part.
@@ -30,7 +33,8 @@
 //!   (`lookup.lua`), and the worker listing.
 //! * `route_claim`: the cache-aware policy's atomic call (`route.lua`):
 //!   probe, route (choose the worker) and claim, in one step.
-//! * `view_record`: the routing view's binary per-worker records.
+//! * `view_record`: the routing view's binary per-worker records (with the
+//!   worker's prefill/decode role, when it has one).
 //! * `response_cache`: the optional response cache's entries, admitted
 //!   within a byte budget (`response_put.lua`), read with a plain GET.
 //! * `gc`: the periodic cleanup every router runs.
@@ -57,6 +61,7 @@ mod probe;
 mod repair;
 mod response_cache;
 mod route_claim;
+mod router_lease;
 mod scripts;
 mod shards;
 mod sync;

@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::{Lane, ScriptName, StateError, StateStore, WorkerLoad, chunks_or_empty, hex_args};
+use protocol::WorkerRole;
 use protocol::hashing::BlockHash;
 use protocol::index::{GAP_PROBE_BLOCKS, blocks_covered, indexed_positions};
 
@@ -33,6 +34,8 @@ pub struct WorkerInfo {
     pub blocks: Option<u64>,
     /// True while a committed sync is being applied.
     pub syncing: bool,
+    /// Its prefill/decode role, as its heartbeats register it.
+    pub role: WorkerRole,
 }
 
 /// One live worker's match for a chain.
@@ -76,7 +79,7 @@ fn ser_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::
     }
 }
 
-const INFO_FIELDS: usize = 11;
+const INFO_FIELDS: usize = 12;
 
 /// Decodes `scanned` and the per-worker (matched, info) fields of a reply.
 pub(super) fn parse_matches(
@@ -117,7 +120,7 @@ pub(super) fn num<T: std::str::FromStr>(script: ScriptName, s: &str) -> Result<T
         .map_err(|_| bad_reply(script, format!("not a number: {s:?}")))
 }
 
-/// Decodes the 11 fields of lib_view.lua's `worker_info`.
+/// Decodes the 12 fields of lib_view.lua's `worker_info`.
 fn parse_info(script: ScriptName, f: &[String]) -> Result<WorkerInfo, StateError> {
     let load_age_ms: i64 = num(script, &f[6])?;
     Ok(WorkerInfo {
@@ -134,6 +137,8 @@ fn parse_info(script: ScriptName, f: &[String]) -> Result<WorkerInfo, StateError
         lease_left_ms: num(script, &f[7])?,
         blocks: u64::try_from(num::<i64>(script, &f[8])?).ok(),
         syncing: f[9] == "1",
+        // A role this build does not know counts as both (view_record.rs).
+        role: f[11].parse().unwrap_or_default(),
     })
 }
 

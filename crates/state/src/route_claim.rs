@@ -227,5 +227,6 @@ fn worker_info(rec: &ViewRecord, in_flight: u64, prefill_tokens: u64, now: i64) 
         lease_left_ms: rec.lease_until_ms.map_or(-1, |l| l as i64 - now),
         blocks: None,
         syncing: rec.syncing,
+        role: rec.role,
     }
 }

@@ -1,9 +1,15 @@
-//! A worker's record in the routing view (`VIEW_FIELDS` of lua/lib.lua):
-//! seven numbers as little-endian f64 (-1 when unset), then `id\nurl`.
+//! A worker's record in the routing view (`VIEW_FIELDS` of
+//! lua/lib_view.lua): seven numbers as little-endian f64 (-1 when unset),
+//! then `id\nurl`, then `\nrole` for a prefill or decode worker only.
 //! Binary because routing unpacks every record on every call: one
-//! `struct.unpack` in Lua, where parsing text cost about 1 µs a record.
+//! `struct.unpack` in Lua, where parsing text cost about 1 µs a record. The
+//! role is a suffix, not an eighth number, so that records written before
+//! roles existed (and every record of a colocated fleet) stay byte for byte
+//! what they were.
 
 use std::collections::BTreeMap;
+
+use protocol::WorkerRole;
 
 /// The worker-record fields a view record holds, in order.
 const VIEW_FIELDS: [&str; 9] = [
@@ -42,6 +48,8 @@ pub struct ViewRecord {
     pub id: String,
     /// Its base URL.
     pub url: String,
+    /// Its prefill/decode role (both when the record names none).
+    pub role: WorkerRole,
 }
 
 impl ViewRecord {
@@ -53,7 +61,13 @@ impl ViewRecord {
             let x = f64::from_le_bytes(chunk.try_into().ok()?);
             *slot = (x >= 0.0).then_some(x);
         }
-        let (id, url) = std::str::from_utf8(text).ok()?.split_once('\n')?;
+        let (id, rest) = std::str::from_utf8(text).ok()?.split_once('\n')?;
+        // A role this build does not know routes as both: a record is never
+        // refused for it (the whole routing reply would be).
+        let (url, role) = match rest.split_once('\n') {
+            Some((url, role)) => (url, role.parse().unwrap_or_default()),
+            None => (rest, WorkerRole::Both),
+        };
         Some(ViewRecord {
             lease_until_ms: n[0],
             synced_until_ms: n[1],
@@ -64,6 +78,7 @@ impl ViewRecord {
             load_ms: n[6],
             id: id.to_owned(),
             url: url.to_owned(),
+            role,
         })
     }
 
@@ -82,6 +97,10 @@ impl ViewRecord {
         out.extend_from_slice(id.as_bytes());
         out.push(b'\n');
         out.extend_from_slice(record.get("url").map_or("", String::as_str).as_bytes());
+        if let Some(role) = record.get("role").filter(|r| !r.is_empty() && *r != "both") {
+            out.push(b'\n');
+            out.extend_from_slice(role.as_bytes());
+        }
         Some(out)
     }
 }
@@ -124,6 +143,21 @@ mod tests {
         assert_eq!(v.running, None);
         assert_eq!(v.kv_usage, Some(0.37));
         assert_eq!(v.load_ms, None);
+        assert_eq!(v.role, WorkerRole::Both);
+    }
+
+    #[test]
+    fn only_a_prefill_or_decode_role_is_written_and_read_back() {
+        let both = record(&[("id", "w"), ("url", "http://h"), ("role", "both")]);
+        let plain = record(&[("id", "w"), ("url", "http://h")]);
+        assert_eq!(ViewRecord::encode(&both), ViewRecord::encode(&plain));
+        for role in [WorkerRole::Prefill, WorkerRole::Decode] {
+            let rec = record(&[("id", "w"), ("url", "http://h"), ("role", role.as_str())]);
+            let bytes = ViewRecord::encode(&rec).unwrap();
+            assert!(bytes.ends_with(format!("w\nhttp://h\n{role}").as_bytes()));
+            let v = ViewRecord::decode(&bytes).unwrap();
+            assert_eq!((v.url.as_str(), v.role), ("http://h", role));
+        }
     }
 
     #[test]

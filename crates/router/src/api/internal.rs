@@ -98,10 +98,13 @@ pub async fn heartbeat(
         url: b.url.into_owned(),
         load: b.load,
     };
-    let lease = app.store.heartbeat(&model, &hb).await?;
+    // A pushed heartbeat always says the role: absent is both, so a worker
+    // restarted without its role stops being routed as one at once.
+    let role = b.role.unwrap_or_default();
+    let lease = app.store.heartbeat_as(&model, &hb, Some(role)).await?;
     if lease.new {
         let url = protocol::redact_url(&hb.url);
-        tracing::info!(worker_id = %hb.worker_id, model, url, incarnation = lease.incarnation, "worker registered");
+        tracing::info!(worker_id = %hb.worker_id, model, url, %role, incarnation = lease.incarnation, "worker registered");
     }
     Ok(Json(HeartbeatReply {
         worker_id: hb.worker_id,

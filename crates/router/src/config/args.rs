@@ -113,6 +113,11 @@ pub struct ServeArgs {
     /// after it to the same worker [default: 3].
     #[arg(long, env = "PREFIX_ROUTER_UNCACHED_WEIGHT")]
     pub uncached_weight: Option<f64>,
+    /// Disaggregated serving: a decode worker holding more than this share
+    /// of a prompt (0 to 1) computes it without a prefill worker
+    /// [default: 0.8].
+    #[arg(long, env = "PREFIX_ROUTER_PD_SKIP_PREFILL_SHARE")]
+    pub pd_skip_prefill_share: Option<f64>,
     /// A LoRA adapter `NAME=PATH` the engines serve for --model (repeatable):
     /// requests naming it are hashed with it, as vLLM does.
     #[arg(long = "lora", env = "PREFIX_ROUTER_LORAS", value_delimiter = ',')]

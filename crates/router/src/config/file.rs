@@ -51,6 +51,7 @@ pub(super) struct FileConfig {
     pub(super) max_num_seqs: Option<u64>,
     pub(super) batch_cost_tokens: Option<f64>,
     pub(super) uncached_weight: Option<f64>,
+    pub(super) pd_skip_prefill_share: Option<f64>,
     #[serde(default)]
     pub(super) loras: Vec<String>,
     pub(super) scrape_metrics_interval: Option<String>,

@@ -104,6 +104,9 @@ pub struct ServeConfig {
     pub batch_cost_tokens: f64,
     /// Weight of a request's own uncached tokens.
     pub uncached_weight: f64,
+    /// Disaggregated serving: the share of a prompt a decode worker must
+    /// hold beyond which the prefill worker is skipped.
+    pub pd_skip_prefill_share: f64,
     /// The endpoint picker's gRPC service, when run as `epp`.
     pub epp: Option<EppSettings>,
     /// The response cache; `None` when off.
@@ -228,6 +231,13 @@ impl ServeConfig {
         if model_limits.max_models == 0 {
             bail!("--max-models must be positive");
         }
+        let pd_skip_prefill_share = args
+            .pd_skip_prefill_share
+            .or(file.pd_skip_prefill_share)
+            .unwrap_or(0.8);
+        if !(0.0..=1.0).contains(&pd_skip_prefill_share) {
+            bail!("--pd-skip-prefill-share must be within 0 and 1, got {pd_skip_prefill_share}");
+        }
         let max_connections = args
             .exposure
             .max_connections
@@ -350,6 +360,7 @@ impl ServeConfig {
                 "uncached-weight",
                 args.uncached_weight.or(file.uncached_weight).unwrap_or(3.0),
             )?,
+            pd_skip_prefill_share,
             loras,
             models,
             scrape_metrics_interval: args.scrape_metrics_interval.or(file_duration(
@@ -397,6 +408,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("max_num_seqs", &self.max_num_seqs)
             .field("batch_cost_tokens", &self.batch_cost_tokens)
             .field("uncached_weight", &self.uncached_weight)
+            .field("pd_skip_prefill_share", &self.pd_skip_prefill_share)
             .field("epp", &self.epp)
             .field("response_cache", &self.response_cache)
             .finish()

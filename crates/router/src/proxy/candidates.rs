@@ -1,6 +1,7 @@
 //! From the shared state's view of the workers to the policy's candidates.
 
 use crate::routing::{Candidate, STALE_LOAD};
+use protocol::WorkerRole;
 use state::{PrefixProbe, WorkerMatch};
 
 /// A worker the proxy may send to: its candidate data and its URL.
@@ -16,6 +17,8 @@ pub struct Target {
     pub assigned: bool,
     /// The prompt tokens that step counted as its prefill, when assigned.
     pub prefill_tokens: u64,
+    /// Its prefill/decode role.
+    pub role: WorkerRole,
 }
 
 /// Turns a lookup into targets; `block_size` converts blocks to tokens.
@@ -44,5 +47,6 @@ fn target(w: &WorkerMatch, block_size: usize) -> Target {
         matched_blocks: w.matched_blocks,
         assigned: false,
         prefill_tokens: 0,
+        role: w.info.role,
     }
 }

@@ -1,9 +1,11 @@
 //! [`Proxy::explain`]: what the router would do with a request, and why,
-//! without changing any state.
+//! without changing any state; for a disaggregated model, both picks and
+//! whether the prefill is skipped ([`PdPlan`]).
 
 use serde_json::{Value, json};
 
 use super::candidates::targets;
+use super::pd_plan::PdPlan;
 use super::{Endpoint, Proxy, ProxyError};
 use crate::routing::{
     CacheAware, Candidate, RouteRequest, batch_requests, capacity, queued_requests, shared_tokens,
@@ -48,6 +50,7 @@ impl Proxy {
                 json!({
                     "rank": rank + 1,
                     "worker_id": c.worker_id,
+                    "role": t.role,
                     "url": t.url,
                     "matched_blocks": t.matched_blocks,
                     "matched_tokens": c.cached_tokens,
@@ -64,7 +67,7 @@ impl Proxy {
                 })
             })
             .collect();
-        let chosen = order.first().map(|&i| {
+        let mut chosen = order.first().map(|&i| {
             let (t, c) = (&all[i], &candidates[i]);
             let deeper = all.iter().map(|o| o.matched_blocks).max().unwrap_or(0);
             let reason = if c.cached_tokens < shared {
@@ -78,7 +81,23 @@ impl Proxy {
             };
             json!({ "worker_id": c.worker_id, "reason": reason })
         });
-        Ok(json!({
+        let disaggregation = PdPlan::new(&all, &cfg, &request, self.pd_skip_share).map(|plan| {
+            // The prefill pick: the policy among the prefill workers alone,
+            // as the atomic step restricted to them makes it.
+            let prefill: Vec<Candidate> =
+                plan.prefill.iter().map(|t| t.candidate.clone()).collect();
+            let among = shared_tokens(&prefill);
+            let pick = self
+                .policy
+                .rank(&request, &prefill)
+                .first()
+                .map(|&i| (&plan.prefill[i], scorer.cost(&request, &prefill[i], among)));
+            if let Some(d) = plan.decode.first() {
+                chosen = Some(json!({ "worker_id": d.candidate.worker_id, "reason": plan.why }));
+            }
+            plan.explain(pick, self.pd_skip_share)
+        });
+        let mut explained = json!({
             "model": model,
             "endpoint": if endpoint == Endpoint::ChatCompletions { "chat" } else { "completions" },
             "policy": self.policy.name(),
@@ -88,6 +107,10 @@ impl Proxy {
             "load_bound": cap,
             "candidates": rows,
             "chosen": chosen,
-        }))
+        });
+        if let Some(d) = disaggregation {
+            explained["disaggregation"] = d;
+        }
+        Ok(explained)
     }
 }

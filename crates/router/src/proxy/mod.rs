@@ -5,15 +5,20 @@
 //! the policy rank them, claim the blocks for the first choice (one atomic
 //! call that also counts the request in flight), and forward. A worker that
 //! fails before answering is replaced by the next in the ranking. Without
-//! Valkey, the last known workers are ranked by consistent hashing.
+//! Valkey, the last known workers are ranked by consistent hashing. A model
+//! with prefill and decode workers is served disaggregated (`disagg`).
 
+mod assign;
 mod candidates;
 mod cpu_pool;
+mod disagg;
 mod error;
 mod explain;
 mod forward;
 mod inflight;
 mod orca;
+mod pd_bodies;
+mod pd_plan;
 mod pick;
 mod prompts;
 mod ranking;
@@ -77,10 +82,13 @@ pub struct Proxy {
     gauges: worker_gauges::WorkerGauges,
     /// Answers identical deterministic requests, when enabled.
     cache: Option<ResponseCache>,
+    /// `--pd-skip-prefill-share`: a decode worker holding more of a prompt
+    /// than this share computes it without a prefill worker.
+    pd_skip_share: f64,
 }
 
-/// When a model's workers were last seen live, and their (id, url).
-type SeenWorkers = (Instant, Vec<(String, String)>);
+/// When a model's workers were last seen live, and their (id, url, role).
+type SeenWorkers = (Instant, Vec<(String, String, protocol::WorkerRole)>);
 
 impl Proxy {
     /// A proxy over `store` with `policy`, trying at most `max_attempts` workers.
@@ -107,6 +115,7 @@ impl Proxy {
             gauges: worker_gauges::WorkerGauges::default(),
             known_for: std::time::Duration::from_secs(15),
             cache: None,
+            pd_skip_share: 0.8,
         }
     }
 
@@ -114,6 +123,13 @@ impl Proxy {
     /// (none by default).
     pub fn with_response_cache(mut self, cache: Option<ResponseCache>) -> Self {
         self.cache = cache;
+        self
+    }
+
+    /// Skips the prefill worker of a disaggregated request when the decode
+    /// worker holds more than `share` of its prompt (default 0.8).
+    pub fn with_pd_skip_prefill_share(mut self, share: f64) -> Self {
+        self.pd_skip_share = share;
         self
     }
 
@@ -213,6 +229,24 @@ impl Proxy {
                 ORCA_REQUEST_HEADER,
                 axum::http::HeaderValue::from_static("TEXT"),
             );
+        }
+        if endpoint != Endpoint::Other && self.may_disaggregate(&model) {
+            let out = disagg::Outgoing {
+                method,
+                path_and_query,
+                headers: &headers,
+                body: &body,
+                strip: asked_orca.then_some(ORCA_RESPONSE_HEADER),
+            };
+            if let Some(resp) = self
+                .serve_disaggregated(&model, &chain, &out, started)
+                .await?
+            {
+                return Ok(match miss {
+                    Some((cache, miss)) => cache.record(miss, resp),
+                    None => resp,
+                });
+            }
         }
         let valkey = Instant::now();
         let (ranked, tracked) = self
@@ -317,51 +351,6 @@ impl Proxy {
                 tracing::debug!(error = %e, "ORCA load not recorded");
             }
         });
-    }
-
-    /// The request counted in flight on `target` (by the atomic step, or
-    /// here when `tracked`): the prefill tokens counted with it, or `None`
-    /// when it goes untracked.
-    async fn count(
-        &self,
-        model: &str,
-        target: &Target,
-        chain: &Chain,
-        tracked: bool,
-    ) -> Option<u64> {
-        if target.assigned {
-            Some(target.prefill_tokens)
-        } else if tracked {
-            self.assign(model, target, chain).await
-        } else {
-            None
-        }
-    }
-
-    /// Claims the blocks the target does not hold and counts the request
-    /// with the prompt tokens it will prefill (returned); `None` when that
-    /// failed (the request still goes, untracked).
-    async fn assign(&self, model: &str, target: &Target, chain: &Chain) -> Option<u64> {
-        let prefill = chain
-            .prompt_tokens
-            .saturating_sub(target.candidate.cached_tokens);
-        match self
-            .store
-            .assign_prefix(
-                model,
-                &target.candidate.worker_id,
-                &chain.hashes,
-                target.matched_blocks,
-                prefill,
-            )
-            .await
-        {
-            Ok(_) => Some(prefill),
-            Err(e) => {
-                tracing::warn!(error = %e, "claim failed; request forwarded untracked");
-                None
-            }
-        }
     }
 }
 

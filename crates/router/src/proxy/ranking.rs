@@ -115,7 +115,7 @@ impl Proxy {
     /// The cache-aware first choice, made, claimed and counted by one atomic
     /// script call (among the workers `within` names, when it names any),
     /// followed by the other workers in policy order (retries).
-    async fn route_and_claim(
+    pub(super) async fn route_and_claim(
         &self,
         model: &str,
         chain: &Chain,
@@ -234,7 +234,7 @@ impl Proxy {
         }
         let workers = targets
             .iter()
-            .map(|t| (t.candidate.worker_id.clone(), t.url.clone()))
+            .map(|t| (t.candidate.worker_id.clone(), t.url.clone(), t.role))
             .collect();
         if let Ok(mut known) = self.known.write() {
             known.insert(model.to_owned(), (Instant::now(), workers));
@@ -259,7 +259,7 @@ impl Proxy {
             .unwrap_or_default();
         known
             .into_iter()
-            .map(|(worker_id, url)| Target {
+            .map(|(worker_id, url, role)| Target {
                 candidate: Candidate {
                     worker_id,
                     ..Candidate::default()
@@ -268,6 +268,7 @@ impl Proxy {
                 matched_blocks: 0,
                 assigned: false,
                 prefill_tokens: 0,
+                role,
             })
             .collect()
     }

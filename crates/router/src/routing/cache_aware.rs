@@ -124,13 +124,19 @@ impl CacheAware {
         let uncached = request.prompt_tokens.saturating_sub(cached) as f64 * cfg.uncached_weight;
         let queue = queued_requests(c, cfg.max_num_seqs) as f64 * cfg.tokens_per_queued_request;
         let batch = batch_requests(c, cfg.max_num_seqs) as f64 * cfg.tokens_per_running_request;
-        let pressure = if c.kv_usage > cfg.kv_pressure_from {
-            (c.kv_usage - cfg.kv_pressure_from) / (1.0 - cfg.kv_pressure_from).max(f64::EPSILON)
-                * cfg.kv_pressure_tokens
-        } else {
-            0.0
-        };
-        uncached + c.prefill_tokens as f64 + batch + queue + pressure
+        uncached + c.prefill_tokens as f64 + batch + queue + kv_pressure(cfg, c.kv_usage)
+    }
+}
+
+/// The penalty of a KV cache used at `usage`, in tokens: 0 up to
+/// `kv_pressure_from`, then rising to `kv_pressure_tokens` at a full cache
+/// (a nearly full cache evicts what was routed there, or preempts).
+pub fn kv_pressure(cfg: &CacheAwareConfig, usage: f64) -> f64 {
+    if usage > cfg.kv_pressure_from {
+        (usage - cfg.kv_pressure_from) / (1.0 - cfg.kv_pressure_from).max(f64::EPSILON)
+            * cfg.kv_pressure_tokens
+    } else {
+        0.0
     }
 }
 
@@ -203,15 +209,8 @@ pub fn shared_tokens(candidates: &[Candidate]) -> u64 {
 mod tests {
     use std::collections::BTreeSet;
 
-    use super::super::cand;
+    use super::super::{cand, req};
     use super::*;
-
-    fn req(tokens: u64) -> RouteRequest {
-        RouteRequest {
-            prompt_tokens: tokens,
-            prefix_key: 0,
-        }
-    }
 
     fn ids(c: &[Candidate], order: Vec<usize>) -> Vec<String> {
         order.into_iter().map(|i| c[i].worker_id.clone()).collect()

@@ -8,6 +8,7 @@
 mod bounded_load;
 mod cache_aware;
 mod consistent_hash;
+mod decode;
 mod least_loaded;
 mod power_of_two;
 mod round_robin;
@@ -17,6 +18,7 @@ pub use cache_aware::{
     CacheAware, CacheAwareConfig, STALE_LOAD, batch_requests, queued_requests, shared_tokens,
 };
 pub use consistent_hash::ConsistentHash;
+pub use decode::{decode_cost, rank_decode, skip_prefill};
 pub use least_loaded::LeastLoaded;
 pub use power_of_two::PowerOfTwo;
 pub use round_robin::RoundRobin;
@@ -101,6 +103,15 @@ fn ranked_by<K: PartialOrd>(candidates: &[Candidate], key: impl Fn(&Candidate) -
             .then(keyed[a].1.cmp(&keyed[b].1))
     });
     order
+}
+
+/// A request of `tokens` prompt tokens (tests).
+#[cfg(test)]
+pub(crate) fn req(tokens: u64) -> RouteRequest {
+    RouteRequest {
+        prompt_tokens: tokens,
+        prefix_key: 0,
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! A fake OpenAI-compatible worker over real HTTP: records what it gets,
-//! answers JSON or streams Server-Sent Events chunk by chunk on command,
-//! and serves `GET /metrics` as the test sets it.
+//! answers JSON (with a prefill worker's `kv_transfer_params` when set) or
+//! streams Server-Sent Events chunk by chunk on command, and serves
+//! `GET /metrics` as the test sets it.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -45,6 +46,9 @@ pub struct Shared {
     pub answer_delay: Mutex<Option<Duration>>,
     /// The W3C trace context of each request (`traceparent`, `tracestate`).
     pub trace: Mutex<Vec<(Option<String>, Option<String>)>>,
+    /// When set, non-streamed answers carry it as `kv_transfer_params`, as
+    /// a vLLM prefill worker's answer to a remote decode's request does.
+    pub kv_transfer_params: Mutex<Option<serde_json::Value>>,
 }
 
 /// The SSE chunks a streamed answer sends, in order.
@@ -224,12 +228,15 @@ async fn handle(
             .unwrap();
     }
     let status = shared.status.lock().unwrap().unwrap_or(StatusCode::OK);
-    let answer = serde_json::json!({
+    let mut answer = serde_json::json!({
         "worker": name,
         "path": uri.path(),
         "echo": json,
         "choices": [{ "text": "ok", "finish_reason": "stop" }],
     });
+    if let Some(params) = shared.kv_transfer_params.lock().unwrap().clone() {
+        answer["kv_transfer_params"] = params;
+    }
     let mut resp = (status, [("x-fake-worker", name)], axum::Json(answer)).into_response();
     // vLLM's ORCA load report, when asked (only TEXT here).
     let asked = headers

@@ -82,6 +82,8 @@ pub struct WorkerSummary {
     pub in_flight_counted: i64,
     /// True while a committed sync is being applied.
     pub syncing: bool,
+    /// Its prefill/decode role (`both` when the record names none).
+    pub role: String,
 }
 
 /// A worker's last reported load.
@@ -250,6 +252,7 @@ pub(crate) async fn model_summary(
                 .sum(),
             in_flight,
             syncing: field("syncing").as_deref() == Some("1"),
+            role: field("role").unwrap_or_else(|| "both".into()),
         });
     }
     let routers = meta

@@ -1,0 +1,66 @@
+//! Claiming a prompt's blocks for a worker and counting the request in
+//! flight on it, when the atomic routing step did not (retries, the other
+//! policies, the decode half of a disaggregated request).
+
+use super::Proxy;
+use super::candidates::Target;
+use super::prompts::Chain;
+
+impl Proxy {
+    /// The request counted in flight on `target` (by the atomic step, or
+    /// here when `tracked`): the prefill tokens counted with it, or `None`
+    /// when it goes untracked.
+    pub(super) async fn count(
+        &self,
+        model: &str,
+        target: &Target,
+        chain: &Chain,
+        tracked: bool,
+    ) -> Option<u64> {
+        if target.assigned {
+            Some(target.prefill_tokens)
+        } else if tracked {
+            self.assign(model, target, chain).await
+        } else {
+            None
+        }
+    }
+
+    /// Claims the blocks the target does not hold and counts the request
+    /// with the prompt tokens it will prefill (returned); `None` when that
+    /// failed (the request still goes, untracked).
+    pub(super) async fn assign(&self, model: &str, target: &Target, chain: &Chain) -> Option<u64> {
+        let prefill = chain
+            .prompt_tokens
+            .saturating_sub(target.candidate.cached_tokens);
+        self.assign_with(model, target, chain, prefill).await
+    }
+
+    /// As [`assign`](Self::assign), counting `prefill` prompt tokens (a
+    /// decode worker that receives the prompt's KV computes none).
+    pub(super) async fn assign_with(
+        &self,
+        model: &str,
+        target: &Target,
+        chain: &Chain,
+        prefill: u64,
+    ) -> Option<u64> {
+        match self
+            .store
+            .assign_prefix(
+                model,
+                &target.candidate.worker_id,
+                &chain.hashes,
+                target.matched_blocks,
+                prefill,
+            )
+            .await
+        {
+            Ok(_) => Some(prefill),
+            Err(e) => {
+                tracing::warn!(error = %e, "claim failed; request forwarded untracked");
+                None
+            }
+        }
+    }
+}

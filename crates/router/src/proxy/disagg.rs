@@ -1,0 +1,354 @@
+//! Serving a request disaggregated (issue 14), as vLLM's own disaggregated
+//! proxies do, with both picks made through the shared view.
+//!
+//! 1. One read-only lookup of the model's live workers gives the decode
+//!    worker ([`PdPlan`]: free KV, batch occupancy, its own match) and
+//!    whether it holds enough of the prompt to skip the prefill worker. The
+//!    decode worker's blocks are claimed (it will receive them) and it is
+//!    counted in flight until the answer ends.
+//! 2. Unless skipped, the prefill worker is chosen by the atomic
+//!    cache-aware step restricted to the prefill workers (matched prefix
+//!    against queued prefill), which claims its blocks (it computes them)
+//!    and counts it until its answer. It gets the request with `max_tokens`
+//!    1, unstreamed, asking for a remote decode (`pd_bodies`).
+//! 3. The decode worker gets the client's request with the prefill answer's
+//!    `kv_transfer_params`, and its answer is streamed to the client.
+//!
+//! A prefill worker that fails (unreachable, an error, an answer without
+//! usable params) is replaced by the next one; when none succeeds, or one
+//! refuses the request itself (a 4xx), the decode worker computes the
+//! prompt alone. Nothing reaches the client before the decode worker
+//! answers, so a client never sees half an answer from two workers.
+
+use std::time::Instant;
+
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::Value;
+use tracing::Instrument;
+
+use super::candidates::{Target, targets};
+use super::pd_bodies::{PdBodies, answer_params};
+use super::pd_plan::{PdPlan, disaggregated};
+use super::prompts::Chain;
+use super::{InFlightGuard, Proxy, ProxyError, forward, record_outcome};
+use crate::routing::RouteRequest;
+use crate::telemetry::{self, SPANS};
+use protocol::WorkerRole;
+use protocol::headers::{ORCA_REQUEST_HEADER, PREFILL_WORKER_HEADER};
+
+/// Largest prefill answer read: one token and the handshake, a few KiB.
+const MAX_PREFILL_ANSWER: usize = 1 << 20;
+
+/// A client's request as the proxy forwards it.
+pub(super) struct Outgoing<'a> {
+    pub method: &'a Method,
+    pub path_and_query: &'a str,
+    pub headers: &'a HeaderMap,
+    pub body: &'a Bytes,
+    /// A response header the router asked for itself (dropped from the
+    /// client's answer), when it did.
+    pub strip: Option<&'static str>,
+}
+
+/// Why a prefill worker gave no params.
+enum PrefillFailure {
+    /// It refused the request itself (a 4xx): another prefill worker would
+    /// too; the decode worker answers it (with its own error if it is one).
+    Refused(String),
+    /// It failed: the next prefill worker may not.
+    Failed(String),
+}
+
+impl Proxy {
+    /// Whether `model` may be served disaggregated: the workers last seen
+    /// include prefill and decode ones, or none were seen yet (the lookup
+    /// of [`serve_disaggregated`](Self::serve_disaggregated) tells).
+    pub(super) fn may_disaggregate(&self, model: &str) -> bool {
+        self.known
+            .read()
+            .map(|k| match k.get(model) {
+                Some((_, workers)) => disaggregated(workers.iter().map(|w| w.2)),
+                None => true,
+            })
+            .unwrap_or(false)
+    }
+
+    /// Serves the request disaggregated if its model is; `None`: it is not
+    /// (or Valkey is away, or the client runs the handshake itself), route
+    /// it as usual.
+    pub(super) async fn serve_disaggregated(
+        &self,
+        model: &str,
+        chain: &Chain,
+        out: &Outgoing<'_>,
+        started: Instant,
+    ) -> Result<Option<Response>, ProxyError> {
+        let block_size = self
+            .prompts
+            .pipelines()
+            .get(model)
+            .map_or(16, |p| p.hasher.block_size());
+        let lookup = match self.store.probe(model, &chain.hashes).await {
+            Ok(lookup) => lookup,
+            Err(e) => {
+                tracing::debug!(error = %e, model, "no lookup for a disaggregated route; routing as usual");
+                return Ok(None);
+            }
+        };
+        let all = targets(&lookup, block_size);
+        self.remember(model, &all);
+        let request = RouteRequest {
+            prompt_tokens: chain.prompt_tokens,
+            prefix_key: chain.hashes.first().map_or(0, |h| h.0),
+        };
+        let cfg = self.atomic.unwrap_or_default();
+        let Some(plan) = PdPlan::new(&all, &cfg, &request, self.pd_skip_share) else {
+            return Ok(None);
+        };
+        let body = out.body.clone();
+        let Some(bodies) = self
+            .pool
+            .run(body.len(), move || PdBodies::parse(body))
+            .await?
+        else {
+            return Ok(None);
+        };
+        let Some(decode) = plan.decode.first() else {
+            return Ok(None);
+        };
+        // The decode worker is reserved first: other routers see its load
+        // while the prefill runs. Skipping the prefill, it computes the
+        // uncached prompt; else it receives the KV.
+        let uncached = |t: &Target| {
+            chain
+                .prompt_tokens
+                .saturating_sub(t.candidate.cached_tokens)
+        };
+        let counted = self
+            .assign_with(
+                model,
+                decode,
+                chain,
+                if plan.skip { uncached(decode) } else { 0 },
+            )
+            .await;
+        let decode_guard = InFlightGuard::new(
+            self.store.clone(),
+            model,
+            &decode.candidate.worker_id,
+            counted,
+        );
+        tracing::debug!(model, decode = %decode.candidate.worker_id, why = %plan.why, "disaggregated route");
+        let prefilled = if plan.skip {
+            None
+        } else {
+            self.prefill(model, chain, &plan, &bodies, out, &request, block_size)
+                .await
+        };
+        let path = match (&prefilled, plan.skip) {
+            (Some(_), _) => "disaggregated",
+            (None, true) => "skip_prefill",
+            (None, false) => "decode_only",
+        };
+        metrics::counter!("prefix_router_pd_requests_total", "path" => path).increment(1);
+        metrics::histogram!("prefix_router_route_seconds").record(started.elapsed().as_secs_f64());
+        let params = prefilled.as_ref().map(|(p, _)| p.clone());
+        let body = self
+            .pool
+            .run(out.body.len(), move || bodies.decode(params.as_ref()))
+            .await?;
+        let mut resp = self
+            .decode(
+                model,
+                chain,
+                &plan,
+                decode_guard,
+                body,
+                out,
+                prefilled.is_some(),
+            )
+            .await?;
+        if let Some(v) = prefilled.and_then(|(_, id)| HeaderValue::from_str(&id).ok()) {
+            resp.headers_mut().insert(PREFILL_WORKER_HEADER, v);
+        }
+        Ok(Some(resp))
+    }
+
+    /// Runs the prefill on the best prefill worker that succeeds: the
+    /// params its answer gives the decode worker, and its id; `None` when
+    /// none did (the decode worker then computes the prompt).
+    #[allow(clippy::too_many_arguments)]
+    async fn prefill(
+        &self,
+        model: &str,
+        chain: &Chain,
+        plan: &PdPlan,
+        bodies: &PdBodies,
+        out: &Outgoing<'_>,
+        request: &RouteRequest,
+        block_size: usize,
+    ) -> Option<(Value, String)> {
+        let ranked: Vec<Target> = match self.atomic.as_ref() {
+            Some(cfg) => {
+                let within = plan.prefill_ids();
+                match self
+                    .route_and_claim(model, chain, cfg, request, block_size, &within)
+                    .await
+                {
+                    Ok(ranked) => ranked
+                        .into_iter()
+                        .filter(|t| t.role == WorkerRole::Prefill)
+                        .collect(),
+                    Err(e) => {
+                        tracing::warn!(error = %e, model, "prefill pick failed; the decode worker prefills");
+                        return None;
+                    }
+                }
+            }
+            None => self.order(self.policy.as_ref(), request, plan.prefill.clone()),
+        };
+        let body = bodies.prefill();
+        let mut headers = out.headers.clone();
+        if !headers.contains_key(ORCA_REQUEST_HEADER) {
+            headers.insert(ORCA_REQUEST_HEADER, HeaderValue::from_static("TEXT"));
+        }
+        for target in ranked.iter().take(self.max_attempts) {
+            let worker = &target.candidate.worker_id;
+            let counted = self.count(model, target, chain, true).await;
+            // Counted until its answer is read (or it failed): its part ends there.
+            let _guard = InFlightGuard::new(self.store.clone(), model, worker, counted);
+            let span = tracing::info_span!(target: SPANS, "prefill", otel.kind = "client", worker = %worker);
+            telemetry::hand_on(&span, &mut headers);
+            match self
+                .prefill_once(model, target, out, &headers, body.clone())
+                .instrument(span)
+                .await
+            {
+                Ok(params) => return Some((params, worker.clone())),
+                Err(PrefillFailure::Refused(why)) => {
+                    tracing::warn!(
+                        worker,
+                        why,
+                        "prefill worker refused the request; the decode worker answers it"
+                    );
+                    return None;
+                }
+                Err(PrefillFailure::Failed(why)) => {
+                    tracing::warn!(worker, why, "prefill worker failed; trying the next");
+                    metrics::counter!("prefix_router_upstream_retries_total").increment(1);
+                }
+            }
+        }
+        tracing::warn!(
+            model,
+            "no prefill worker succeeded; the decode worker prefills"
+        );
+        None
+    }
+
+    /// One prefill attempt: the params of its answer.
+    async fn prefill_once(
+        &self,
+        model: &str,
+        target: &Target,
+        out: &Outgoing<'_>,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Value, PrefillFailure> {
+        let resp = self
+            .upstream
+            .send(out.method, &target.url, out.path_and_query, headers, body)
+            .await
+            .map_err(|e| PrefillFailure::Failed(e.to_string()))?;
+        self.record_orca_load(model, &target.candidate.worker_id, &resp);
+        let status = resp.status();
+        let answer = read_capped(resp).await.map_err(PrefillFailure::Failed)?;
+        let refused = status.is_client_error()
+            && status != StatusCode::REQUEST_TIMEOUT
+            && status != StatusCode::TOO_MANY_REQUESTS;
+        if refused {
+            let text = String::from_utf8_lossy(&answer[..answer.len().min(300)]).into_owned();
+            return Err(PrefillFailure::Refused(format!("{status}: {text}")));
+        }
+        if !status.is_success() {
+            return Err(PrefillFailure::Failed(format!("answered {status}")));
+        }
+        answer_params(&answer).map_err(PrefillFailure::Failed)
+    }
+
+    /// Sends `body` to the plan's decode worker, the next ones if it cannot
+    /// be reached; its answer, relayed. `first` is the count of the first.
+    #[allow(clippy::too_many_arguments)]
+    async fn decode(
+        &self,
+        model: &str,
+        chain: &Chain,
+        plan: &PdPlan,
+        first: InFlightGuard,
+        body: Bytes,
+        out: &Outgoing<'_>,
+        prefilled: bool,
+    ) -> Result<Response, ProxyError> {
+        let mut first = Some(first);
+        let mut headers = out.headers.clone();
+        let mut last_error = String::from("no decode worker");
+        for target in plan.decode.iter().take(self.max_attempts) {
+            let worker = &target.candidate.worker_id;
+            let guard = match first.take() {
+                Some(g) => g,
+                None => {
+                    let tokens = if prefilled {
+                        0
+                    } else {
+                        chain
+                            .prompt_tokens
+                            .saturating_sub(target.candidate.cached_tokens)
+                    };
+                    let counted = self.assign_with(model, target, chain, tokens).await;
+                    InFlightGuard::new(self.store.clone(), model, worker, counted)
+                }
+            };
+            let span = tracing::info_span!(target: SPANS, "upstream", otel.kind = "client", worker = %worker);
+            telemetry::hand_on(&span, &mut headers);
+            match self
+                .upstream
+                .send(
+                    out.method,
+                    &target.url,
+                    out.path_and_query,
+                    &headers,
+                    body.clone(),
+                )
+                .instrument(span)
+                .await
+            {
+                Ok(resp) => {
+                    tracing::Span::current().record("worker", worker.as_str());
+                    record_outcome(model, target, chain);
+                    self.record_orca_load(model, worker, &resp);
+                    return Ok(forward::relay(resp, worker, guard, out.strip));
+                }
+                Err(e) => {
+                    tracing::warn!(worker, error = %e, "decode worker failed before answering; trying the next");
+                    metrics::counter!("prefix_router_upstream_retries_total").increment(1);
+                    last_error = format!("{worker}: {e}");
+                }
+            }
+        }
+        Err(ProxyError::NoWorker(last_error))
+    }
+}
+
+/// A prefill answer's body, at most [`MAX_PREFILL_ANSWER`] bytes.
+async fn read_capped(mut resp: reqwest::Response) -> Result<Vec<u8>, String> {
+    let mut answer = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
+        answer.extend_from_slice(&chunk);
+        if answer.len() > MAX_PREFILL_ANSWER {
+            return Err(format!("answer over {MAX_PREFILL_ANSWER} bytes"));
+        }
+    }
+    Ok(answer)
+}
