@@ -15,7 +15,7 @@ use crate::load_scrape::{ScrapeSettings, scrape_loop};
 use crate::metrics_recorder::{metrics_handle, zero_counters};
 use crate::proxy::{CpuPool, Proxy, Upstream};
 use crate::response_cache::ResponseCache;
-use crate::routing::{CacheAwareConfig, policy_by_name};
+use crate::routing::policy_by_name;
 use protocol::hashing::HashSeed;
 use protocol::redact_url;
 use state::{StateStore, WorkerHeartbeat};
@@ -71,14 +71,7 @@ fn build_pipelines(cfg: &ServeConfig) -> anyhow::Result<ModelPipelines> {
 /// The routing path: the configured models' pipelines, policy and client.
 fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
     let pipelines = build_pipelines(cfg)?;
-    let cache_aware = CacheAwareConfig {
-        epsilon: cfg.epsilon,
-        tokens_per_queued_request: cfg.queue_cost_tokens,
-        max_num_seqs: cfg.max_num_seqs,
-        tokens_per_running_request: cfg.batch_cost_tokens,
-        uncached_weight: cfg.uncached_weight,
-        ..CacheAwareConfig::default()
-    };
+    let cache_aware = cfg.cache_aware;
     let policy = policy_by_name(&cfg.policy, cache_aware)
         .with_context(|| format!("unknown policy {:?}", cfg.policy))?;
     let upstream = Upstream::new(Duration::from_secs(2)).context("building the HTTP client")?;

@@ -1,22 +1,5 @@
 -- route.lua: the routing step in one atomic call: match the chain against
 -- every live worker, choose one, claim its unheld blocks, count the request.
--- Routers that see the same new prefix at the same instant are serialised
--- here, so the second sees the first's claim (and its queued prefill).
--- The choice is the cache_aware policy of src/routing/cache_aware.rs (the
--- two are kept equal by tests/route_script.rs): among workers within the
--- bounded load ceil((1+eps) * (total load + 1) / workers) + slack, the least
--- estimated time to first token in tokens: uncached prompt tokens (x their
--- weight: a prefill delays later requests too) + the prefill tokens routed
--- to it and not yet past their first token + its batch x tokens_per_running
--- + queued requests x tokens_per_queued + KV pressure (a prefix at least half the workers hold, two at least, counts
--- as cached on all: the hotspot guard; at equal cost the deeper real match
--- first); else the least loaded. Batch: the requests there (in flight, or
--- running + waiting as reported, whichever is more) up to max_num_seqs;
--- queued: those beyond it, or the reported waiting if more. Ties by `seed`
--- (tie_break in lib_routing.lua: each worker equally likely among the tied).
--- The chosen worker's uncached tokens are added to this router's prefill
--- count for it (p<idx>:<router>); the router takes them off at the
--- response's first byte.
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base, ARGV[2] = router id, ARGV[3] = speculative ttl_ms,
 -- ARGV[4] = prompt tokens, ARGV[5] = block size, ARGV[6] = epsilon,
@@ -53,6 +36,25 @@
 -- Complexity: O(workers x log indexed blocks + S + claimed blocks), plus
 -- creating the arguments: the indexed blocks and at most
 -- GAP_PROBE_BLOCKS first blocks.
+--
+-- Routers that see the same new prefix at the same instant are serialised
+-- here, so the second sees the first's claim (and its queued prefill).
+-- The choice is the cache_aware policy of src/routing/cache_aware.rs (the
+-- two are kept equal by tests/route_script.rs): among workers within the
+-- bounded load ceil((1+eps) * (total load + 1) / workers) + slack, the least
+-- estimated time to first token in tokens: uncached prompt tokens (x their
+-- weight: a prefill delays later requests too) + the prefill tokens routed
+-- to it and not yet past their first token + its batch x tokens_per_running
+-- + queued requests x tokens_per_queued + KV pressure (a prefix at least
+-- half the workers hold, two at least, counts as cached on all: the
+-- hotspot guard; at equal cost the deeper real match first); else the
+-- least loaded. Batch: the requests there (in flight, or running + waiting
+-- as reported, whichever is more) up to max_num_seqs; queued: those beyond
+-- it, or the reported waiting if more. Ties by `seed`
+-- (tie_break in lib_routing.lua: each worker equally likely among the tied).
+-- The chosen worker's uncached tokens are added to this router's prefill
+-- count for it (p<idx>:<router>); the router takes them off at the
+-- response's first byte.
 local nhints = tonumber(ARGV[19])
 local at = 20 + 2 * nhints
 local nallowed = tonumber(ARGV[at])

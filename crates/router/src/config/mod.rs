@@ -2,6 +2,7 @@
 //! (`PREFIX_ROUTER_*`) < command-line flags.
 
 mod args;
+mod costs;
 mod defaults;
 mod epp;
 mod file;
@@ -94,16 +95,8 @@ pub struct ServeConfig {
     pub models: Vec<ModelConfig>,
     /// Period of the workers' `/metrics` scrape; `None` when off.
     pub scrape_metrics_interval: Option<Duration>,
-    /// Bounded-load ε.
-    pub epsilon: f64,
-    /// Cost of one queued request, in prompt tokens.
-    pub queue_cost_tokens: f64,
-    /// The engines' `max_num_seqs`.
-    pub max_num_seqs: u64,
-    /// Cost of each request in a worker's batch, in prompt tokens.
-    pub batch_cost_tokens: f64,
-    /// Weight of a request's own uncached tokens.
-    pub uncached_weight: f64,
+    /// The cache-aware policy's weights (`costs`).
+    pub cache_aware: crate::routing::CacheAwareConfig,
     /// Disaggregated serving: the share of a prompt a decode worker must
     /// hold beyond which the prefill worker is skipped.
     pub pd_skip_prefill_share: f64,
@@ -120,6 +113,7 @@ impl ServeConfig {
             Some(p) => load_file(p)?,
             None => FileConfig::default(),
         };
+        let cache_aware = costs::cache_aware(&args, &file)?;
         let defaults = StateTtls::default();
         let ttls = StateTtls {
             speculative: args
@@ -338,28 +332,7 @@ impl ServeConfig {
             block_size,
             hash_seed,
             max_attempts: args.max_attempts.or(file.max_attempts).unwrap_or(3),
-            epsilon: weight("epsilon", args.epsilon.or(file.epsilon).unwrap_or(0.25))?,
-            queue_cost_tokens: weight(
-                "queue-cost-tokens",
-                args.queue_cost_tokens
-                    .or(file.queue_cost_tokens)
-                    .unwrap_or(512.0),
-            )?,
-            max_num_seqs: args
-                .max_num_seqs
-                .or(file.max_num_seqs)
-                .unwrap_or(256)
-                .max(1),
-            batch_cost_tokens: weight(
-                "batch-cost-tokens",
-                args.batch_cost_tokens
-                    .or(file.batch_cost_tokens)
-                    .unwrap_or(16.0),
-            )?,
-            uncached_weight: weight(
-                "uncached-weight",
-                args.uncached_weight.or(file.uncached_weight).unwrap_or(3.0),
-            )?,
+            cache_aware,
             pd_skip_prefill_share,
             loras,
             models,
@@ -403,24 +376,10 @@ impl std::fmt::Debug for ServeConfig {
             .field("loras", &self.loras)
             .field("models", &self.models)
             .field("scrape_metrics_interval", &self.scrape_metrics_interval)
-            .field("epsilon", &self.epsilon)
-            .field("queue_cost_tokens", &self.queue_cost_tokens)
-            .field("max_num_seqs", &self.max_num_seqs)
-            .field("batch_cost_tokens", &self.batch_cost_tokens)
-            .field("uncached_weight", &self.uncached_weight)
+            .field("cache_aware", &self.cache_aware)
             .field("pd_skip_prefill_share", &self.pd_skip_prefill_share)
             .field("epp", &self.epp)
             .field("response_cache", &self.response_cache)
             .finish()
-    }
-}
-
-/// A routing weight: a finite number, zero or more (the routing script
-/// compares costs made of them; NaN would compare false everywhere).
-fn weight(flag: &str, v: f64) -> anyhow::Result<f64> {
-    if v.is_finite() && v >= 0.0 {
-        Ok(v)
-    } else {
-        bail!("--{flag} must be a finite number, zero or more; got {v}")
     }
 }

@@ -71,16 +71,16 @@ impl Proxy {
                 .await
                 .map(|ranked| {
                     listed = !ranked.is_empty();
-                    let kept = keep(ranked.clone());
                     // The script chose by the URLs last seen; a worker
                     // whose URL changed since is not allowed now: its count
                     // must not outlive this request.
-                    if let Some(first) = ranked.first().filter(|t| t.assigned)
-                        && !kept.iter().any(|t| t.assigned)
+                    if let (Some(first), Some(allowed)) = (ranked.first(), allowed)
+                        && first.assigned
+                        && !allowed(&first.url)
                     {
                         self.release(model, first);
                     }
-                    kept
+                    keep(ranked)
                 }),
             None => self.store.probe(model, &chain.hashes).await.map(|lookup| {
                 let all = targets(&lookup, block_size);

@@ -138,18 +138,28 @@ impl Reporters {
                 medium: Some(Medium::Cpu.as_str().into()),
                 ..BlockStored::default()
             })),
-            CacheEvent::Removed { hashes, .. } => {
-                let kept = self.kept_evictions(hashes);
-                (!kept.is_empty()).then(|| {
-                    KvEvent::BlockRemoved(BlockRemoved {
-                        block_hashes: kept,
-                        medium: Some(Medium::Cpu.as_str().into()),
-                        ..BlockRemoved::default()
-                    })
-                })
-            }
+            CacheEvent::Removed { hashes, .. } => self.removed(hashes, Medium::Cpu, None),
             CacheEvent::Cleared => None,
         }
+    }
+
+    /// A `BlockRemoved` on `medium` of the evicted hashes the drop-evictions
+    /// fault lets through (none when it drops them all).
+    fn removed(
+        &mut self,
+        hashes: &[BlockHash],
+        medium: Medium,
+        group_idx: Option<i64>,
+    ) -> Option<KvEvent> {
+        let kept = self.kept_evictions(hashes);
+        (!kept.is_empty()).then(|| {
+            KvEvent::BlockRemoved(BlockRemoved {
+                block_hashes: kept,
+                medium: Some(medium.as_str().into()),
+                group_idx,
+                ..BlockRemoved::default()
+            })
+        })
     }
 
     /// The evicted hashes the drop-evictions fault lets through.
@@ -187,17 +197,7 @@ impl Reporters {
                     ..BlockStored::default()
                 }))
             }
-            CacheEvent::Removed { hashes, .. } => {
-                let kept = self.kept_evictions(hashes);
-                (!kept.is_empty()).then(|| {
-                    KvEvent::BlockRemoved(BlockRemoved {
-                        block_hashes: kept,
-                        medium: Some(Medium::Gpu.as_str().into()),
-                        group_idx: Some(0),
-                        ..BlockRemoved::default()
-                    })
-                })
-            }
+            CacheEvent::Removed { hashes, .. } => self.removed(hashes, Medium::Gpu, Some(0)),
             CacheEvent::Cleared => Some(KvEvent::AllBlocksCleared),
         }
     }
