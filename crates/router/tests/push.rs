@@ -86,6 +86,7 @@ fn identity(worker: &str) -> WorkerIdentity {
         worker_id: worker.into(),
         model: M.into(),
         url: "http://127.0.0.1:9".into(),
+        role: None,
     }
 }
 

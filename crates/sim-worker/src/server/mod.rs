@@ -303,6 +303,8 @@ fn start_pusher(
             .advertise_url
             .clone()
             .unwrap_or_else(|| format!("http://{addr}")),
+        // Both is what no role means: its heartbeat stays as it was.
+        role: (config.role != WorkerRole::Both).then_some(config.role),
     };
     let pusher_config = PusherConfig {
         flush_interval: push.flush_interval,
@@ -312,8 +314,6 @@ fn start_pusher(
         seed: push.seed,
         paused: config.faults.stop_reporting,
         family_blocks: Some(config.engine.family_blocks),
-        // Both is what no role means: its heartbeat stays as it was.
-        role: (config.role != WorkerRole::Both).then_some(config.role),
         ..PusherConfig::new(identity)
     };
     Ok(Pusher::start(

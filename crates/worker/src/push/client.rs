@@ -38,6 +38,9 @@ pub struct WorkerIdentity {
     pub model: String,
     /// The base URL routers send requests to, e.g. `http://10.0.0.5:8000`.
     pub url: String,
+    /// Its prefill/decode role, sent with each heartbeat; `None` sends none
+    /// (a worker of both roles).
+    pub role: Option<WorkerRole>,
 }
 
 /// How to reach the fleet.
@@ -151,25 +154,13 @@ impl FleetClient {
         load: Option<WorkerLoad>,
         family_blocks: Option<usize>,
     ) -> Result<HeartbeatReply, PushError> {
-        self.heartbeat_as(who, load, family_blocks, None).await
-    }
-
-    /// [`heartbeat`](Self::heartbeat), also registering the worker's
-    /// prefill/decode `role` (`None`: not sent, which means both).
-    pub async fn heartbeat_as(
-        &self,
-        who: &WorkerIdentity,
-        load: Option<WorkerLoad>,
-        family_blocks: Option<usize>,
-        role: Option<WorkerRole>,
-    ) -> Result<HeartbeatReply, PushError> {
         let body = HeartbeatBody {
             worker_id: who.worker_id.as_str().into(),
             url: who.url.as_str().into(),
             model: Some(who.model.as_str().into()),
             load,
             family_blocks,
-            role,
+            role: who.role,
         };
         let reply = self.send(self.post("heartbeat", &body)).await?;
         serde_json::from_value(reply).map_err(|e| PushError::Reply {

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use super::client::WorkerIdentity;
 use super::retry::Backoff;
+use protocol::WorkerLoad;
 use protocol::family::FamilyBlock;
-use protocol::{WorkerLoad, WorkerRole};
 
 /// Where the pusher reads the worker's full state.
 ///
@@ -48,9 +48,6 @@ pub struct PusherConfig {
     /// The family depth the worker's families are computed with, sent with
     /// each heartbeat (`protocol::family`).
     pub family_blocks: Option<usize>,
-    /// The worker's prefill/decode role, sent with each heartbeat; `None`
-    /// sends none (a worker of both roles).
-    pub role: Option<WorkerRole>,
 }
 
 impl PusherConfig {
@@ -71,7 +68,6 @@ impl PusherConfig {
             seed: 0,
             paused: false,
             family_blocks: None,
-            role: None,
         }
     }
 }

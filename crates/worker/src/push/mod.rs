@@ -28,6 +28,7 @@
 //!     worker_id: "gpu-0".into(),
 //!     model: "Qwen/Qwen3-8B".into(),
 //!     url: "http://10.0.0.5:8000".into(),
+//!     role: None,
 //! };
 //! let pusher = Pusher::start(client, PusherConfig::new(identity), source);
 //! let handle = pusher.handle();

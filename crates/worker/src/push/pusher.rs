@@ -190,7 +190,7 @@ impl Worker {
         let family_blocks = self.config.family_blocks;
         match self
             .client
-            .heartbeat_as(&self.config.identity, load, family_blocks, self.config.role)
+            .heartbeat(&self.config.identity, load, family_blocks)
             .await
         {
             Ok(reply) => {

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::push::WorkerIdentity;
+use protocol::WorkerRole;
 use protocol::hashing::{HashSeed, LoraKey};
 use protocol::parse_duration;
 
@@ -50,6 +51,10 @@ pub struct ReporterArgs {
     /// The engine's PYTHONHASHSEED, if it sets one.
     #[arg(long, env = "PREFIX_ROUTER_HASH_SEED")]
     pub hash_seed: Option<String>,
+    /// The engine's role in disaggregated serving: prefill, decode or both
+    /// (vLLM's KV-transfer role; both = colocated).
+    #[arg(long, env = "PREFIX_ROUTER_ROLE", default_value = "both")]
+    pub role: WorkerRole,
     /// Prefix family depth in blocks; must equal the routers'
     /// `--family-blocks` when they shard the model.
     #[arg(long, env = "PREFIX_ROUTER_FAMILY_BLOCKS", default_value_t = protocol::family::DEFAULT_FAMILY_BLOCKS)]
@@ -105,6 +110,7 @@ impl ReporterArgs {
                 worker_id: self.worker_id,
                 model: self.model,
                 url,
+                role: (self.role != WorkerRole::Both).then_some(self.role),
             },
             block_size: self.block_size,
             family_blocks: self.family_blocks,
@@ -115,5 +121,49 @@ impl ReporterArgs {
             flush_interval: self.flush_interval,
             sync_interval: self.sync_interval,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        reporter: ReporterArgs,
+    }
+
+    fn config(extra: &[&str]) -> Result<ReporterConfig, String> {
+        let mut argv = vec![
+            "reporter",
+            "--kv-events",
+            "tcp://*:5557",
+            "--fleet-url",
+            "http://127.0.0.1:8080",
+            "--worker-id",
+            "gpu-0",
+            "--model",
+            "m",
+            "--advertise-url",
+            "http://10.0.0.5:8000",
+        ];
+        argv.extend(extra);
+        Cli::try_parse_from(argv)
+            .map_err(|e| e.to_string())?
+            .reporter
+            .into_config()
+    }
+
+    #[test]
+    fn the_role_goes_into_the_identity_and_both_sends_none() {
+        let role = |extra: &[&str]| config(extra).map(|c| c.identity.role);
+        assert_eq!(role(&[]), Ok(None));
+        assert_eq!(role(&["--role", "both"]), Ok(None));
+        assert_eq!(role(&["--role", "prefill"]), Ok(Some(WorkerRole::Prefill)));
+        assert_eq!(role(&["--role", "decode"]), Ok(Some(WorkerRole::Decode)));
+        let bad = role(&["--role", "prefil"]).unwrap_err();
+        assert!(bad.contains("prefill, decode or both"), "{bad}");
     }
 }
