@@ -65,8 +65,28 @@ impl Valkey {
         Self::start_with(ValkeySpec::default())
     }
 
-    /// A server as `spec` says; returns once it answers PING.
+    /// A server as `spec` says; returns once it answers PING. When the port
+    /// is ours to choose, a server that exits at once (another process took
+    /// the port between our probe and its bind) is tried again on another.
     pub fn start_with(spec: ValkeySpec) -> anyhow::Result<Valkey> {
+        if spec.port.is_some() {
+            return Self::start_on_port(spec);
+        }
+        let mut last = None;
+        for _ in 0..5 {
+            let spec = ValkeySpec {
+                port: Some(free_port()?),
+                ..spec.clone()
+            };
+            match Self::start_on_port(spec) {
+                Ok(v) => return Ok(v),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("valkey-server did not start")))
+    }
+
+    fn start_on_port(spec: ValkeySpec) -> anyhow::Result<Valkey> {
         let port = match spec.port {
             Some(p) => p,
             None => free_port()?,
@@ -102,7 +122,15 @@ impl Valkey {
                         .open(path)
                         .with_context(|| format!("opening {}", path.display()))?,
                 ),
-                None => Stdio::null(),
+                // Kept beside the data, so that a server that fails to
+                // start can say why.
+                None => Stdio::from(
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(self.dir.path().join("valkey.log"))
+                        .context("opening valkey.log")?,
+                ),
             })
         };
         let child = Command::new(&program)
@@ -144,7 +172,18 @@ impl Valkey {
                 .as_mut()
                 .and_then(|c| c.try_wait().ok().flatten())
             {
-                bail!("valkey-server on port {} exited: {status}", self.port);
+                let log = self
+                    .spec
+                    .log
+                    .clone()
+                    .unwrap_or_else(|| self.dir.path().join("valkey.log"));
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(3).collect();
+                bail!(
+                    "valkey-server on port {} exited: {status}: {}",
+                    self.port,
+                    tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                );
             }
             if Instant::now() > deadline {
                 bail!("valkey-server on port {} did not answer PING", self.port);

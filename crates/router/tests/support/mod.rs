@@ -41,7 +41,18 @@ impl Valkey {
 
     /// A server with extra configuration arguments.
     pub fn start_with(extra: &[&str]) -> Valkey {
-        Self::start_on(free_port(), extra)
+        Self::try_start_with(extra).expect("starting valkey-server (run scripts/install-deps.sh)")
+    }
+
+    /// A server on a port of fleet's choosing (tried again on another when
+    /// the first was taken meanwhile).
+    pub fn try_start_with(extra: &[&str]) -> anyhow::Result<Valkey> {
+        let inner = fleet::Valkey::start_with(fleet::ValkeySpec {
+            args: extra.iter().map(|s| s.to_string()).collect(),
+            ..fleet::ValkeySpec::default()
+        })?;
+        let port = inner.port();
+        Ok(Valkey { inner, port })
     }
 
     /// A server on `port` with extra configuration arguments.

@@ -34,26 +34,39 @@ impl TlsValkey {
         std::fs::write(path("ca.pem"), ca.pem()).unwrap();
         std::fs::write(path("server.pem"), cert.pem()).unwrap();
         std::fs::write(path("server.key"), key.serialize_pem()).unwrap();
-        let tls_port = free_port();
-        let port = tls_port.to_string();
         let (cert_file, key_file, ca_file) =
             (path("server.pem"), path("server.key"), path("ca.pem"));
-        let valkey = Valkey::start_with(&[
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--tls-port",
-            &port,
-            "--tls-cert-file",
-            &cert_file,
-            "--tls-key-file",
-            &key_file,
-            "--tls-ca-cert-file",
-            &ca_file,
-            "--tls-auth-clients",
-            "no",
-        ]);
+        // The TLS port is probed free, then bound by the server: another
+        // test may take it in between, so a failed start tries another.
+        let mut attempt = 0;
+        let (valkey, tls_port) = loop {
+            let tls_port = free_port();
+            let port = tls_port.to_string();
+            let started = Valkey::try_start_with(&[
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--tls-port",
+                &port,
+                "--tls-cert-file",
+                &cert_file,
+                "--tls-key-file",
+                &key_file,
+                "--tls-ca-cert-file",
+                &ca_file,
+                "--tls-auth-clients",
+                "no",
+            ]);
+            match started {
+                Ok(v) => break (v, tls_port),
+                Err(e) if attempt < 4 => {
+                    attempt += 1;
+                    eprintln!("TLS valkey-server did not start ({e:#}); another port");
+                }
+                Err(e) => panic!("starting a TLS valkey-server: {e:#}"),
+            }
+        };
         TlsValkey {
             valkey,
             tls_port,
