@@ -76,7 +76,7 @@ pub use in_flight::InFlight;
 pub use keys::KeySpace;
 pub use leases::{WorkerHeartbeat, WorkerLease};
 pub use models::ModelLimits;
-pub use probe::{PrefixProbe, WorkerInfo, WorkerMatch, WorkerStatus};
+pub use probe::{PrefixProbe, TierBlocks, WorkerInfo, WorkerMatch, WorkerStatus};
 pub use repair::{MAX_REPAIR_BUCKETS, RepairOutcome};
 pub use response_cache::ResponsePut;
 pub use route_claim::{ROUTE_CLAIM, ROUTE_HEAD, RouteOutcome, RouteParams};

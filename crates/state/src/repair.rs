@@ -8,13 +8,22 @@
 //! So k scattered changes cost O(k), and the rest O(blocks held) in C plus
 //! O(blocks of those buckets) of script work, never O(all its blocks) of
 //! script work as a full sync does.
+//!
+//! Tiers: the digests count each block with its tier
+//! (`protocol::index::digest_term`), so a lost tier change makes its bucket
+//! differ too. Added blocks are stored with the worker's tier; a bucket
+//! whose digest still differs once membership is repaired differs in
+//! tiers, and its listed blocks are stored again, each with its tier.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
+use super::blocks::tier_arg;
+use super::sync::lower_tiers;
 use super::ttl::ms;
 use super::{Lane, ScriptName, StateError, StateStore};
+use protocol::Tier;
 use protocol::hashing::BlockHash;
-use protocol::index::{digest_bucket, parse_bucket_name};
+use protocol::index::{digest_bucket, digest_term, parse_bucket_name};
 
 pub use protocol::push::MAX_REPAIR_BUCKETS;
 
@@ -28,6 +37,9 @@ pub struct RepairOutcome {
     pub added: u64,
     /// Blocks removed.
     pub removed: u64,
+    /// Blocks stored again for their tier (their bucket's digest differed
+    /// once the membership was repaired).
+    pub retiered: u64,
 }
 
 /// Per part, the buckets to repair, from `sync_check`'s list
@@ -84,7 +96,9 @@ impl StateStore {
     /// Makes `worker_id`'s blocks in `buckets` (as [`sync_check`]
     /// (Self::sync_check) lists them) exactly those of `hashes` that fall in
     /// them; other buckets are left alone. `families` as in
-    /// [`stored_in_families`](Self::stored_in_families). Live speculative
+    /// [`stored_in_families`](Self::stored_in_families), and with each
+    /// block's tier (`tiers`, None: all on the GPU), which the entries of
+    /// those buckets then have. Live speculative
     /// entries stay, as in a full sync. A worker whose full sync is being
     /// applied is refused (`Unavailable`): that sync settles every bucket.
     pub async fn sync_repair_in_families(
@@ -94,12 +108,13 @@ impl StateStore {
         buckets: &[String],
         hashes: &[BlockHash],
         families: Option<&[Option<BlockHash>]>,
+        tiers: Option<&[Tier]>,
     ) -> Result<RepairOutcome, StateError> {
         self.check_batch(worker_id, hashes)?;
         let parts = self.parts(model)?;
         let wanted = buckets_by_part(buckets, parts.len())?;
-        let ttl = ms(self.ttls().confirmed);
-        let per_call = self.limits().hashes_per_call;
+        let lower = lower_tiers(hashes, tiers)?;
+        let tier_of = |h: &BlockHash| lower.get(h).copied().unwrap_or_default();
         let mut out = RepairOutcome::default();
         for (s, blocks) in self.split(parts.len(), hashes, families) {
             let want = &wanted[s];
@@ -112,8 +127,13 @@ impl StateStore {
                 .filter(|h| want[digest_bucket(*h)])
                 .collect();
             let idx = self.worker_idx(model, part, worker_id).await?;
-            let (mut add, mut drop, scan) =
-                self.single_differences(part, &idx, want, &listed).await?;
+            let mut mine = [0u64; 256];
+            for h in &listed {
+                mine[digest_bucket(*h)] ^= digest_term(*h, tier_of(h));
+            }
+            let (mut add, mut drop, scan) = self
+                .single_differences(part, &idx, want, &listed, &mine)
+                .await?;
             if scan.iter().any(|b| *b) {
                 let (held, speculative) = self.bucket_members(part, &idx, &scan).await?;
                 let in_scan = |h: &&BlockHash| scan[digest_bucket(**h)];
@@ -127,19 +147,10 @@ impl StateStore {
             }
             add.sort_unstable();
             drop.sort_unstable();
-            for chunk in add.chunks(per_call) {
-                let (inserted, promoted, _): (u64, u64, u64) = self
-                    .blocks_call(
-                        Lane::Bulk,
-                        ScriptName::Stored,
-                        part,
-                        worker_id,
-                        &[&ttl],
-                        chunk,
-                    )
-                    .await?;
-                out.added += inserted + promoted;
-            }
+            let (inserted, promoted, _) =
+                self.store_by_tier(part, worker_id, &add, &tier_of).await?;
+            out.added += inserted + promoted;
+            let per_call = self.limits().hashes_per_call;
             for chunk in drop.chunks(per_call * 2) {
                 let removed: u64 = self
                     .blocks_call(
@@ -159,11 +170,95 @@ impl StateStore {
                     })?;
                 out.removed += removed;
             }
+            // Buckets still unequal differ in tiers: their blocks again.
+            let buckets: Vec<usize> = (0..256).filter(|b| want[*b]).collect();
+            let theirs = self.fleet_digests(part, &idx, &buckets).await?;
+            let mut retier = [false; 256];
+            for (b, d) in buckets.iter().zip(theirs) {
+                retier[*b] = d != mine[*b];
+            }
+            if retier.iter().any(|r| *r) {
+                let mut again: Vec<BlockHash> = listed
+                    .iter()
+                    .filter(|h| retier[digest_bucket(**h)])
+                    .copied()
+                    .collect();
+                again.sort_unstable();
+                self.store_by_tier(part, worker_id, &again, &tier_of)
+                    .await?;
+                out.retiered += again.len() as u64;
+            }
         }
         metrics::counter!("prefix_router_sync_repairs_total").increment(1);
         metrics::counter!("prefix_router_entries_total", "op" => "repair")
-            .increment(out.added + out.removed);
+            .increment(out.added + out.removed + out.retiered);
         Ok(out)
+    }
+
+    /// `stored.lua` over `hashes` in one part, a call per tier and chunk;
+    /// the summed (inserted, promoted, refreshed).
+    async fn store_by_tier(
+        &self,
+        part: &str,
+        worker_id: &str,
+        hashes: &[BlockHash],
+        tier_of: &impl Fn(&BlockHash) -> Tier,
+    ) -> Result<(u64, u64, u64), StateError> {
+        let ttl = ms(self.ttls().confirmed);
+        let mut by_tier: HashMap<Tier, Vec<BlockHash>> = HashMap::new();
+        for h in hashes {
+            by_tier.entry(tier_of(h)).or_default().push(*h);
+        }
+        let mut sum = (0, 0, 0);
+        for tier in Tier::ALL {
+            let Some(blocks) = by_tier.get(&tier) else {
+                continue;
+            };
+            for chunk in blocks.chunks(self.limits().hashes_per_call) {
+                let (i, p, r): (u64, u64, u64) = self
+                    .blocks_call(
+                        Lane::Bulk,
+                        ScriptName::Stored,
+                        part,
+                        worker_id,
+                        &[&ttl, tier_arg(tier)],
+                        chunk,
+                    )
+                    .await?;
+                sum = (sum.0 + i, sum.1 + p, sum.2 + r);
+            }
+        }
+        Ok(sum)
+    }
+
+    /// The fleet's digests of `buckets` for incarnation `idx` (0 for none).
+    async fn fleet_digests(
+        &self,
+        part: &str,
+        idx: &str,
+        buckets: &[usize],
+    ) -> Result<Vec<u64>, StateError> {
+        if buckets.is_empty() {
+            return Ok(Vec::new());
+        }
+        let base = self.inner.keys.model_base(part);
+        let theirs: Vec<Option<String>> = self
+            .command({
+                let mut c = redis::cmd("HMGET");
+                c.arg(format!("{base}:dg:{idx}"));
+                for b in buckets {
+                    c.arg(format!("{b:02x}"));
+                }
+                c
+            })
+            .await?;
+        Ok(theirs
+            .into_iter()
+            .map(|d| {
+                d.and_then(|d| u64::from_str_radix(&d, 16).ok())
+                    .unwrap_or(0)
+            })
+            .collect())
     }
 
     /// The worker's incarnation in `part`.
@@ -192,35 +287,23 @@ impl StateStore {
     /// XOR would not). Returns the blocks to add and to drop found so, and
     /// the buckets left to scan. A block the worker lists is one the fleet
     /// lacks; one it does not list must be in the reverse set to be dropped.
+    /// `mine` are the worker's digests of those buckets. A block off the GPU
+    /// does not name itself (its term is not its hash), nor does a tier
+    /// change: their buckets are scanned.
     async fn single_differences(
         &self,
         part: &str,
         idx: &str,
         want: &[bool; 256],
         listed: &HashSet<BlockHash>,
+        mine: &[u64; 256],
     ) -> Result<(Vec<BlockHash>, Vec<BlockHash>, [bool; 256]), StateError> {
         let base = self.inner.keys.model_base(part);
         let buckets: Vec<usize> = (0..256).filter(|b| want[*b]).collect();
-        let mut mine = [0u64; 256];
-        for h in listed {
-            mine[digest_bucket(*h)] ^= h.0;
-        }
-        let theirs: Vec<Option<String>> = self
-            .command({
-                let mut c = redis::cmd("HMGET");
-                c.arg(format!("{base}:dg:{idx}"));
-                for b in &buckets {
-                    c.arg(format!("{b:02x}"));
-                }
-                c
-            })
-            .await?;
+        let theirs = self.fleet_digests(part, idx, &buckets).await?;
         let (mut add, mut scan) = (Vec::new(), [false; 256]);
         let mut gone = Vec::new();
         for (b, theirs) in buckets.iter().zip(theirs) {
-            let theirs = theirs
-                .and_then(|d| u64::from_str_radix(&d, 16).ok())
-                .unwrap_or(0);
             let diff = BlockHash(theirs ^ mine[*b]);
             if diff.0 == 0 {
                 continue; // equal again (a report arrived meanwhile)

@@ -37,6 +37,13 @@ pub struct CacheAwareConfig {
     pub kv_pressure_tokens: f64,
     /// KV usage where the pressure penalty starts.
     pub kv_pressure_from: f64,
+    /// What a prompt token cached on a worker's CPU tier is worth against
+    /// one on its GPU (0 to 1): the prefill is saved, a load over PCIe is
+    /// not.
+    pub cpu_tier_weight: f64,
+    /// What a prompt token cached on disk (or any slower tier) is worth
+    /// against one on the GPU (0 to 1).
+    pub disk_tier_weight: f64,
 }
 
 impl Default for CacheAwareConfig {
@@ -50,6 +57,8 @@ impl Default for CacheAwareConfig {
             uncached_weight: 3.0,
             kv_pressure_tokens: 2048.0,
             kv_pressure_from: 0.9,
+            cpu_tier_weight: 0.5,
+            disk_tier_weight: 0.25,
         }
     }
 }
@@ -67,6 +76,8 @@ impl CacheAwareConfig {
             max_num_seqs: self.max_num_seqs,
             tokens_per_running_request: self.tokens_per_running_request,
             uncached_weight: self.uncached_weight,
+            cpu_tier_weight: self.cpu_tier_weight,
+            disk_tier_weight: self.disk_tier_weight,
             kv_pressure_tokens: self.kv_pressure_tokens,
             kv_pressure_from: self.kv_pressure_from,
             stale_load: STALE_LOAD,
@@ -90,6 +101,12 @@ impl CacheAwareConfig {
 /// match wins unless the prefills queued before it cost more than the match
 /// saves. Workers over the bound come last, by load. Equal costs (a miss on
 /// an idle fleet) are broken at random, never "always the first worker".
+///
+/// KV tiers: a token a worker holds on its CPU tier counts as
+/// [`cpu_tier_weight`](CacheAwareConfig::cpu_tier_weight) of a cached one,
+/// on disk as [`disk_tier_weight`](CacheAwareConfig::disk_tier_weight)
+/// ([`effective_tokens`]): a CPU hit still beats a miss, a GPU hit beats
+/// both.
 ///
 /// Hotspot guard: a prefix that at least half of the workers (two at least)
 /// already hold (a global system prompt) is counted as cached on every
@@ -117,15 +134,30 @@ impl CacheAware {
     }
 
     /// The estimated cost of sending the request to `c`, in prompt tokens,
-    /// with `shared` tokens counted as cached everywhere ([`shared_tokens`]).
-    pub fn cost(&self, request: &RouteRequest, c: &Candidate, shared: u64) -> f64 {
+    /// with `shared` (tier-weighted) tokens counted as cached everywhere
+    /// ([`shared_tokens`]).
+    pub fn cost(&self, request: &RouteRequest, c: &Candidate, shared: f64) -> f64 {
         let cfg = &self.config;
-        let cached = c.cached_tokens.max(shared);
-        let uncached = request.prompt_tokens.saturating_sub(cached) as f64 * cfg.uncached_weight;
+        let cached = effective_tokens(cfg, c).max(shared);
+        let uncached = (request.prompt_tokens as f64 - cached).max(0.0) * cfg.uncached_weight;
         let queue = queued_requests(c, cfg.max_num_seqs) as f64 * cfg.tokens_per_queued_request;
         let batch = batch_requests(c, cfg.max_num_seqs) as f64 * cfg.tokens_per_running_request;
         uncached + c.prefill_tokens as f64 + batch + queue + kv_pressure(cfg, c.kv_usage)
     }
+}
+
+/// `c`'s cached tokens, each weighted by its tier: GPU ones count 1, CPU
+/// ones `cpu_tier_weight`, disk ones `disk_tier_weight`. route.lua sums
+/// the same terms in the same order, so both get the same double.
+pub fn effective_tokens(cfg: &CacheAwareConfig, c: &Candidate) -> f64 {
+    let lower = c
+        .cpu_tokens
+        .saturating_add(c.disk_tokens)
+        .min(c.cached_tokens);
+    let gpu = c.cached_tokens - lower;
+    let cpu = c.cpu_tokens.min(lower);
+    let disk = lower - cpu;
+    gpu as f64 + cpu as f64 * cfg.cpu_tier_weight + disk as f64 * cfg.disk_tier_weight
 }
 
 /// The penalty of a KV cache used at `usage`, in tokens: 0 up to
@@ -162,18 +194,23 @@ pub fn queued_requests(c: &Candidate, max_num_seqs: u64) -> u64 {
 
 impl CacheAware {
     /// The ranking key: within the bound before over it; then the cost;
-    /// then, at equal cost, the deeper real match first (so a hot prefix
-    /// counted as cached everywhere still goes to a holder while holders
-    /// cost no more than the rest); over the bound, the least loaded.
+    /// then, at equal cost, the deeper real match first, tier-weighted (so
+    /// a hot prefix counted as cached everywhere still goes to a holder
+    /// while holders cost no more than the rest); over the bound, the
+    /// least loaded.
     pub fn key(
         &self,
         c: &Candidate,
         request: &RouteRequest,
         cap: u64,
-        shared: u64,
+        shared: f64,
     ) -> (u8, f64, f64) {
         if within(c, cap) {
-            (0, self.cost(request, c, shared), -(c.cached_tokens as f64))
+            (
+                0,
+                self.cost(request, c, shared),
+                -effective_tokens(&self.config, c),
+            )
         } else {
             (1, c.load() as f64, 0.0)
         }
@@ -187,21 +224,24 @@ impl Policy for CacheAware {
 
     fn rank(&self, request: &RouteRequest, candidates: &[Candidate]) -> Vec<usize> {
         let cap = capacity(candidates, self.config.epsilon, self.config.load_slack);
-        let shared = shared_tokens(candidates);
+        let shared = shared_tokens(&self.config, candidates);
         ranked_by(candidates, |c| self.key(c, request, cap, shared))
     }
 }
 
-/// The cached prefix at least half of the candidates (two at least) hold:
-/// the max(2, ⌈n/2⌉)-th largest cached length; 0 with fewer than two
-/// candidates. route.lua computes the same.
-pub fn shared_tokens(candidates: &[Candidate]) -> u64 {
+/// The cached prefix at least half of the candidates (two at least) hold,
+/// in tier-weighted tokens ([`effective_tokens`]): the max(2, ⌈n/2⌉)-th
+/// largest; 0 with fewer than two candidates. route.lua computes the same.
+pub fn shared_tokens(cfg: &CacheAwareConfig, candidates: &[Candidate]) -> f64 {
     let k = candidates.len().div_ceil(2).max(2);
     if candidates.len() < 2 {
-        return 0;
+        return 0.0;
     }
-    let mut cached: Vec<u64> = candidates.iter().map(|c| c.cached_tokens).collect();
-    cached.sort_unstable_by(|a, b| b.cmp(a));
+    let mut cached: Vec<f64> = candidates
+        .iter()
+        .map(|c| effective_tokens(cfg, c))
+        .collect();
+    cached.sort_unstable_by(|a, b| b.total_cmp(a));
     cached[k - 1]
 }
 
@@ -329,7 +369,7 @@ mod tests {
             prefilling("c", 2048, 1, 100),
             cand("new", 0, 0),
         ];
-        assert_eq!(shared_tokens(&c), 2048);
+        assert_eq!(shared_tokens(&CacheAwareConfig::default(), &c), 2048.0);
         assert_eq!(ids(&c, policy().rank(&req(2100), &c))[0], "new");
         // Held by two of four, each running a request: half, so it spreads
         // to the idle ones, by their batches.
@@ -339,7 +379,7 @@ mod tests {
             cand("c", 0, 0),
             cand("d", 0, 1),
         ];
-        assert_eq!(shared_tokens(&c), 2048);
+        assert_eq!(shared_tokens(&CacheAwareConfig::default(), &c), 2048.0);
         assert_eq!(ids(&c, policy().rank(&req(2100), &c))[0], "c");
         // On an idle fleet a holder still wins.
         let c = vec![
@@ -356,15 +396,24 @@ mod tests {
             cand("c", 0, 0),
             cand("d", 0, 0),
         ];
-        assert_eq!(shared_tokens(&c), 0);
+        assert_eq!(shared_tokens(&CacheAwareConfig::default(), &c), 0.0);
         assert_eq!(ids(&c, policy().rank(&req(2100), &c))[0], "a");
         let mut five = c.clone();
         five[1].cached_tokens = 2048;
         five.push(cand("e", 0, 0));
-        assert_eq!(shared_tokens(&five), 0);
+        assert_eq!(shared_tokens(&CacheAwareConfig::default(), &five), 0.0);
         // One worker alone never makes a prefix shared.
-        assert_eq!(shared_tokens(&[cand("a", 2048, 1)]), 0);
-        assert_eq!(shared_tokens(&[cand("a", 2048, 1), cand("b", 0, 0)]), 0);
+        assert_eq!(
+            shared_tokens(&CacheAwareConfig::default(), &[cand("a", 2048, 1)]),
+            0.0
+        );
+        assert_eq!(
+            shared_tokens(
+                &CacheAwareConfig::default(),
+                &[cand("a", 2048, 1), cand("b", 0, 0)]
+            ),
+            0.0
+        );
     }
 
     #[test]
