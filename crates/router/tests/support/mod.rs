@@ -386,7 +386,7 @@ pub fn raw_state(valkey: &Valkey, prefix: &str, model: &str) -> RawState {
         for (h, v) in fields {
             let entry = st.forward.entry(h).or_default();
             for tok in v.split(',') {
-                let pos = tok.find(['s', 'c']).expect("entry kind");
+                let pos = tok.find(|c: char| !c.is_ascii_digit()).expect("entry kind");
                 let kind = tok.as_bytes()[pos] as char;
                 let exp: u64 = tok[pos + 1..].parse().expect("expiry");
                 assert!(
