@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 
+use super::held::Held;
 use protocol::Tier;
 use protocol::family::{DEFAULT_FAMILY_BLOCKS, FamilyBlock, family_at};
 use protocol::hashing::{BlockDigest, BlockHash, BlockHasher, ExtraKeys, LoraKey};
@@ -103,58 +104,6 @@ struct EngineBlock {
     family: Option<BlockHash>,
     /// Media (GPU, CPU, ...) holding it; vLLM reports each separately.
     media: Vec<Option<String>>,
-}
-
-/// A router hash held by one or more engine blocks.
-#[derive(Debug, Clone, Copy)]
-struct Held {
-    /// Engine blocks (under any engine hash) holding it.
-    count: u32,
-    /// Whether it was reported to the index.
-    indexed: bool,
-    /// Its prefix family.
-    family: Option<BlockHash>,
-    /// Copies per tier (engine block and medium), by `Tier as usize`.
-    copies: [u32; 3],
-}
-
-impl Held {
-    fn new(family: Option<BlockHash>) -> Self {
-        Held {
-            count: 0,
-            indexed: false,
-            family,
-            copies: [0; 3],
-        }
-    }
-
-    /// The fastest tier holding a copy (the GPU when none is known).
-    fn best(&self) -> Tier {
-        Tier::ALL
-            .into_iter()
-            .find(|t| self.copies[*t as usize] > 0)
-            .unwrap_or_default()
-    }
-
-    /// The block as reported: its family and best tier.
-    fn block(&self, hash: BlockHash) -> FamilyBlock {
-        FamilyBlock::new(hash, self.family).on(self.best())
-    }
-
-    /// Counts a copy in (`add`) or out on `tier`; reports the block on its
-    /// new best tier when that changed and it is indexed.
-    fn copy(&mut self, hash: BlockHash, tier: Tier, add: bool, delta: &mut BlockDelta) {
-        let before = self.best();
-        let n = &mut self.copies[tier as usize];
-        *n = if add {
-            n.saturating_add(1)
-        } else {
-            n.saturating_sub(1)
-        };
-        if self.indexed && self.count > 0 && self.best() != before {
-            delta.stored.push(self.block(hash));
-        }
-    }
 }
 
 /// The engine's blocks by engine hash, and the router hashes they hold.
