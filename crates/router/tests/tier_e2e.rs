@@ -85,6 +85,17 @@ async fn explain_shows_tiered_hits_and_the_gpu_holder_wins() {
     bad["medium"] = json!(3);
     let (st, err) = post(&r, "/internal/stored", &bad).await;
     assert_eq!(st, 400, "{err}");
+    // So is a snapshot whose tiers do not match its hashes one for one.
+    let sync =
+        json!({"worker_id": "cold", "model": MODEL, "active_hashes": hashes, "tiers": ["cpu"]});
+    let (st, err) = post(&r, "/internal/sync", &sync).await;
+    assert_eq!(st, 400, "{err}");
+    let (_, e) = post(&r, "/admin/explain", &body).await;
+    assert_eq!(
+        row(&e, "cold")["matched_tokens"],
+        0,
+        "nothing written: {e:#}"
+    );
 
     let (_, e) = post(&r, "/admin/explain", &body).await;
     let cached = (blocks * 16) as u64;
