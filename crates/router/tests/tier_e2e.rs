@@ -16,11 +16,11 @@ mod support;
 mod harness;
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use harness::{MODEL, Sim, completion, prompt, tokenizer_dir};
 use serde_json::{Value, json};
+use support::reporter_process::Reporter;
 use support::{Router, TOKEN, Valkey, args, free_port, http, post, raw_state};
 
 /// A deadline for polling on 2 busy cores, not a latency bound.
@@ -152,35 +152,6 @@ async fn explain_shows_tiered_hits_and_the_gpu_holder_wins() {
             .contains("off the GPU"),
         "{e:#}"
     );
-}
-
-/// A reporter process beside an engine; SIGKILLed on drop.
-struct Reporter(Child);
-
-impl Reporter {
-    fn start(worker: &str, sim: &Sim, router: &Router, ports: (u16, u16)) -> Reporter {
-        let child = Command::new(env!("CARGO_BIN_EXE_prefix-router"))
-            .arg("reporter")
-            .args(["--kv-events", &format!("tcp://*:{}", ports.0)])
-            .args(["--replay", &format!("tcp://127.0.0.1:{}", ports.1)])
-            .args(["--engine-url", &sim.base])
-            .args(["--fleet-url", &router.url("")])
-            .args(["--internal-token", TOKEN])
-            .args(["--worker-id", worker, "--model", MODEL])
-            .env("PREFIX_ROUTER_LOG", "warn")
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn reporter");
-        Reporter(child)
-    }
-}
-
-impl Drop for Reporter {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// A small GPU pool with a CPU tier behind it; fast time.
@@ -342,6 +313,6 @@ async fn a_prefix_the_gpu_evicted_to_the_cpu_stays_a_cpu_hit_by_reporter() {
         &replay,
     ]);
     let sim = Sim::start(&flags);
-    let _reporter = Reporter::start("engine", &sim, &r, ports);
+    let _reporter = Reporter::start("engine", MODEL, &sim.base, &r, ports);
     cpu_hit_after_gpu_eviction(&valkey, &r, &sim, "engine").await;
 }

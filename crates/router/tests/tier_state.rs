@@ -230,6 +230,23 @@ async fn a_full_sync_leaves_every_entry_on_the_snapshots_tier() {
     assert!(!st);
 }
 
+/// Calls `script` of the library on the model's part, with `args` after
+/// the base (as `StateStore` would, without its retries and patching).
+async fn call_script(v: &Valkey, script: ScriptName, args: &[&[u8]]) -> Vec<i64> {
+    let mut c = redis::Client::open(v.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let (base, ids) = (format!("{NS}:{{{M}}}"), format!("{NS}:{{{M}}}:ids"));
+    let mut all: Vec<&[u8]> = vec![base.as_bytes()];
+    all.extend_from_slice(args);
+    ScriptSet::new()
+        .call(&mut c, script, &[&ids], &all)
+        .await
+        .unwrap()
+}
+
 /// Stages and commits `blocks` (with `tiers`) for `w` without patching.
 async fn commit_unpatched(
     v: &Valkey,
@@ -241,22 +258,12 @@ async fn commit_unpatched(
     s.sync_stage_in_families(M, w, "mid", blocks, None, Some(tiers))
         .await
         .unwrap();
-    let scripts = ScriptSet::new();
-    let mut c = redis::Client::open(v.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let (base, ids) = (format!("{NS}:{{{M}}}"), format!("{NS}:{{{M}}}:ids"));
-    let r: Vec<i64> = scripts
-        .call(
-            &mut c,
-            ScriptName::SyncCommit,
-            &[&ids],
-            &[base.as_bytes(), w.as_bytes(), b"mid", b"600000"],
-        )
-        .await
-        .unwrap();
+    let r = call_script(
+        v,
+        ScriptName::SyncCommit,
+        &[w.as_bytes(), b"mid", b"600000"],
+    )
+    .await;
     assert_eq!(r[0], 1, "committed");
     r[2].to_string()
 }
@@ -280,27 +287,7 @@ async fn reports_during_a_sync_keep_their_tier_through_the_patch() {
     s.evict(M, "w", &[blocks[7]]).await.unwrap();
     assert_eq!(tier_of(&s, "w", blocks[5]).await, one(Tier::Gpu));
     // Any router's gc finishes a stalled patch; here, the patch runs now.
-    let scripts = ScriptSet::new();
-    let mut c = redis::Client::open(v.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let (base, ids) = (format!("{NS}:{{{M}}}"), format!("{NS}:{{{M}}}:ids"));
-    loop {
-        let r: Vec<i64> = scripts
-            .call(
-                &mut c,
-                ScriptName::SyncPatch,
-                &[&ids],
-                &[base.as_bytes(), idx.as_bytes(), b"8"],
-            )
-            .await
-            .unwrap();
-        if r[0] == 1 {
-            break;
-        }
-    }
+    while call_script(&v, ScriptName::SyncPatch, &[idx.as_bytes(), b"8"]).await[0] != 1 {}
     let mut worker: BTreeMap<BlockHash, Tier> = blocks.iter().map(|h| (*h, Tier::Cpu)).collect();
     worker.insert(blocks[5], Tier::Gpu);
     worker.insert(blocks[6], Tier::Disk);

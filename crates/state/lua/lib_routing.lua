@@ -178,21 +178,24 @@ local function probe_holders(p, pos, chain)
   return out
 end
 
--- Every worker of `set` holds block lo (or lo == 0) and not block hi + 1.
-local function probe_search(p, set, lo, hi)
+-- Every worker of `set` holds block lo at tier level >= L (LEVEL in
+-- lib.lua; L = 1: on any tier), or lo == 0, and block hi + 1 below it:
+-- sets w[field] to the deepest such block, probing O(log(hi - lo)) blocks
+-- per group of workers that answer alike.
+local function probe_search(p, set, lo, hi, L, field)
   if #set == 0 then return end
   if lo == hi then
-    for _, w in ipairs(set) do w.matched = lo end
+    for _, w in ipairs(set) do w[field] = lo end
     return
   end
   local mid = math.floor((lo + hi + 1) / 2)
   probe_holders(p, mid)
   local yes, no = {}, {}
   for _, w in ipairs(set) do
-    if w.hit == mid then yes[#yes + 1] = w else no[#no + 1] = w end
+    if w.hit == mid and w.level >= L then yes[#yes + 1] = w else no[#no + 1] = w end
   end
-  probe_search(p, yes, mid, hi)
-  probe_search(p, no, lo, mid - 1)
+  probe_search(p, yes, mid, hi, L, field)
+  probe_search(p, no, lo, mid - 1, L, field)
 end
 
 -- Sets w.matched, for each worker of routing_view's fleet, to the leading
@@ -225,30 +228,11 @@ local function probe_chain(at, syncing, chain, now)
     for _, w in ipairs(head) do
       if w.hit == n - 1 then w.matched = n - 1 else fewer[#fewer + 1] = w end
     end
-    probe_search(p, fewer, 1, n - 2)
+    probe_search(p, fewer, 1, n - 2, 1, 'matched')
   else
     for _, w in ipairs(head) do w.matched = 1 end
   end
   return p
-end
-
--- Every worker of `set` holds block lo at tier level >= L (or lo == 0)
--- and block hi + 1 below it: sets w[field] to the deepest such block, by
--- bisection as probe_search.
-local function probe_level(p, set, lo, hi, L, field)
-  if #set == 0 then return end
-  if lo == hi then
-    for _, w in ipairs(set) do w[field] = lo end
-    return
-  end
-  local mid = math.floor((lo + hi + 1) / 2)
-  probe_holders(p, mid)
-  local yes, no = {}, {}
-  for _, w in ipairs(set) do
-    if w.hit == mid and w.level >= L then yes[#yes + 1] = w else no[#no + 1] = w end
-  end
-  probe_level(p, yes, mid, hi, L, field)
-  probe_level(p, no, lo, mid - 1, L, field)
 end
 
 -- After probe_chain: sets w.gpu and w.cpu, the leading indexed blocks each
@@ -280,7 +264,7 @@ local function probe_tiers(p, list)
     end
     for _, key in ipairs(order) do
       local g = groups[key]
-      probe_level(p, g, g.lo, g.hi, L, field)
+      probe_search(p, g, g.lo, g.hi, L, field)
     end
   end
 end

@@ -1,5 +1,6 @@
 //! Test support: a real valkey-server on an ephemeral loopback port, a
-//! router served in-process, and a reader of the raw state in Valkey.
+//! router served in-process, and a reader of the raw state in Valkey; and
+//! child processes: routers, sims, reporters.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -9,6 +10,7 @@ use std::time::Duration;
 
 pub mod fake_worker;
 
+pub mod reporter_process;
 pub mod router_process;
 pub mod sim_process;
 pub mod tls;
