@@ -4,22 +4,20 @@
 //! missing blocks added (`stored.lua`), blocks it no longer holds removed
 //! (`sync_repair.lua`). A bucket that differs by one block names that block
 //! outright (the XOR of the two digests); only buckets that differ by more
-//! are read, by a server-side `SSCAN … MATCH` of the worker's reverse set.
-//! So k scattered changes cost O(k), and the rest O(blocks held) in C plus
-//! O(blocks of those buckets) of script work, never O(all its blocks) of
-//! script work as a full sync does.
+//! are read, from the forward map's buckets that cover them (1/256 of the
+//! hash space each). So k scattered changes cost O(k), and a bucket that
+//! differs by more the fleet's entries in its 1/256, never O(all its
+//! blocks) as a full sync or a scan of its reverse set does.
 
 use std::collections::HashSet;
 
 use super::ttl::ms;
 use super::{Lane, ScriptName, StateError, StateStore};
+use crate::inspect::{Kind, parse_value};
 use protocol::hashing::BlockHash;
 use protocol::index::{digest_bucket, parse_bucket_name};
 
 pub use protocol::push::MAX_REPAIR_BUCKETS;
-
-/// Members read per `SSCAN` call (the server filters them by the pattern).
-const SCAN_COUNT: usize = 4096;
 
 /// What a repair changed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -59,25 +57,6 @@ fn buckets_by_part(buckets: &[String], parts: usize) -> Result<Vec<[bool; 256]>,
         )));
     }
     Ok(out)
-}
-
-/// An `SSCAN` pattern matching every hash of `wanted` (and maybe others of
-/// the same first and second digits, filtered afterwards).
-fn scan_pattern(wanted: &[bool; 256]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let (mut hi, mut lo) = ([false; 16], [false; 16]);
-    for (b, _) in wanted.iter().enumerate().filter(|(_, w)| **w) {
-        hi[b >> 4] = true;
-        lo[b & 15] = true;
-    }
-    let class = |set: &[bool; 16]| -> String {
-        let digits: String = (0..16)
-            .filter(|d| set[*d])
-            .map(|d| char::from(HEX[d]))
-            .collect();
-        format!("[{digits}]")
-    };
-    format!("{}{}*", class(&hi), class(&lo))
 }
 
 impl StateStore {
@@ -257,58 +236,59 @@ impl StateStore {
     }
 
     /// The worker's members (all, and the speculative ones) in the `want`ed
-    /// buckets, by a scan of its reverse and speculative sets.
+    /// digest buckets, read from the forward map: a digest bucket (a hash's
+    /// first byte) is 32 forward buckets (`f:<3 hex digits><0|8>`), each
+    /// read whole by a pipelined `HGETALL`. So a bucket costs the fleet's
+    /// entries in 1/256 of the hash space, not a scan of the worker's whole
+    /// reverse set (the forward map and the reverse set hold the same
+    /// entries: docs/state.md "Invariants").
     async fn bucket_members(
         &self,
         part: &str,
         idx: &str,
         want: &[bool; 256],
     ) -> Result<(HashSet<BlockHash>, HashSet<BlockHash>), StateError> {
+        let me: u64 = idx.parse().map_err(|_| StateError::Invalid {
+            what: "incarnation",
+            detail: format!("{idx:?} is not a number"),
+        })?;
         let base = self.inner.keys.model_base(part);
-        let pattern = scan_pattern(want);
-        let held = self
-            .scan_set(&format!("{base}:r:{idx}"), &pattern, want)
-            .await?;
-        let speculative = self
-            .scan_set(&format!("{base}:sp:{idx}"), &pattern, want)
-            .await?;
-        Ok((held, speculative))
-    }
-
-    /// The members of set `key` matching `pattern` whose bucket is wanted.
-    async fn scan_set(
-        &self,
-        key: &str,
-        pattern: &str,
-        want: &[bool; 256],
-    ) -> Result<HashSet<BlockHash>, StateError> {
-        let mut out = HashSet::new();
-        let mut cursor = String::from("0");
-        loop {
-            let (next, batch): (String, Vec<String>) = self
-                .command({
-                    let mut c = redis::cmd("SSCAN");
-                    c.arg(key)
-                        .arg(&cursor)
-                        .arg("MATCH")
-                        .arg(pattern)
-                        .arg("COUNT")
-                        .arg(SCAN_COUNT);
-                    c
+        let (mut held, mut speculative) = (HashSet::new(), HashSet::new());
+        for b in (0..256).filter(|b| want[*b]) {
+            let mut pipe = redis::pipe();
+            for key in forward_buckets(b) {
+                pipe.hgetall(format!("{base}:f:{key}"));
+            }
+            let buckets: Vec<Vec<(String, Vec<u8>)>> = self
+                .inner
+                .conns
+                .with_bulk(|mut c| async move {
+                    pipe.query_async(&mut c)
+                        .await
+                        .map_err(|e| StateError::from_redis("forward buckets", e))
                 })
                 .await?;
-            out.extend(
-                batch
-                    .iter()
-                    .filter_map(|m| m.parse::<BlockHash>().ok())
-                    .filter(|h| want[digest_bucket(*h)]),
-            );
-            if next == "0" {
-                return Ok(out);
+            for (field, value) in buckets.iter().flatten() {
+                let Some(entry) = parse_value(value).entries.get(&me).copied() else {
+                    continue;
+                };
+                let Ok(h) = field.parse::<BlockHash>() else {
+                    continue; // not a hash: inspect --check reports it
+                };
+                held.insert(h);
+                if entry.kind == Kind::Speculative {
+                    speculative.insert(h);
+                }
             }
-            cursor = next;
         }
+        Ok((held, speculative))
     }
+}
+
+/// The forward buckets (docs/state.md "Forward map entries": a hash's first
+/// four hex digits, the fourth rounded down to 0 or 8) of digest bucket `b`.
+fn forward_buckets(b: usize) -> impl Iterator<Item = String> {
+    (0..32usize).map(move |i| format!("{:04x}", (b << 8) | (i << 3)))
 }
 
 #[cfg(test)]
@@ -334,10 +314,20 @@ mod tests {
     }
 
     #[test]
-    fn the_pattern_covers_every_wanted_bucket() {
-        let mut want = [false; 256];
-        want[0x3a] = true;
-        want[0xf1] = true;
-        assert_eq!(scan_pattern(&want), "[3f][1a]*");
+    fn a_digest_bucket_is_32_forward_buckets() {
+        let keys: Vec<String> = forward_buckets(0x3a).collect();
+        assert_eq!(keys.len(), 32);
+        assert_eq!(keys[0], "3a00");
+        assert_eq!(keys[1], "3a08");
+        assert_eq!(keys[31], "3af8");
+        // Every hash of the digest bucket lands in one of them.
+        for h in [
+            0x3a00_0000_0000_0000u64,
+            0x3a7f_ffff_ffff_ffff,
+            0x3aff_0000_0000_0001,
+        ] {
+            let key = format!("{:04x}", (h >> 48) & 0xfff8);
+            assert!(keys.contains(&key), "{h:x} -> {key}");
+        }
     }
 }
