@@ -70,27 +70,33 @@ async fn a_model_without_workers_is_forgotten_with_its_keys() {
         assert_eq!(st, 200);
     }
     assert!(!keys(&valkey, "pr:{junk}:*").is_empty());
-    // `kept` keeps heartbeating; `junk` stops.
+    // `kept` keeps heartbeating; `junk` stops. Forgetting ends with its
+    // workers' entries in `worker_model` (after `models`): wait for all.
+    let worker_models = || -> Vec<String> {
+        redis::cmd("HKEYS")
+            .arg("pr:worker_model")
+            .query(&mut valkey.conn())
+            .unwrap()
+    };
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let (st, _) = post(&r, "/internal/heartbeat", &heartbeat("w-kept", "kept")).await;
         assert_eq!(st, 200);
-        if models(&valkey) == ["kept"] && keys(&valkey, "pr:{junk}:*").is_empty() {
+        if models(&valkey) == ["kept"]
+            && keys(&valkey, "pr:{junk}:*").is_empty()
+            && worker_models() == ["w-kept"]
+        {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "junk not forgotten: models {:?}, keys {:?}",
+            "junk not forgotten: models {:?}, keys {:?}, workers {:?}",
             models(&valkey),
-            keys(&valkey, "pr:{junk}:*")
+            keys(&valkey, "pr:{junk}:*"),
+            worker_models()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let workers: Vec<String> = redis::cmd("HKEYS")
-        .arg("pr:worker_model")
-        .query(&mut valkey.conn())
-        .unwrap();
-    assert_eq!(workers, ["w-kept"]);
     assert!(!keys(&valkey, "pr:{kept}:*").is_empty());
     // The model can come back.
     let (st, body) = post(&r, "/internal/heartbeat", &heartbeat("w-junk", "junk")).await;

@@ -4,11 +4,9 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
-use std::time::Duration;
-
 use serde_json::json;
-use support::{Router, TOKEN, Valkey, args, free_port, http, post};
+use support::router_process::RouterProcess;
+use support::{Router, Valkey, args, http, post};
 
 const HB: &str = r#"{"worker_id":"w","url":"http://127.0.0.1:9","model":"m"}"#;
 
@@ -53,40 +51,23 @@ async fn password_and_acl_user_in_the_url() {
 async fn tls_through_a_valkeys_url() {
     let tls = support::tls::TlsValkey::start();
     // The router trusts the CA through SSL_CERT_FILE, as an operator would.
-    let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_prefix-router"))
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--valkey", &tls.url()])
-        .env("PREFIX_ROUTER_INTERNAL_TOKEN", TOKEN)
-        .env("SSL_CERT_FILE", &tls.ca_file)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    let mut status = 0;
-    for _ in 0..100 {
-        if let Ok(resp) = http()
-            .post(format!("{base}/internal/heartbeat"))
-            .bearer_auth(TOKEN)
-            .json(&json!({"worker_id": "w", "url": "http://127.0.0.1:9", "model": "m"}))
-            .send()
-            .await
-        {
-            status = resp.status().as_u16();
-            if status == 200 {
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let r = RouterProcess::start_with(
+        &tls.url(),
+        &[],
+        &[
+            ("PREFIX_ROUTER_LOG", "warn"),
+            ("SSL_CERT_FILE", tls.ca_file.as_str()),
+        ],
+        None,
+    )
+    .await;
+    let hb = json!({"worker_id": "w", "url": "http://127.0.0.1:9", "model": "m"});
+    let (status, body) = r.post("/internal/heartbeat", hb).await;
+    assert_eq!(status, 200, "heartbeat over TLS: {body}");
     let ready = http()
-        .get(format!("{base}/ready"))
+        .get(format!("{}/ready", r.base))
         .send()
         .await
         .map(|r| r.status().as_u16());
-    let _ = child.kill();
-    let _ = child.wait();
-    assert_eq!(status, 200, "heartbeat over TLS");
     assert_eq!(ready.ok(), Some(200));
 }

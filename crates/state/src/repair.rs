@@ -4,16 +4,16 @@
 //! missing blocks added (`stored.lua`), blocks it no longer holds removed
 //! (`sync_repair.lua`). A bucket that differs by one block names that block
 //! outright (the XOR of the two digests); only buckets that differ by more
-//! are read, by a server-side `SSCAN … MATCH` of the worker's reverse set.
-//! So k scattered changes cost O(k), and the rest O(blocks held) in C plus
-//! O(blocks of those buckets) of script work, never O(all its blocks) of
-//! script work as a full sync does.
+//! are read, from the forward map's buckets that cover them (1/256 of the
+//! hash space each). So k scattered changes cost O(k), and a bucket that
+//! differs by more the fleet's entries in its 1/256, never O(all its
+//! blocks) as a full sync or a scan of its reverse set does.
 //!
 //! Tiers: the digests count each block with its tier
 //! (`protocol::index::digest_term`), so a lost tier change makes its bucket
-//! differ too. Added blocks are stored with the worker's tier; a bucket
-//! whose digest still differs once membership is repaired differs in
-//! tiers, and its listed blocks are stored again, each with its tier.
+//! differ too, and never names a block (its XOR is not a hash of the
+//! bucket): such a bucket is read, and a block both hold on different tiers
+//! is stored again on the worker's. Added blocks are stored on its tier.
 
 use std::collections::{HashMap, HashSet};
 
@@ -21,14 +21,12 @@ use super::blocks::tier_arg;
 use super::sync::lower_tiers;
 use super::ttl::ms;
 use super::{Lane, ScriptName, StateError, StateStore};
+use crate::inspect::{Kind, parse_value};
 use protocol::Tier;
 use protocol::hashing::BlockHash;
 use protocol::index::{digest_bucket, digest_term, parse_bucket_name};
 
 pub use protocol::push::MAX_REPAIR_BUCKETS;
-
-/// Members read per `SSCAN` call (the server filters them by the pattern).
-const SCAN_COUNT: usize = 4096;
 
 /// What a repair changed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -37,8 +35,7 @@ pub struct RepairOutcome {
     pub added: u64,
     /// Blocks removed.
     pub removed: u64,
-    /// Blocks stored again for their tier (their bucket's digest differed
-    /// once the membership was repaired).
+    /// Blocks stored again on the worker's tier (the fleet had another).
     pub retiered: u64,
 }
 
@@ -73,25 +70,6 @@ fn buckets_by_part(buckets: &[String], parts: usize) -> Result<Vec<[bool; 256]>,
     Ok(out)
 }
 
-/// An `SSCAN` pattern matching every hash of `wanted` (and maybe others of
-/// the same first and second digits, filtered afterwards).
-fn scan_pattern(wanted: &[bool; 256]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let (mut hi, mut lo) = ([false; 16], [false; 16]);
-    for (b, _) in wanted.iter().enumerate().filter(|(_, w)| **w) {
-        hi[b >> 4] = true;
-        lo[b & 15] = true;
-    }
-    let class = |set: &[bool; 16]| -> String {
-        let digits: String = (0..16)
-            .filter(|d| set[*d])
-            .map(|d| char::from(HEX[d]))
-            .collect();
-        format!("[{digits}]")
-    };
-    format!("{}{}*", class(&hi), class(&lo))
-}
-
 impl StateStore {
     /// Makes `worker_id`'s blocks in `buckets` (as [`sync_check`]
     /// (Self::sync_check) lists them) exactly those of `hashes` that fall in
@@ -115,6 +93,7 @@ impl StateStore {
         let wanted = buckets_by_part(buckets, parts.len())?;
         let lower = lower_tiers(hashes, tiers)?;
         let tier_of = |h: &BlockHash| lower.get(h).copied().unwrap_or_default();
+        let per_call = self.limits().hashes_per_call;
         let mut out = RepairOutcome::default();
         for (s, blocks) in self.split(parts.len(), hashes, families) {
             let want = &wanted[s];
@@ -134,23 +113,27 @@ impl StateStore {
             let (mut add, mut drop, scan) = self
                 .single_differences(part, &idx, want, &listed, &mine)
                 .await?;
+            let mut retier = Vec::new();
             if scan.iter().any(|b| *b) {
-                let (held, speculative) = self.bucket_members(part, &idx, &scan).await?;
-                let in_scan = |h: &&BlockHash| scan[digest_bucket(**h)];
-                add.extend(
-                    listed
-                        .iter()
-                        .filter(in_scan)
-                        .filter(|h| !held.contains(*h) || speculative.contains(*h)),
-                );
-                drop.extend(held.difference(&listed));
+                let held = self.bucket_members(part, &idx, &scan).await?;
+                for h in listed.iter().filter(|h| scan[digest_bucket(**h)]) {
+                    match held.get(h) {
+                        None | Some(Kind::Speculative) => add.push(*h),
+                        Some(Kind::Confirmed(t)) if *t != tier_of(h) => retier.push(*h),
+                        Some(Kind::Confirmed(_)) => {}
+                    }
+                }
+                drop.extend(held.keys().filter(|h| !listed.contains(*h)));
             }
             add.sort_unstable();
             drop.sort_unstable();
+            retier.sort_unstable();
             let (inserted, promoted, _) =
                 self.store_by_tier(part, worker_id, &add, &tier_of).await?;
             out.added += inserted + promoted;
-            let per_call = self.limits().hashes_per_call;
+            self.store_by_tier(part, worker_id, &retier, &tier_of)
+                .await?;
+            out.retiered += retier.len() as u64;
             for chunk in drop.chunks(per_call * 2) {
                 let removed: u64 = self
                     .blocks_call(
@@ -169,24 +152,6 @@ impl StateStore {
                         other => other,
                     })?;
                 out.removed += removed;
-            }
-            // Buckets still unequal differ in tiers: their blocks again.
-            let buckets: Vec<usize> = (0..256).filter(|b| want[*b]).collect();
-            let theirs = self.fleet_digests(part, &idx, &buckets).await?;
-            let mut retier = [false; 256];
-            for (b, d) in buckets.iter().zip(theirs) {
-                retier[*b] = d != mine[*b];
-            }
-            if retier.iter().any(|r| *r) {
-                let mut again: Vec<BlockHash> = listed
-                    .iter()
-                    .filter(|h| retier[digest_bucket(**h)])
-                    .copied()
-                    .collect();
-                again.sort_unstable();
-                self.store_by_tier(part, worker_id, &again, &tier_of)
-                    .await?;
-                out.retiered += again.len() as u64;
             }
         }
         metrics::counter!("prefix_router_sync_repairs_total").increment(1);
@@ -231,36 +196,6 @@ impl StateStore {
         Ok(sum)
     }
 
-    /// The fleet's digests of `buckets` for incarnation `idx` (0 for none).
-    async fn fleet_digests(
-        &self,
-        part: &str,
-        idx: &str,
-        buckets: &[usize],
-    ) -> Result<Vec<u64>, StateError> {
-        if buckets.is_empty() {
-            return Ok(Vec::new());
-        }
-        let base = self.inner.keys.model_base(part);
-        let theirs: Vec<Option<String>> = self
-            .command({
-                let mut c = redis::cmd("HMGET");
-                c.arg(format!("{base}:dg:{idx}"));
-                for b in buckets {
-                    c.arg(format!("{b:02x}"));
-                }
-                c
-            })
-            .await?;
-        Ok(theirs
-            .into_iter()
-            .map(|d| {
-                d.and_then(|d| u64::from_str_radix(&d, 16).ok())
-                    .unwrap_or(0)
-            })
-            .collect())
-    }
-
     /// The worker's incarnation in `part`.
     async fn worker_idx(
         &self,
@@ -287,9 +222,9 @@ impl StateStore {
     /// XOR would not). Returns the blocks to add and to drop found so, and
     /// the buckets left to scan. A block the worker lists is one the fleet
     /// lacks; one it does not list must be in the reverse set to be dropped.
-    /// `mine` are the worker's digests of those buckets. A block off the GPU
-    /// does not name itself (its term is not its hash), nor does a tier
-    /// change: their buckets are scanned.
+    /// `mine` are the worker's digests of the buckets (with tiers: a block
+    /// off the GPU, or a tier change, never names itself, and its bucket is
+    /// scanned).
     async fn single_differences(
         &self,
         part: &str,
@@ -300,10 +235,22 @@ impl StateStore {
     ) -> Result<(Vec<BlockHash>, Vec<BlockHash>, [bool; 256]), StateError> {
         let base = self.inner.keys.model_base(part);
         let buckets: Vec<usize> = (0..256).filter(|b| want[*b]).collect();
-        let theirs = self.fleet_digests(part, idx, &buckets).await?;
+        let theirs: Vec<Option<String>> = self
+            .command({
+                let mut c = redis::cmd("HMGET");
+                c.arg(format!("{base}:dg:{idx}"));
+                for b in &buckets {
+                    c.arg(format!("{b:02x}"));
+                }
+                c
+            })
+            .await?;
         let (mut add, mut scan) = (Vec::new(), [false; 256]);
         let mut gone = Vec::new();
         for (b, theirs) in buckets.iter().zip(theirs) {
+            let theirs = theirs
+                .and_then(|d| u64::from_str_radix(&d, 16).ok())
+                .unwrap_or(0);
             let diff = BlockHash(theirs ^ mine[*b]);
             if diff.0 == 0 {
                 continue; // equal again (a report arrived meanwhile)
@@ -339,59 +286,58 @@ impl StateStore {
         Ok((add, drop, scan))
     }
 
-    /// The worker's members (all, and the speculative ones) in the `want`ed
-    /// buckets, by a scan of its reverse and speculative sets.
+    /// The worker's members in the `want`ed digest buckets, with their entry
+    /// kinds (speculative, or confirmed on a tier), read from the forward
+    /// map: a digest bucket (a hash's
+    /// first byte) is 32 forward buckets (`f:<3 hex digits><0|8>`), each
+    /// read whole by a pipelined `HGETALL`. So a bucket costs the fleet's
+    /// entries in 1/256 of the hash space, not a scan of the worker's whole
+    /// reverse set (the forward map and the reverse set hold the same
+    /// entries: docs/state.md "Invariants").
     async fn bucket_members(
         &self,
         part: &str,
         idx: &str,
         want: &[bool; 256],
-    ) -> Result<(HashSet<BlockHash>, HashSet<BlockHash>), StateError> {
+    ) -> Result<HashMap<BlockHash, Kind>, StateError> {
+        let me: u64 = idx.parse().map_err(|_| StateError::Invalid {
+            what: "incarnation",
+            detail: format!("{idx:?} is not a number"),
+        })?;
         let base = self.inner.keys.model_base(part);
-        let pattern = scan_pattern(want);
-        let held = self
-            .scan_set(&format!("{base}:r:{idx}"), &pattern, want)
-            .await?;
-        let speculative = self
-            .scan_set(&format!("{base}:sp:{idx}"), &pattern, want)
-            .await?;
-        Ok((held, speculative))
-    }
-
-    /// The members of set `key` matching `pattern` whose bucket is wanted.
-    async fn scan_set(
-        &self,
-        key: &str,
-        pattern: &str,
-        want: &[bool; 256],
-    ) -> Result<HashSet<BlockHash>, StateError> {
-        let mut out = HashSet::new();
-        let mut cursor = String::from("0");
-        loop {
-            let (next, batch): (String, Vec<String>) = self
-                .command({
-                    let mut c = redis::cmd("SSCAN");
-                    c.arg(key)
-                        .arg(&cursor)
-                        .arg("MATCH")
-                        .arg(pattern)
-                        .arg("COUNT")
-                        .arg(SCAN_COUNT);
-                    c
+        let mut held = HashMap::new();
+        for b in (0..256).filter(|b| want[*b]) {
+            let mut pipe = redis::pipe();
+            for key in forward_buckets(b) {
+                pipe.hgetall(format!("{base}:f:{key}"));
+            }
+            let buckets: Vec<Vec<(String, Vec<u8>)>> = self
+                .inner
+                .conns
+                .with_bulk(|mut c| async move {
+                    pipe.query_async(&mut c)
+                        .await
+                        .map_err(|e| StateError::from_redis("forward buckets", e))
                 })
                 .await?;
-            out.extend(
-                batch
-                    .iter()
-                    .filter_map(|m| m.parse::<BlockHash>().ok())
-                    .filter(|h| want[digest_bucket(*h)]),
-            );
-            if next == "0" {
-                return Ok(out);
+            for (field, value) in buckets.iter().flatten() {
+                let Some(entry) = parse_value(value).entries.get(&me).copied() else {
+                    continue;
+                };
+                let Ok(h) = field.parse::<BlockHash>() else {
+                    continue; // not a hash: inspect --check reports it
+                };
+                held.insert(h, entry.kind);
             }
-            cursor = next;
         }
+        Ok(held)
     }
+}
+
+/// The forward buckets (docs/state.md "Forward map entries": a hash's first
+/// four hex digits, the fourth rounded down to 0 or 8) of digest bucket `b`.
+fn forward_buckets(b: usize) -> impl Iterator<Item = String> {
+    (0..32usize).map(move |i| format!("{:04x}", (b << 8) | (i << 3)))
 }
 
 #[cfg(test)]

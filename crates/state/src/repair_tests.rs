@@ -21,9 +21,19 @@ fn buckets_parse_per_part_and_refuse_nonsense() {
 }
 
 #[test]
-fn the_pattern_covers_every_wanted_bucket() {
-    let mut want = [false; 256];
-    want[0x3a] = true;
-    want[0xf1] = true;
-    assert_eq!(scan_pattern(&want), "[3f][1a]*");
+fn a_digest_bucket_is_32_forward_buckets() {
+    let keys: Vec<String> = forward_buckets(0x3a).collect();
+    assert_eq!(keys.len(), 32);
+    assert_eq!(keys[0], "3a00");
+    assert_eq!(keys[1], "3a08");
+    assert_eq!(keys[31], "3af8");
+    // Every hash of the digest bucket lands in one of them.
+    for h in [
+        0x3a00_0000_0000_0000u64,
+        0x3a7f_ffff_ffff_ffff,
+        0x3aff_0000_0000_0001,
+    ] {
+        let key = format!("{:04x}", (h >> 48) & 0xfff8);
+        assert!(keys.contains(&key), "{h:x} -> {key}");
+    }
 }

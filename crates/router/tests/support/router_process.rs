@@ -32,15 +32,16 @@ impl RouterProcess {
         env: &[(&str, &str)],
         log: Option<&Path>,
     ) -> RouterProcess {
-        Self::start_on(
-            free_port(),
-            valkey_url,
-            extra,
-            env,
-            log,
-            Duration::from_secs(10),
-        )
-        .await
+        // The port is probed free, then bound by the child: another process
+        // may take it in between, and then the child exits; try another.
+        for _ in 0..5 {
+            let port = free_port();
+            let patience = Duration::from_secs(10);
+            if let Some(r) = Self::try_start_on(port, valkey_url, extra, env, log, patience).await {
+                return r;
+            }
+        }
+        panic!("router did not come up on any of 5 ports");
     }
 
     /// As [`RouterProcess::start_with`], on `127.0.0.1:port` (a router
@@ -54,6 +55,21 @@ impl RouterProcess {
         log: Option<&Path>,
         patience: Duration,
     ) -> RouterProcess {
+        Self::try_start_on(port, valkey_url, extra, env, log, patience)
+            .await
+            .expect("router exited before it answered /health")
+    }
+
+    /// As [`RouterProcess::start_on`]; `None` when the child exits before it
+    /// answers (e.g. its port was taken).
+    async fn try_start_on(
+        port: u16,
+        valkey_url: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        log: Option<&Path>,
+        patience: Duration,
+    ) -> Option<RouterProcess> {
         let output = |log: Option<&Path>| match log {
             Some(path) => std::fs::OpenOptions::new()
                 .create(true)
@@ -78,19 +94,22 @@ impl RouterProcess {
             .stderr(output(log))
             .spawn()
             .expect("spawn prefix-router");
-        let r = RouterProcess {
+        let mut r = RouterProcess {
             child,
             base: format!("http://127.0.0.1:{port}"),
         };
         let deadline = std::time::Instant::now() + patience;
         while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = r.child.try_wait() {
+                return None;
+            }
             if http()
                 .get(format!("{}/health", r.base))
                 .send()
                 .await
                 .is_ok()
             {
-                return r;
+                return Some(r);
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -80,7 +80,8 @@ pub async fn unchanged_sync(
     // A worker whose reports were lost: k blocks gone and k new. The check
     // lists their buckets; a repair syncs those alone. Server time is its
     // FCALLs plus the plain reads (HGET, HMGET of the digests, SMISMEMBER,
-    // and SSCANs where a bucket differs by more than one block).
+    // and HGETALLs of forward buckets where one differs by more than one
+    // block).
     let mut held = set.clone();
     for k in [1usize, 10] {
         let new = fresh(rng, k);
@@ -118,34 +119,15 @@ pub async fn unchanged_sync(
         held = changed;
     }
     // Two blocks gone from one bucket: the digests' XOR names neither, so
-    // the repair reads the bucket's members (an SSCAN of the reverse set).
-    let bucket = held[0].0 >> 56;
-    let pair: Vec<protocol::BlockHash> = held
-        .iter()
-        .copied()
-        .filter(|h| h.0 >> 56 == bucket)
-        .take(2)
-        .collect();
-    let changed: Vec<protocol::BlockHash> =
-        held.iter().copied().filter(|h| !pair.contains(h)).collect();
-    let hex = digests_hex(&digests(changed.iter().copied()));
-    let differing = store.sync_check(MODEL, id, &hex).await?.unwrap_or_default();
-    let listed: Vec<protocol::BlockHash> = changed
-        .iter()
-        .copied()
-        .filter(|h| h.0 >> 56 == bucket)
-        .collect();
-    let (out, wall, w) = timed_repair(raw, store, id, &differing, &listed).await?;
-    ensure!(out.removed == 2, "repair of two in one bucket: {out:?}");
-    ensure!(
-        store.sync_check(MODEL, id, &hex).await?.is_none(),
-        "still differs after the repair"
-    );
-    parts.push(SyncPart {
-        label: "repair: 2 blocks gone from one bucket (scanned)",
-        wall,
-        w,
-    });
+    // the repair reads the bucket's members (its 32 forward buckets). Alone,
+    // then with 1M other workers' entries in the same buckets.
+    held = two_gone_from_one_bucket(raw, store, id, held, &mut parts, false).await?;
+    for w in 0..5 {
+        let other = format!("{id}-neighbour-{w}");
+        register(store, &other).await?;
+        store_all(store, &other, &fresh(rng, 200_000)).await?;
+    }
+    two_gone_from_one_bucket(raw, store, id, held, &mut parts, true).await?;
 
     // What every worker costs every period besides its sync, and every
     // request besides its route: 100 of each.
@@ -203,8 +185,53 @@ pub async fn unchanged_sync(
     Ok(CheckRun { entries, parts })
 }
 
+/// Two of `held` in one digest bucket lost (the worker evicted them, the
+/// fleet never heard): repaired, timed. Returns what the worker now holds.
+async fn two_gone_from_one_bucket(
+    raw: &mut Raw,
+    store: &StateStore,
+    id: &str,
+    held: Vec<protocol::BlockHash>,
+    parts: &mut Vec<SyncPart>,
+    neighbours: bool,
+) -> Result<Vec<protocol::BlockHash>> {
+    let bucket = held[0].0 >> 56;
+    let pair: Vec<protocol::BlockHash> = held
+        .iter()
+        .copied()
+        .filter(|h| h.0 >> 56 == bucket)
+        .take(2)
+        .collect();
+    let changed: Vec<protocol::BlockHash> =
+        held.iter().copied().filter(|h| !pair.contains(h)).collect();
+    let hex = digests_hex(&digests(changed.iter().copied()));
+    let differing = store.sync_check(MODEL, id, &hex).await?.unwrap_or_default();
+    let listed: Vec<protocol::BlockHash> = changed
+        .iter()
+        .copied()
+        .filter(|h| h.0 >> 56 == bucket)
+        .collect();
+    let (out, wall, w) = timed_repair(raw, store, id, &differing, &listed).await?;
+    ensure!(out.removed == 2, "repair of two in one bucket: {out:?}");
+    ensure!(
+        store.sync_check(MODEL, id, &hex).await?.is_none(),
+        "still differs after the repair"
+    );
+    parts.push(SyncPart {
+        label: if neighbours {
+            "repair: 2 blocks gone from one bucket, 5 more workers × 200k entries"
+        } else {
+            "repair: 2 blocks gone from one bucket (its forward buckets read)"
+        },
+        wall,
+        w,
+    });
+    Ok(changed)
+}
+
 /// One repair in its own stats window: its FCALLs plus the plain reads it
-/// makes (HGET, HMGET of the digests, SMISMEMBER, SSCAN).
+/// makes (HGET, HMGET of the digests, SMISMEMBER, HGETALL of forward
+/// buckets).
 async fn timed_repair(
     raw: &mut Raw,
     store: &StateStore,
@@ -224,7 +251,10 @@ async fn timed_repair(
     let wall = t.elapsed();
     let mut w = raw.window("fcall").await?;
     for (cmd, stat) in raw.command_stats().await? {
-        if matches!(cmd.as_str(), "sscan" | "hget" | "hmget" | "smismember") {
+        if matches!(
+            cmd.as_str(),
+            "sscan" | "hget" | "hmget" | "smismember" | "hgetall"
+        ) {
             w.stat.calls += stat.calls;
             w.stat.usec += stat.usec;
         }

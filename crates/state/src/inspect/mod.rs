@@ -41,6 +41,7 @@ pub use summary::{
 };
 
 use conn::{Reader, bytes};
+pub(crate) use format::{Kind, parse_value};
 use schema::ModelKeys;
 
 use crate::{ConnectionSettings, KeySpace, check_name};
