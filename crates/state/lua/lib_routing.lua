@@ -241,32 +241,37 @@ end
 -- so each is a prefix of w.matched, found by bisection below it; a worker
 -- whose deepest block is on the GPU (every worker, in a fleet without
 -- tiers) costs nothing more.
-local function probe_tiers(p, list)
-  for _, t in ipairs({ { 3, 'gpu' }, { 2, 'cpu' } }) do
-    local L, field = t[1], t[2]
-    local groups, order = nil, {}
-    for _, w in ipairs(list) do
-      local k = w.matched
-      if k == 0 or (w.deepest == k and w.deep_level >= L) then
-        w[field] = k
-      else
-        -- Below k: from the GPU depth for the CPU's (held at a level >= 2).
-        local lo = L == 2 and w.gpu or 0
-        local key = lo * 65536 + k
-        groups = groups or {}
-        if not groups[key] then
-          groups[key] = { lo = lo, hi = k - 1 }
-          order[#order + 1] = key
-        end
-        local g = groups[key]
-        g[#g + 1] = w
+-- One tier's pass of probe_tiers: level L, depth in w[field]. Allocates
+-- nothing unless a worker's deepest block is below L.
+local function probe_tier(p, list, L, field)
+  local groups, order = nil, nil
+  for _, w in ipairs(list) do
+    local k = w.matched
+    if k == 0 or (w.deepest == k and w.deep_level >= L) then
+      w[field] = k
+    else
+      -- Below k: from the GPU depth for the CPU's (held at a level >= 2).
+      local lo = L == 2 and w.gpu or 0
+      local key = lo * 65536 + k
+      groups, order = groups or {}, order or {}
+      if not groups[key] then
+        groups[key] = { lo = lo, hi = k - 1 }
+        order[#order + 1] = key
       end
-    end
-    for _, key in ipairs(order) do
       local g = groups[key]
-      probe_search(p, g, g.lo, g.hi, L, field)
+      g[#g + 1] = w
     end
   end
+  if not order then return end
+  for _, key in ipairs(order) do
+    local g = groups[key]
+    probe_search(p, g, g.lo, g.hi, L, field)
+  end
+end
+
+local function probe_tiers(p, list)
+  probe_tier(p, list, 3, 'gpu')
+  probe_tier(p, list, 2, 'cpu')
 end
 
 -- Tips and branch points between indexed blocks (protocol::index): a

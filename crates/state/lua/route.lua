@@ -93,9 +93,12 @@ probe_tiers(p, list)
 -- From here on w.matched (w.gpu, w.cpu) counts blocks; w.indexed keeps the
 -- indexed ones.
 for _, w in ipairs(list) do
-  w.indexed = w.matched
-  w.matched = covered(w.matched, head, stride)
-  w.gpu, w.cpu = covered(w.gpu, head, stride), covered(w.cpu, head, stride)
+  local k = w.matched
+  w.indexed = k
+  w.matched = covered(k, head, stride)
+  -- A tier that reaches the match covers as much (the common case).
+  w.gpu = w.gpu == k and w.matched or covered(w.gpu, head, stride)
+  w.cpu = w.cpu == k and w.matched or covered(w.cpu, head, stride)
 end
 probe_gaps(p, list, full, #chain / 8, head, stride)
 -- Per worker: its load (in flight, or the queue it reported if fresher and
