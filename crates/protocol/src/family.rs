@@ -18,21 +18,39 @@
 //! a worker sends it with its heartbeat and a router refuses a mismatch.
 
 use crate::hashing::BlockHash;
+use crate::tier::Tier;
 
-/// A block as workers report it: its hash and its family (None for a head
-/// block, or when unknown; either way every shard gets it).
+/// A block as workers report it: its hash, its family (None for a head
+/// block, or when unknown; either way every shard gets it) and the best
+/// tier the worker holds it on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FamilyBlock {
     /// The block's hash.
     pub hash: BlockHash,
     /// Its family.
     pub family: Option<BlockHash>,
+    /// Its best medium.
+    pub tier: Tier,
 }
 
 impl FamilyBlock {
-    /// A block of unknown family (sent to every shard).
+    /// A block of unknown family (sent to every shard), on the GPU.
     pub fn unplaced(hash: BlockHash) -> Self {
-        FamilyBlock { hash, family: None }
+        FamilyBlock::new(hash, None)
+    }
+
+    /// A block of `family` on the GPU.
+    pub fn new(hash: BlockHash, family: Option<BlockHash>) -> Self {
+        FamilyBlock {
+            hash,
+            family,
+            tier: Tier::Gpu,
+        }
+    }
+
+    /// The same block on `tier`.
+    pub fn on(self, tier: Tier) -> Self {
+        FamilyBlock { tier, ..self }
     }
 }
 

@@ -28,6 +28,7 @@
 //! Lua; `route_script` tests keep them equal.
 
 use crate::hashing::BlockHash;
+use crate::tier::Tier;
 
 /// Blocks between two anchors past the dense head: the index holds every
 /// 16th block (256 tokens at vLLM's default block size).
@@ -104,6 +105,37 @@ pub fn digests(hashes: impl IntoIterator<Item = BlockHash>) -> [u64; DIGEST_BUCK
         out[digest_bucket(h)] ^= h.0;
     }
     out
+}
+
+/// The digests of a set of blocks with their tiers: as [`digests`], each
+/// block counted by its [`digest_term`], so that a block moved to another
+/// tier changes its bucket's digest as a block added or removed does. A
+/// set all on the GPU has the digests of its hashes.
+pub fn tiered_digests(
+    blocks: impl IntoIterator<Item = (BlockHash, Tier)>,
+) -> [u64; DIGEST_BUCKETS] {
+    let mut out = [0u64; DIGEST_BUCKETS];
+    for (h, tier) in blocks {
+        out[digest_bucket(h)] ^= digest_term(h, tier);
+    }
+    out
+}
+
+/// What a block held on `tier` adds to its bucket's digest: its hash on the
+/// GPU; on the CPU (disk) its hash XOR its last seven bytes rotated left by
+/// one byte (two bytes), which keeps the first byte, the bucket. Each
+/// block's terms differ per tier, so two blocks' tier changes in one bucket
+/// cancel only by chance, as two added blocks do. `lua/lib.lua`'s
+/// `digest_toggle` computes the same.
+pub fn digest_term(h: BlockHash, tier: Tier) -> u64 {
+    const LOW: u64 = 0x00ff_ffff_ffff_ffff;
+    let low = h.0 & LOW;
+    let rotated = |bytes: u32| ((low << (8 * bytes)) | (low >> (56 - 8 * bytes))) & LOW;
+    match tier {
+        Tier::Gpu => h.0,
+        Tier::Cpu => h.0 ^ rotated(1),
+        Tier::Disk => h.0 ^ rotated(2),
+    }
 }
 
 /// The digest bucket of a hash: its first byte.
@@ -183,6 +215,25 @@ mod tests {
                 assert_eq!(blocks_covered(k + 1, blocks), p + 1, "{blocks} {k}");
             }
         }
+    }
+
+    #[test]
+    fn tier_terms_keep_the_bucket_and_differ_per_tier() {
+        let h = BlockHash(0xab12_3456_789a_bcde);
+        assert_eq!(digest_term(h, Tier::Gpu), h.0);
+        // 12 34 56 78 9a bc de rotated by one byte: 34 56 78 9a bc de 12.
+        assert_eq!(digest_term(h, Tier::Cpu), h.0 ^ 0x0034_5678_9abc_de12);
+        assert_eq!(digest_term(h, Tier::Disk), h.0 ^ 0x0056_789a_bcde_1234);
+        let d = tiered_digests([
+            (h, Tier::Cpu),
+            (BlockHash(0xab00_0000_0000_0001), Tier::Gpu),
+        ]);
+        assert_eq!(d[0xab], digest_term(h, Tier::Cpu) ^ 0xab00_0000_0000_0001);
+        assert_eq!(
+            tiered_digests([(h, Tier::Gpu)]),
+            digests([h]),
+            "a GPU set's digests are its hashes'"
+        );
     }
 
     #[test]

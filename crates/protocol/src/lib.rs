@@ -11,6 +11,8 @@
 //! * [`push`]: the JSON bodies and replies of the worker push API.
 //! * `role`: [`WorkerRole`], prefill, decode or both, as a worker
 //!   registers it.
+//! * `tier`: [`Tier`], the best medium (GPU, CPU, disk) a worker holds a
+//!   block on, from a KV event's `medium` label.
 //! * [`kv_transfer`]: vLLM's `kv_transfer_params`, the prefill/decode
 //!   handshake of disaggregated serving.
 //! * [`headers`]: HTTP header names shared by router, simulator and load test.
@@ -29,7 +31,8 @@
 //!
 //! Within: `family`, `push` and `vllm_metrics` use `hashing` and `load`; `kv_events`
 //! uses `hashing`'s digests; `engine_incarnation` uses `vllm_metrics`; `push`
-//! uses `role`; `kv_transfer` uses `hashing`.
+//! uses `role` and `tier`; `family` and `index` use `tier`; `kv_transfer`
+//! uses `hashing`.
 
 pub mod family;
 pub mod hashing;
@@ -46,6 +49,7 @@ mod load;
 mod names;
 mod redact;
 mod role;
+mod tier;
 mod worker_url;
 
 pub use duration::{parse_duration, parse_duration_or_zero};
@@ -56,4 +60,5 @@ pub use load::{MAX_REPORTED_REQUESTS, WorkerLoad};
 pub use names::{InvalidName, MAX_NAME_LEN, check_name};
 pub use redact::redact_url;
 pub use role::{UnknownRole, WorkerRole};
+pub use tier::Tier;
 pub use worker_url::{InvalidWorkerUrl, MAX_WORKER_URL_LEN, check_worker_url};

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::hashing::BlockHash;
 use crate::load::WorkerLoad;
 use crate::role::WorkerRole;
+use crate::tier::Tier;
 
 /// `POST /internal/heartbeat`: register, or renew the lease and load.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -53,6 +54,13 @@ pub struct StoredBody<'a> {
     /// a head block. Absent: the fleet writes every block to every shard.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub families: Option<Cow<'a, [Option<BlockHash>]>>,
+    /// The best medium the worker now holds these blocks on, as a KV
+    /// event's label or a tier name ([`Tier::from_medium`]: an unknown
+    /// label is disk). Absent: the GPU, as every report before tiers. A
+    /// block that leaves the GPU but stays on the CPU is reported again
+    /// here with `"cpu"` (not evicted), and with `"gpu"` once back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub medium: Option<Tier>,
 }
 
 /// `POST /internal/eviction`: blocks the worker evicted.
@@ -86,6 +94,10 @@ pub struct SyncBody<'a> {
     /// a head block. Absent: the fleet writes every block to every shard.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub families: Option<Cow<'a, [Option<BlockHash>]>>,
+    /// Each block's best medium ([`Tier`]), in the same order. Absent: all
+    /// on the GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tiers: Option<Cow<'a, [Tier]>>,
     /// Names one chunked snapshot; never reused for another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync_id: Option<Cow<'a, str>>,
@@ -99,7 +111,8 @@ fn yes() -> bool {
 }
 
 /// `POST /internal/sync/check`: the digests of the worker's indexed set
-/// ([`crate::index::digests_hex`]); if the fleet's equal, the periodic sync
+/// with its tiers ([`crate::index::tiered_digests`],
+/// [`crate::index::digests_hex`]); if the fleet's equal, the periodic sync
 /// is done without sending the set.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SyncCheckBody<'a> {
@@ -144,6 +157,9 @@ pub struct SyncRepairBody<'a> {
     /// Each block's family, as in [`SyncBody`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub families: Option<Cow<'a, [Option<BlockHash>]>>,
+    /// Each block's best medium, as in [`SyncBody`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tiers: Option<Cow<'a, [Tier]>>,
     /// The digests of the whole snapshot, as in [`SyncCheckBody`].
     #[serde(default)]
     pub digests: Cow<'a, str>,
@@ -241,6 +257,7 @@ mod tests {
             model: Some("m".into()),
             active_hashes: Cow::Borrowed(&hashes),
             families: None,
+            tiers: None,
             sync_id: None,
             last: true,
         };
@@ -291,6 +308,31 @@ mod tests {
             })
         );
         assert_eq!(hb.role, None);
+        let s: StoredBody<'_> =
+            serde_json::from_str(r#"{"worker_id":"w","block_hashes":[1]}"#).unwrap();
+        assert_eq!(s.medium, None);
+    }
+
+    #[test]
+    fn stored_reports_name_a_medium_and_refuse_a_malformed_one() {
+        let s: StoredBody<'_> =
+            serde_json::from_str(r#"{"worker_id":"w","block_hashes":[1],"medium":"CPU"}"#).unwrap();
+        assert_eq!(s.medium, Some(Tier::Cpu));
+        let s: StoredBody<'_> =
+            serde_json::from_str(r#"{"worker_id":"w","block_hashes":[1],"medium":"lmcache"}"#)
+                .unwrap();
+        assert_eq!(s.medium, Some(Tier::Disk));
+        assert!(
+            serde_json::from_str::<StoredBody<'_>>(
+                r#"{"worker_id":"w","block_hashes":[1],"medium":2}"#
+            )
+            .is_err()
+        );
+        let b: SyncBody<'_> = serde_json::from_str(
+            r#"{"worker_id":"w","active_hashes":[1,2],"tiers":["gpu","cpu"]}"#,
+        )
+        .unwrap();
+        assert_eq!(b.tiers.unwrap().as_ref(), &[Tier::Gpu, Tier::Cpu]);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The routing decision's cost: tokenize + hash + the atomic Valkey call,
 //! for 1k, 8k and 32k-token prompts, cold (a prefix never seen) and warm
-//! (a seen prefix, new question), plus Valkey server time per routed request
-//! (exact per call, from `INFO commandstats` deltas).
+//! (a seen prefix, new question), and warm with three quarters of the prefix
+//! on its worker's CPU tier (the route then bisects for the GPU depth),
+//! plus Valkey server time per routed request (exact per call, from `INFO
+//! commandstats` deltas).
 //!
 //! `cargo bench --bench route_bench`
 
@@ -252,11 +254,14 @@ async fn run() -> Result<()> {
     let per_line = pipeline.tokenizer.encode_plain(&text(100, 1), true)?.len() as f64 / 100.0;
     for tokens in [1024usize, 8192, 32768] {
         let lines = (tokens as f64 / per_line) as usize;
-        for warm in [false, true] {
-            let shared = text(lines, 999_999);
+        for (warm, on_cpu) in [(false, false), (true, false), (true, true)] {
+            let shared = text(lines, if on_cpu { 888_888 } else { 999_999 });
             if warm {
                 let p = prepare(&pipeline, &format!("{shared}Warm-up question\n"))?;
                 row(&store, &mut stats, &[p]).await?;
+                if on_cpu {
+                    offload(&store, &p_hashes(&pipeline, &shared)?).await?;
+                }
             }
             let mut prepared = Vec::new();
             let runs = if warm { WARM_RUNS } else { RUNS };
@@ -280,10 +285,10 @@ async fn run() -> Result<()> {
             println!(
                 "| {}k tokens | {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.0} / {:.0} µs | {:.0} µs |",
                 tokens / 1024,
-                if warm {
-                    "seen before (warm)"
-                } else {
-                    "new (cold)"
+                match (warm, on_cpu) {
+                    (false, _) => "new (cold)",
+                    (true, false) => "seen before (warm)",
+                    (true, true) => "seen, ¾ on the CPU tier",
                 },
                 ms(pct(walls.clone(), 0.5)),
                 ms(pct(walls, 0.99)),
@@ -300,8 +305,31 @@ async fn run() -> Result<()> {
         }
     }
     println!(
-        "\n{RUNS} decisions per cold row, {WARM_RUNS} per warm row; 8 live workers. Prompts are tokenized and hashed first; then their route calls run back to back (each request released before the next), and the tail claims after. Server times: `INFO latencystats` p50/p99 of FCALL and `INFO commandstats` usec per request, over the route calls alone (long chains add a FCALL_RO lookup)."
+        "\n{RUNS} decisions per cold row, {WARM_RUNS} per warm row; 8 live workers. The CPU rows: the warm prefix's indexed blocks past its first quarter reported on its worker's CPU tier. Prompts are tokenized and hashed first; then their route calls run back to back (each request released before the next), and the tail claims after. Server times: `INFO latencystats` p50/p99 of FCALL and `INFO commandstats` usec per request, over the route calls alone (long chains add a FCALL_RO lookup)."
     );
+    Ok(())
+}
+
+/// The block hashes of `text`'s whole blocks.
+fn p_hashes(pipeline: &ModelPipeline, text: &str) -> Result<Vec<BlockHash>> {
+    Ok(prepare(pipeline, text)?.hashes)
+}
+
+/// Reports the last three quarters of `prefix`'s indexed blocks on the CPU
+/// tier of the worker holding the most of it (the GPU evicted them).
+async fn offload(store: &StateStore, prefix: &[BlockHash]) -> Result<()> {
+    let probe = store.probe(MODEL, prefix).await?;
+    let Some(holder) = probe.workers.iter().max_by_key(|w| w.matched_blocks) else {
+        return Ok(());
+    };
+    let from = prefix.len() / 4;
+    let tail: Vec<BlockHash> = protocol::index::indexed_positions(prefix.len())
+        .filter(|&i| i >= from)
+        .map(|i| prefix[i])
+        .collect();
+    store
+        .stored_on(MODEL, &holder.info.worker_id, &tail, protocol::Tier::Cpu)
+        .await?;
     Ok(())
 }
 

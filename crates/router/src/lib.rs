@@ -16,7 +16,8 @@
 //!   with prefill and decode workers is served disaggregated (`disagg`:
 //!   decode pick and skip decision in `pd_plan`, prefill by the atomic
 //!   step over the prefill workers, bodies in `pd_bodies`).
-//! * [`routing`]: the policies, pure: `cache_aware`, `round_robin`,
+//! * [`routing`]: the policies, pure: `cache_aware` (a hit weighted by the
+//!   KV tier it is held on), `round_robin`,
 //!   `least_loaded`, `power_of_two`, `consistent_hash`, bounded load; and
 //!   `decode`, the decode pick and skip-prefill rule of disaggregated
 //!   serving.

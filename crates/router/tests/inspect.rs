@@ -172,7 +172,15 @@ async fn partial_sync(
     steps: usize,
 ) {
     let id = format!("p{}", hs.len());
-    if s.sync_stage(M, w, &id, hs).await.is_err() {
+    // Tiers by hash, so that a patch in progress has a target with tiers.
+    let tiers: Vec<protocol::Tier> = hs
+        .iter()
+        .map(|h| protocol::Tier::ALL[(h.0 % 3) as usize])
+        .collect();
+    if s.sync_stage_in_families(M, w, &id, hs, None, Some(&tiers))
+        .await
+        .is_err()
+    {
         return;
     }
     let scripts = ScriptSet::new();
@@ -346,9 +354,11 @@ async fn model_filter_and_a_second_namespace() {
 enum Op {
     Heartbeat(usize, bool),
     Assign(usize, Vec<usize>),
-    Stored(usize, Vec<usize>),
+    /// On tier `Tier::ALL[t]`.
+    Stored(usize, Vec<usize>, usize),
     Evict(usize, Vec<usize>),
-    Sync(usize, Vec<usize>),
+    /// With tiers (by hash) when true.
+    Sync(usize, Vec<usize>, bool),
     PartialSync(usize, Vec<usize>, usize),
     ExpireLease(usize),
     Deregister(usize),
@@ -365,9 +375,9 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (w.clone(), any::<bool>()).prop_map(|(w, l)| Op::Heartbeat(w, l)),
         3 => (w.clone(), hs()).prop_map(|(w, h)| Op::Assign(w, h)),
-        3 => (w.clone(), hs()).prop_map(|(w, h)| Op::Stored(w, h)),
+        3 => (w.clone(), hs(), 0..3usize).prop_map(|(w, h, t)| Op::Stored(w, h, t)),
         2 => (w.clone(), hs()).prop_map(|(w, h)| Op::Evict(w, h)),
-        1 => (w.clone(), hs()).prop_map(|(w, h)| Op::Sync(w, h)),
+        1 => (w.clone(), hs(), any::<bool>()).prop_map(|(w, h, t)| Op::Sync(w, h, t)),
         2 => (w.clone(), hs(), 0..3usize).prop_map(|(w, h, s)| Op::PartialSync(w, h, s)),
         1 => w.clone().prop_map(Op::ExpireLease),
         1 => w.clone().prop_map(Op::Deregister),
@@ -424,9 +434,27 @@ impl Fleet {
                 heartbeat(s, W[*w], load).await;
             }
             Op::Assign(w, hs) => drop(s.assign(M, W[*w], &pick(hs)).await),
-            Op::Stored(w, hs) => drop(s.stored(M, W[*w], &pick(hs)).await),
+            Op::Stored(w, hs, t) => drop(
+                s.stored_on(M, W[*w], &pick(hs), protocol::Tier::ALL[*t])
+                    .await,
+            ),
             Op::Evict(w, hs) => drop(s.evict(M, W[*w], &pick(hs)).await),
-            Op::Sync(w, hs) => drop(s.sync(M, W[*w], &pick(hs)).await),
+            Op::Sync(w, hs, tiered) => {
+                let tiers: Vec<protocol::Tier> = hs
+                    .iter()
+                    .map(|i| {
+                        if *tiered {
+                            protocol::Tier::ALL[i % 3]
+                        } else {
+                            protocol::Tier::Gpu
+                        }
+                    })
+                    .collect();
+                drop(
+                    s.sync_in_families(M, W[*w], &pick(hs), None, Some(&tiers))
+                        .await,
+                )
+            }
             Op::PartialSync(w, hs, steps) => {
                 partial_sync(&self.client, s, W[*w], &pick(hs), *steps).await
             }
@@ -446,6 +474,8 @@ impl Fleet {
                     max_num_seqs: 256,
                     tokens_per_running_request: 16.0,
                     uncached_weight: 1.0,
+                    cpu_tier_weight: 0.5,
+                    disk_tier_weight: 0.25,
                     kv_pressure_tokens: 0.0,
                     kv_pressure_from: 0.9,
                     stale_load: Duration::from_secs(10),
@@ -609,6 +639,49 @@ async fn each_corruption_fails_the_check_by_name() {
             }),
         ),
         (
+            // A tier letter the scripts never write (CPU is h, disk d).
+            "malformed-entry",
+            Box::new(move |v, w0, _| {
+                let _: () = raw(
+                    v,
+                    &[
+                        "HSET",
+                        &bucket_key(&h(2)),
+                        &h(2),
+                        &format!("{w0}g{}", now_s() + 600),
+                    ],
+                );
+            }),
+        ),
+        (
+            "malformed-entry",
+            Box::new(move |v, w0, _| {
+                let exp = now_s() + 600;
+                let _: () = raw(
+                    v,
+                    &[
+                        "HSET",
+                        &bucket_key(&h(3)),
+                        &h(3),
+                        &format!("{w0}h{exp},{w0}d{exp}"),
+                    ],
+                );
+            }),
+        ),
+        (
+            // The target's tiers outliving the sync they belong to.
+            "sync-target-not-syncing",
+            Box::new(move |v, w0, _| {
+                let _: () = raw(v, &["HSET", &key(&format!("st:{w0}")), &h(4), "h"]);
+            }),
+        ),
+        (
+            "stage-without-ttl",
+            Box::new(move |v, w0, _| {
+                let _: () = raw(v, &["HSET", &key(&format!("stage_t:{w0}:s1")), &h(5), "d"]);
+            }),
+        ),
+        (
             "wrong-type",
             Box::new(|v, _, _| {
                 let _: () = raw(v, &["SET", &key("purge"), "x"]);
@@ -696,10 +769,10 @@ async fn check_passes_while_the_fleet_keeps_running() {
                 let op = match i % 9 {
                     0 => Op::Heartbeat(w, true),
                     1 | 5 => Op::Assign(w, hs),
-                    2 | 6 => Op::Stored(w, hs),
+                    2 | 6 => Op::Stored(w, hs, i % 3),
                     3 => Op::Evict(w, hs),
                     4 => Op::Route(hs),
-                    7 if i % 27 == 7 => Op::Sync(w, hs),
+                    7 if i % 27 == 7 => Op::Sync(w, hs, i.is_multiple_of(2)),
                     7 => Op::Gc(2),
                     _ if i % 45 == 8 => Op::ExpireLease(w),
                     _ => Op::Done(w),

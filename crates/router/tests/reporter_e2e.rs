@@ -17,45 +17,21 @@ mod support;
 mod harness;
 
 use std::collections::BTreeSet;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use harness::{MODEL, Sim, completion, prompt, tokenizer_dir};
 use serde_json::json;
+use support::reporter_process::Reporter;
 use support::{Router, TOKEN, Valkey, args, free_port, http};
 
 /// How long a convergence may take on 2 busy cores running debug builds
 /// (a deadline for polling, not a latency bound).
 const PATIENCE: Duration = Duration::from_secs(30);
 
-/// A reporter process; SIGKILLed on drop.
-struct Reporter(Child);
-
-impl Reporter {
-    fn start(worker: &str, sim: &Sim, router: &Router, ports: (u16, u16, u16)) -> Reporter {
-        let child = Command::new(env!("CARGO_BIN_EXE_prefix-router"))
-            .arg("reporter")
-            // vLLM binds "tcp://*:PORT"; the reporter connects to it.
-            .args(["--kv-events", &format!("tcp://*:{}", ports.0)])
-            .args(["--replay", &format!("tcp://127.0.0.1:{}", ports.1)])
-            .args(["--engine-url", &sim.base])
-            .args(["--fleet-url", &router.url("")])
-            .args(["--internal-token", TOKEN])
-            .args(["--worker-id", worker, "--model", MODEL])
-            .env("PREFIX_ROUTER_LOG", "warn")
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn reporter");
-        Reporter(child)
-    }
-}
-
-impl Drop for Reporter {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// A reporter beside engine `sim` (its KV-event and replay ports: the first
+/// two of `ports`).
+fn reporter(worker: &str, sim: &Sim, router: &Router, ports: (u16, u16, u16)) -> Reporter {
+    Reporter::start(worker, MODEL, &sim.base, router, (ports.0, ports.1))
 }
 
 /// Small caches, so that traffic evicts; fast time.
@@ -168,8 +144,8 @@ async fn the_fleets_state_equals_every_workers_cache_through_faults() {
         (free_port(), free_port(), free_port()),
     ];
     let zmq = [engine("zmq-a", ports[0]), engine("zmq-b", ports[1])];
-    let _reporter_a = Reporter::start("zmq-a", &zmq[0], &router, ports[0]);
-    let reporter_b = Reporter::start("zmq-b", &zmq[1], &router, ports[1]);
+    let _reporter_a = reporter("zmq-a", &zmq[0], &router, ports[0]);
+    let reporter_b = reporter("zmq-b", &zmq[1], &router, ports[1]);
     let workers: Vec<(&str, &Sim)> = vec![
         ("push-a", &push[0]),
         ("push-b", &push[1]),
@@ -227,7 +203,7 @@ async fn the_fleets_state_equals_every_workers_cache_through_faults() {
     // from the engine's replay buffer when it starts again.
     drop(reporter_b);
     serve(&zmq[1], &["kappa", "lambda"]).await;
-    let _reporter_b = Reporter::start("zmq-b", &zmq[1], &router, ports[1]);
+    let _reporter_b = reporter("zmq-b", &zmq[1], &router, ports[1]);
     let before = converged(&valkey, "zmq-b", &zmq[1], "after a reporter restart").await;
 
     // A restarted engine (empty cache, numbering from 0) on the same
@@ -290,7 +266,7 @@ async fn blocks_offloaded_to_the_cpu_tier_stay_in_the_index() {
     let router = Router::start(&valkey.url(), a).await;
     let ports = (free_port(), free_port(), free_port());
     let sim = engine_with("zmq-cpu", ports, &["--cpu-blocks", "64"]);
-    let _reporter = Reporter::start("zmq-cpu", &sim, &router, ports);
+    let _reporter = reporter("zmq-cpu", &sim, &router, ports);
     serve(&sim, &["alpha", "beta", "gamma", "delta"]).await;
     let held = converged(&valkey, "zmq-cpu", &sim, "after offloading").await;
     let on_cpu = harness::hex_set(&sim.state().await["cpu_hashes"]);

@@ -1,4 +1,5 @@
-//! The atomic routing script: its choice is the Rust cache-aware policy's,
+//! The atomic routing script: its choice is the Rust cache-aware policy's
+//! (KV tiers included: its GPU and CPU depths are the exact lookup's),
 //! concurrent routers agree on one worker for a new prefix, bounded load
 //! spreads a hot prefix, and hints extend matches past one call's head.
 
@@ -13,8 +14,8 @@ use prefix_router::routing::{
     CacheAware, CacheAwareConfig, Candidate, Policy, RouteRequest, capacity, shared_tokens,
 };
 use proptest::prelude::*;
-use protocol::WorkerLoad;
 use protocol::hashing::BlockHash;
+use protocol::{Tier, WorkerLoad};
 use state::{InFlight, RouteOutcome, RouteParams, StateStore, StateTtls, WorkerHeartbeat};
 use support::{Valkey, store};
 
@@ -64,6 +65,8 @@ fn candidates(o: &RouteOutcome) -> Vec<Candidate> {
         .map(|w| Candidate {
             worker_id: w.info.worker_id.clone(),
             cached_tokens: (w.matched_blocks * BS) as u64,
+            cpu_tokens: (w.by_tier().cpu * BS) as u64,
+            disk_tokens: (w.by_tier().disk * BS) as u64,
             in_flight: w.info.in_flight,
             prefill_tokens: w.info.prefill_tokens,
             waiting: w.info.load.num_requests_waiting,
@@ -87,12 +90,13 @@ async fn release(s: &StateStore, o: &RouteOutcome) {
 fn rust_best(c: &[Candidate], prompt_tokens: u64, cfg: CacheAwareConfig) -> BTreeSet<String> {
     let epsilon = cfg.epsilon;
     let policy = CacheAware::new(cfg);
+    let cfg = *policy.config();
     let req = RouteRequest {
         prompt_tokens,
         prefix_key: 0,
     };
     let cap = capacity(c, epsilon, CacheAwareConfig::default().load_slack);
-    let shared = shared_tokens(c);
+    let shared = shared_tokens(&cfg, c);
     let key = |x: &Candidate| policy.key(x, &req, cap, shared);
     let best = c
         .iter()
@@ -107,6 +111,10 @@ fn rust_best(c: &[Candidate], prompt_tokens: u64, cfg: CacheAwareConfig) -> BTre
 #[derive(Debug, Clone)]
 struct WorkerSpec {
     held: u64,
+    /// Of the held blocks, the first ones on the GPU, then up to `cpu` on
+    /// the CPU, the rest on disk (prefix-closed, as engines evict).
+    gpu: u64,
+    cpu: u64,
     in_flight: u64,
     /// Prefill tokens of those requests, in 64-token steps.
     prefill: u64,
@@ -116,9 +124,16 @@ struct WorkerSpec {
 }
 
 fn spec() -> impl Strategy<Value = WorkerSpec> {
-    (0..40u64, 0..6u64, 0..24u64, 0..4u64, 0..6u64, 0..=100u32).prop_map(
-        |(held, in_flight, prefill, waiting, running, kv)| WorkerSpec {
+    let tiers = (0..40u64, 0..=4u64, 0..=4u64).prop_map(|(held, g, c)| {
+        // Most workers hold everything on the GPU; others split it.
+        let gpu = if g == 4 { held } else { held * g / 4 };
+        (held, gpu, gpu + (held - gpu) * c / 4)
+    });
+    (tiers, 0..6u64, 0..24u64, 0..4u64, 0..6u64, 0..=100u32).prop_map(
+        |((held, gpu, cpu), in_flight, prefill, waiting, running, kv)| WorkerSpec {
             held,
+            gpu,
+            cpu,
             in_flight,
             prefill: if in_flight == 0 { 0 } else { prefill * 64 },
             waiting,
@@ -140,7 +155,9 @@ fn the_scripts_choice_is_the_rust_policys_choice() {
     proptest!(cfg, |(workers in prop::collection::vec(spec(), 1..5), prompt_blocks in 1..48u64,
                      eps in prop::sample::select(vec![0.0, 0.25, 1.0]), seed in 0..1_000_003u32,
                      subset in prop::option::of(1..16u32), max_seqs in prop::sample::select(vec![1u64, 3, 256]),
-                     uncached_weight in prop::sample::select(vec![1.0, 1.5, 2.0]))| {
+                     uncached_weight in prop::sample::select(vec![1.0, 1.5, 2.0]),
+                     cpu_weight in prop::sample::select(vec![0.0, 0.5, 0.7, 1.0]),
+                     disk_weight in prop::sample::select(vec![0.0, 0.25, 0.3]))| {
         rt.block_on(async {
             let _: () = redis::cmd("FLUSHALL").query(&mut v.conn()).unwrap();
             let s = store(&v, "rs", "router-a", ttls());
@@ -150,7 +167,11 @@ fn the_scripts_choice_is_the_rust_policys_choice() {
                 let id = format!("w{i}");
                 let load = WorkerLoad { num_requests_waiting: w.waiting, num_requests_running: w.running, kv_cache_usage_perc: w.kv };
                 worker(&s, &id, Some(load)).await;
-                s.stored(M, &id, &chain(w.held, 7)).await.unwrap();
+                let held = chain(w.held, 7);
+                let (gpu, cpu) = (w.gpu as usize, w.cpu as usize);
+                s.stored_on(M, &id, &held[..gpu], Tier::Gpu).await.unwrap();
+                s.stored_on(M, &id, &held[gpu..cpu], Tier::Cpu).await.unwrap();
+                s.stored_on(M, &id, &held[cpu..], Tier::Disk).await.unwrap();
                 let counted = InFlight { requests: w.in_flight as i64, prefill_tokens: w.prefill as i64 };
                 s.change_in_flight(M, &id, counted).await.unwrap();
             }
@@ -162,14 +183,23 @@ fn the_scripts_choice_is_the_rust_policys_choice() {
                 .filter(|i| subset.is_some_and(|m| m & (1 << i) != 0))
                 .map(|i| format!("w{i}"))
                 .collect();
-            let cfg = CacheAwareConfig { uncached_weight, ..config(eps, max_seqs) };
+            let cfg = CacheAwareConfig {
+                uncached_weight,
+                cpu_tier_weight: cpu_weight,
+                disk_tier_weight: disk_weight,
+                ..config(eps, max_seqs)
+            };
             let o = s
                 .route_and_claim_within(M, &c, &cfg.route_params(prompt_tokens, BS, seed), &[], &allowed)
                 .await
                 .unwrap();
-            // Probing (route.lua) finds the depths explain's lookup finds.
-            let depths = |l: &state::PrefixProbe| -> BTreeMap<String, usize> {
-                l.workers.iter().map(|w| (w.info.worker_id.clone(), w.matched_blocks)).collect()
+            // Probing (route.lua) finds the depths explain's lookup finds,
+            // per tier too.
+            let depths = |l: &state::PrefixProbe| -> BTreeMap<String, (usize, usize, usize)> {
+                l.workers
+                    .iter()
+                    .map(|w| (w.info.worker_id.clone(), (w.matched_blocks, w.gpu_blocks, w.cpu_blocks)))
+                    .collect()
             };
             assert_eq!(depths(&o.lookup), depths(&exact));
             let chosen = &o.lookup.workers[o.chosen.unwrap()].info.worker_id;

@@ -16,6 +16,7 @@ use std::time::Duration;
 use fleet::ValkeyCluster;
 use fleet::valkey_cluster::cli;
 use prefix_router::routing::CacheAwareConfig;
+use protocol::Tier;
 use protocol::family::{FamilyBlock, block_shards, chain_family, split_families};
 use protocol::hashing::BlockHash;
 use protocol::index::{digests, digests_hex, indexed_positions};
@@ -39,10 +40,7 @@ fn chain(salt: u64) -> Vec<BlockHash> {
 fn reported(chain: &[BlockHash]) -> Vec<FamilyBlock> {
     let family = chain_family(chain, 1);
     indexed_positions(chain.len())
-        .map(|p| FamilyBlock {
-            hash: chain[p],
-            family,
-        })
+        .map(|p| FamilyBlock::new(chain[p], family))
         .collect()
 }
 
@@ -77,7 +75,7 @@ async fn register(s: &StateStore, id: &str) {
 
 async fn store_chain(s: &StateStore, worker: &str, chain: &[BlockHash]) {
     let (hashes, families) = split_families(&reported(chain));
-    s.stored_in_families(M, worker, &hashes, Some(&families))
+    s.stored_in_families(M, worker, &hashes, Some(&families), Tier::Gpu)
         .await
         .unwrap();
 }
@@ -207,24 +205,21 @@ async fn scenario(s: &StateStore, shards: usize, flush: impl Fn()) {
     // A repair syncs that shard's bucket alone, both ways.
     let (fewer_h, fewer_f) = split_families(&w1[1..]);
     let out = s
-        .sync_repair_in_families(M, "w1", &differing, &fewer_h, Some(&fewer_f))
+        .sync_repair_in_families(M, "w1", &differing, &fewer_h, Some(&fewer_f), None)
         .await
         .unwrap();
     assert_eq!((out.added, out.removed), (0, 1));
     assert_eq!(s.sync_check_shards(M, "w1", &fewer).await.unwrap(), None);
     let (all_h, all_f) = split_families(&w1);
     let out = s
-        .sync_repair_in_families(M, "w1", &differing, &all_h, Some(&all_f))
+        .sync_repair_in_families(M, "w1", &differing, &all_h, Some(&all_f), None)
         .await
         .unwrap();
     assert_eq!((out.added, out.removed), (1, 0));
     assert_eq!(s.sync_check_shards(M, "w1", &digests).await.unwrap(), None);
 
     // Evicting a chain's tip shortens the match to the last anchor.
-    let tip = FamilyBlock {
-        hash: chains[0][BLOCKS as usize - 1],
-        family: Some(chains[0][0]),
-    };
+    let tip = FamilyBlock::new(chains[0][BLOCKS as usize - 1], Some(chains[0][0]));
     let (h, f) = split_families(&[tip]);
     assert_eq!(s.evict_in_families(M, "w1", &h, Some(&f)).await.unwrap(), 1);
     assert_eq!(matched(s, &chains[0], "w1").await, 32);
@@ -234,7 +229,7 @@ async fn scenario(s: &StateStore, shards: usize, flush: impl Fn()) {
     assert_eq!(matched(s, &chains[2], "w1").await, 0);
     register(s, "w1").await;
     let (hashes, families) = split_families(&w1);
-    s.sync_in_families(M, "w1", &hashes, Some(&families))
+    s.sync_in_families(M, "w1", &hashes, Some(&families), None)
         .await
         .unwrap();
     for c in chains.iter().step_by(2) {
@@ -316,7 +311,8 @@ async fn a_sharded_model_spreads_over_a_valkey_cluster() {
                 load: None,
             };
             s.heartbeat(M, &hb).await?;
-            s.sync_in_families(M, "w1", &hashes, Some(&families)).await
+            s.sync_in_families(M, "w1", &hashes, Some(&families), None)
+                .await
         };
         match tokio::time::timeout(Duration::from_secs(5), healed).await {
             Ok(Ok(_)) => break,

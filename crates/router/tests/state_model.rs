@@ -1,6 +1,8 @@
 //! Property test: random sequences of state operations against a real
 //! valkey-server and a tiny in-memory model; after every step the forward and
-//! reverse maps must agree with each other and with the model.
+//! reverse maps must agree with each other and with the model, entry kinds
+//! (speculative, confirmed on the GPU, CPU or disk) included, and each
+//! worker's digests with its confirmed blocks and their tiers.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
 
@@ -10,7 +12,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use proptest::prelude::*;
+use protocol::Tier;
 use protocol::hashing::BlockHash;
+use protocol::index::{digests_hex, tiered_digests};
 use state::{BatchLimits, ConnectionSettings, StateError, StateStore, StateTtls, WorkerHeartbeat};
 use support::{Valkey, raw_state};
 
@@ -29,9 +33,10 @@ fn universe() -> Vec<BlockHash> {
 enum Op {
     Heartbeat(usize),
     Claim(usize, Vec<usize>),
-    Stored(usize, Vec<usize>),
+    Stored(usize, Vec<usize>, Tier),
     Evict(usize, Vec<usize>),
-    Sync(usize, Vec<usize>, usize),
+    /// Chunks, and whether the snapshot has tiers (by `snapshot_tier`).
+    Sync(usize, Vec<usize>, usize, bool),
     ExpireLease(usize),
     Deregister(usize),
     Gc,
@@ -46,9 +51,11 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         2 => w.clone().prop_map(Op::Heartbeat),
         3 => (w.clone(), hashes()).prop_map(|(w, h)| Op::Claim(w, h)),
-        3 => (w.clone(), hashes()).prop_map(|(w, h)| Op::Stored(w, h)),
+        3 => (w.clone(), hashes(), prop::sample::select(Tier::ALL.to_vec()))
+            .prop_map(|(w, h, t)| Op::Stored(w, h, t)),
         2 => (w.clone(), hashes()).prop_map(|(w, h)| Op::Evict(w, h)),
-        2 => (w.clone(), hashes(), 1..4usize).prop_map(|(w, h, c)| Op::Sync(w, h, c)),
+        2 => (w.clone(), hashes(), 1..4usize, any::<bool>())
+            .prop_map(|(w, h, c, t)| Op::Sync(w, h, c, t)),
         1 => w.clone().prop_map(Op::ExpireLease),
         1 => w.prop_map(Op::Deregister),
         1 => Just(Op::Gc),
@@ -58,7 +65,21 @@ fn op() -> impl Strategy<Value = Op> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Speculative,
-    Confirmed,
+    Confirmed(Tier),
+}
+
+impl Kind {
+    fn letter(self) -> char {
+        match self {
+            Kind::Speculative => 's',
+            Kind::Confirmed(t) => t.entry_kind(),
+        }
+    }
+}
+
+/// A tiered snapshot's tier of universe hash `i`.
+fn snapshot_tier(i: usize) -> Tier {
+    Tier::ALL[i % 3]
 }
 
 /// The model: live workers' incarnation and block set; dead incarnations.
@@ -155,15 +176,15 @@ impl Harness {
                 });
                 check_result(r, expected);
             }
-            Op::Stored(w, hs) => {
+            Op::Stored(w, hs, tier) => {
                 let r = self
                     .store
-                    .stored(MODEL, WORKERS[*w], &self.pick(hs))
+                    .stored_on(MODEL, WORKERS[*w], &self.pick(hs), *tier)
                     .await
                     .map(|_| 0u64);
                 let expected = self.model.live.get_mut(w).map(|(_, set)| {
                     for &i in hs {
-                        set.insert(self.hashes[i], Kind::Confirmed);
+                        set.insert(self.hashes[i], Kind::Confirmed(*tier));
                     }
                     0
                 });
@@ -182,12 +203,19 @@ impl Harness {
                 });
                 check_result(r, expected);
             }
-            Op::Sync(w, hs, chunks) => {
+            Op::Sync(w, hs, chunks, tiered) => {
                 let list = self.pick(hs);
-                let r = self.sync_in_chunks(*w, &list, *chunks).await;
+                let tiers: Vec<Tier> = hs
+                    .iter()
+                    .map(|&i| if *tiered { snapshot_tier(i) } else { Tier::Gpu })
+                    .collect();
+                let r = self.sync_in_chunks(*w, &list, &tiers, *chunks).await;
                 let expected = self.model.live.get_mut(w).map(|(_, set)| {
-                    let mut next: BTreeMap<BlockHash, Kind> =
-                        list.iter().map(|h| (*h, Kind::Confirmed)).collect();
+                    // A hash listed twice keeps its first tier.
+                    let mut next: BTreeMap<BlockHash, Kind> = BTreeMap::new();
+                    for (h, t) in list.iter().zip(&tiers) {
+                        next.entry(*h).or_insert(Kind::Confirmed(*t));
+                    }
                     for (h, k) in set.iter() {
                         if *k == Kind::Speculative && !next.contains_key(h) {
                             next.insert(*h, Kind::Speculative);
@@ -226,6 +254,7 @@ impl Harness {
         &self,
         w: usize,
         list: &[BlockHash],
+        tiers: &[Tier],
         chunks: usize,
     ) -> Result<u64, StateError> {
         // Every snapshot has its own id: a committed id is never applied
@@ -234,12 +263,15 @@ impl Harness {
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let id = format!("sync-{w}-{n}");
         let size = list.len().div_ceil(chunks).max(1);
-        let mut parts: Vec<&[BlockHash]> = list.chunks(size).collect();
+        let mut parts: Vec<(&[BlockHash], &[Tier])> =
+            list.chunks(size).zip(tiers.chunks(size)).collect();
         if parts.is_empty() {
-            parts.push(&[]);
+            parts.push((&[], &[]));
         }
-        for p in parts {
-            self.store.sync_stage(MODEL, WORKERS[w], &id, p).await?;
+        for (p, t) in parts {
+            self.store
+                .sync_stage_in_families(MODEL, WORKERS[w], &id, p, None, Some(t))
+                .await?;
         }
         self.store
             .sync_commit(MODEL, WORKERS[w], &id)
@@ -267,13 +299,27 @@ impl Harness {
                 .iter()
                 .filter_map(|(h, m)| m.get(idx).map(|(k, _)| (h.clone(), *k)))
                 .collect();
-            let want: BTreeMap<String, char> = set
-                .iter()
-                .map(|(h, k)| (h.to_hex(), if *k == Kind::Speculative { 's' } else { 'c' }))
-                .collect();
+            let want: BTreeMap<String, char> =
+                set.iter().map(|(h, k)| (h.to_hex(), k.letter())).collect();
             assert_eq!(
                 got, want,
                 "worker {} (incarnation {idx}) after {after:?}",
+                WORKERS[*w]
+            );
+            // Its digests are those of its confirmed blocks with their tiers.
+            let confirmed = set.iter().filter_map(|(h, k)| match k {
+                Kind::Confirmed(t) => Some((*h, *t)),
+                Kind::Speculative => None,
+            });
+            let digests = digests_hex(&tiered_digests(confirmed));
+            let differing = self
+                .store
+                .sync_check(MODEL, WORKERS[*w], &digests)
+                .await
+                .unwrap();
+            assert_eq!(
+                differing, None,
+                "digests of {} after {after:?}",
                 WORKERS[*w]
             );
         }
@@ -283,21 +329,32 @@ impl Harness {
                 "entries of incarnation {idx} survived its purge (after {after:?})"
             );
         }
-        // Lookups see exactly the live holders of each block.
+        // Lookups see exactly the live holders of each block, on their tier
+        // (a speculative entry counts as the GPU: the request computes it).
         for h in &self.hashes {
             let l = self.store.probe(MODEL, &[*h]).await.unwrap();
-            let got: BTreeSet<String> = l
+            let got: BTreeMap<String, state::TierBlocks> = l
                 .workers
                 .iter()
                 .filter(|m| m.matched_blocks == 1)
-                .map(|m| m.info.worker_id.clone())
+                .map(|m| (m.info.worker_id.clone(), m.by_tier()))
                 .collect();
-            let want: BTreeSet<String> = self
+            let want: BTreeMap<String, state::TierBlocks> = self
                 .model
                 .live
                 .iter()
-                .filter(|(_, (_, set))| set.contains_key(h))
-                .map(|(w, _)| WORKERS[*w].to_owned())
+                .filter_map(|(w, (_, set))| {
+                    let tier = match set.get(h)? {
+                        Kind::Speculative => Tier::Gpu,
+                        Kind::Confirmed(t) => *t,
+                    };
+                    let one = state::TierBlocks {
+                        gpu: usize::from(tier == Tier::Gpu),
+                        cpu: usize::from(tier == Tier::Cpu),
+                        disk: usize::from(tier == Tier::Disk),
+                    };
+                    Some((WORKERS[*w].to_owned(), one))
+                })
                 .collect();
             assert_eq!(got, want, "lookup of {h} after {after:?}");
         }

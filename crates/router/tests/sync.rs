@@ -362,14 +362,15 @@ async fn a_repair_syncs_only_the_differing_buckets() {
         "a few buckets differ: {differing:?}"
     );
     let out = s
-        .sync_repair_in_families(M, "w", &differing, &worker, None)
+        .sync_repair_in_families(M, "w", &differing, &worker, None, None)
         .await
         .unwrap();
     assert_eq!(
         out,
         state::RepairOutcome {
             added: 3,
-            removed: 2
+            removed: 2,
+            retiered: 0
         }
     );
     assert_eq!(s.sync_check(M, "w", &hex).await.unwrap(), None);
@@ -392,7 +393,7 @@ async fn a_repair_syncs_only_the_differing_buckets() {
     assert_eq!(raw.forward_pairs(), raw.reverse_pairs());
     // Repeating it changes nothing.
     let again = s
-        .sync_repair_in_families(M, "w", &differing, &worker, None)
+        .sync_repair_in_families(M, "w", &differing, &worker, None, None)
         .await
         .unwrap();
     assert_eq!(again, state::RepairOutcome::default());
@@ -404,7 +405,7 @@ async fn a_repair_syncs_only_the_differing_buckets() {
         (&all[..1], "nobody"),
     ] {
         assert!(
-            s.sync_repair_in_families(M, who, buckets, &worker, None)
+            s.sync_repair_in_families(M, who, buckets, &worker, None, None)
                 .await
                 .is_err(),
             "{who} {:?}",

@@ -231,10 +231,8 @@ impl PrefixCache {
             let block = &mut self.blocks[b];
             if let Some(hash) = block.hash.take() {
                 self.cached.remove(&hash);
-                let indexed = std::mem::take(&mut block.indexed).then_some(FamilyBlock {
-                    hash,
-                    family: block.family,
-                });
+                let indexed = std::mem::take(&mut block.indexed)
+                    .then_some(FamilyBlock::new(hash, block.family));
                 evicted.push(GpuEvicted { hash, indexed });
             }
             block.ref_cnt = 1;

@@ -393,10 +393,7 @@ fn a_long_prompt_indexes_its_anchors_and_its_last_block() {
     // each in the chain's family: its first block.
     let want: Vec<FamilyBlock> = hs(&[1, 2, 4, 8, 16, 32, 40])
         .into_iter()
-        .map(|hash| FamilyBlock {
-            hash,
-            family: Some(h(1)),
-        })
+        .map(|hash| FamilyBlock::new(hash, Some(h(1))))
         .collect();
     assert_eq!(indexed, &want);
     assert_eq!(c.indexed_hashes(), want);

@@ -334,10 +334,7 @@ fn reset_and_events_flow_through_the_engine() {
         block_size: BS,
         // Positions 0 and 1 are anchors, in the family of the first block.
         indexed: [1000, 1001]
-            .map(|n| protocol::family::FamilyBlock {
-                hash: BlockHash(n),
-                family: Some(BlockHash(1000)),
-            })
+            .map(|n| protocol::family::FamilyBlock::new(BlockHash(n), Some(BlockHash(1000))))
             .to_vec(),
     };
     assert_eq!(e.drain_cache_events(), vec![stored]);

@@ -6,7 +6,8 @@
 -- that router's prefill count for the worker (0 for none); ARGV[6..] =
 -- block hashes (16 lower-case hex digits).
 -- Inserts, with the speculative TTL, each block the worker does not already
--- hold (a live entry of either kind is left as it is). Routing a request is
+-- hold on any tier (a live entry of any kind is left as it is: a block on
+-- the CPU tier is loaded by the request, not computed). Routing a request is
 -- one call: its blocks are claimed and it is counted in flight atomically.
 -- Returns the number of blocks inserted, or the error "ERR unknown worker".
 -- Complexity: O(n) for n hashes; one forward read and write per inserted

@@ -50,7 +50,8 @@ end
 table.sort(order)
 
 -- Drops expired entries among one SSCAN slice of `key`; returns the cursor.
--- Expired confirmed entries leave the worker's digests (dg:<idx>).
+-- Expired confirmed entries leave the worker's digests (dg:<idx>), with
+-- their tier.
 local swept = 0
 local function sweep(idx, key, cursor, ws)
   local res = redis.call('SSCAN', key, cursor, 'COUNT', budget)
@@ -60,7 +61,7 @@ local function sweep(idx, key, cursor, ws)
     local kind, exp = entry_of(v, idx)
     if not kind or not alive(kind, exp, ws, now) then
       if kind then fwd_write(h, without_entry(v, idx)) end
-      if kind == 'c' then digest_toggle(left, h) end
+      if CONFIRMED[kind] then digest_toggle(left, h, kind) end
       drop[#drop + 1] = h
     end
   end

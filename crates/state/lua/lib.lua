@@ -14,11 +14,16 @@
 -- the start of every call; the scripts read them as plain Lua scripts would.
 --
 -- Forward-map value: comma-separated entries "<idx><kind><expiry_s>":
---   idx = worker incarnation, kind = 's' (speculative) or 'c' (confirmed),
---   expiry_s = unix seconds. Example: "3c1763712345,12s1763712301".
+--   idx = worker incarnation, kind = 's' (speculative: a routed request
+--   will compute the block onto the GPU) or a confirmed kind naming the
+--   best tier the worker holds the block on: 'c' GPU, 'h' CPU (host
+--   memory), 'd' disk (or any other offload tier); expiry_s = unix seconds.
+--   Example: "3c1763712345,12s1763712301,7h1763712399".
 -- Per incarnation: r:<idx> holds every hash it has an entry for, sp:<idx>
 -- the subset whose entry is speculative, dg:<idx> the digests of its
--- confirmed membership (below).
+-- confirmed membership and tiers (below); while a sync is applied, s:<idx>
+-- is its target membership and st:<idx> the target's tiers (hash -> 'h' or
+-- 'd'; absent: GPU).
 
 local KEYS, ARGV, BASE = {}, {}, ''
 -- Library functions the hot paths call, as upvalues (a global's lookup is
@@ -60,6 +65,13 @@ local function worker_key(idx) return BASE .. ':w:' .. idx end
 local function reverse_key(idx) return BASE .. ':r:' .. idx end
 local function spec_key(idx) return BASE .. ':sp:' .. idx end
 local function sync_target_key(idx) return BASE .. ':s:' .. idx end
+local function target_tier_key(idx) return BASE .. ':st:' .. idx end
+
+-- The confirmed kinds, and each kind's tier level for routing: 3 GPU, 2
+-- CPU, 1 disk (0: not held). A speculative entry counts as GPU: the
+-- request routed there computes the blocks onto it.
+local CONFIRMED = { c = true, h = true, d = true }
+local LEVEL = { s = 3, c = 3, h = 2, d = 1 }
 -- The pattern that finds idx's entry in ',' .. v, built once per idx (a
 -- library local: it outlives the call; bounded).
 local PATTERNS, NPATTERNS = {}, 0
@@ -67,7 +79,7 @@ local function entry_pattern(idx)
   local p = PATTERNS[idx]
   if not p then
     if NPATTERNS >= 4096 then PATTERNS, NPATTERNS = {}, 0 end
-    p = ',' .. idx .. '([sc])(%d+)'
+    p = ',' .. idx .. '([schd])(%d+)'
     PATTERNS[idx], NPATTERNS = p, NPATTERNS + 1
   end
   return p
@@ -125,8 +137,8 @@ local function fwd_write(h, v)
   end
 end
 
--- Removes idx's entry for h from the forward map; returns its kind ('s' or
--- 'c'), or nil when there was none. One bucket key, one read, one write.
+-- Removes idx's entry for h from the forward map; returns its kind, or nil
+-- when there was none. One bucket key, one read, one write.
 local function fwd_remove(h, idx)
   local key = bucket_key(h)
   local v = redis.call('HGET', key, h) or nil
@@ -151,16 +163,31 @@ end
 -- call in a table (digest_toggle) and written once (digest_flush).
 local function digest_key(idx) return BASE .. ':dg:' .. idx end
 
--- Adds h to the accumulator: XOR is its own inverse, so one call toggles h
--- in or out. Halves are 32-bit: Lua numbers are doubles, `bit` works mod 2^32.
-local function digest_toggle(acc, h)
-  local b = ssub(h, 1, 2)
-  local hi, lo = tonumber(ssub(h, 1, 8), 16), tonumber(ssub(h, 9, 16), 16)
+-- XORs the 64-bit value of 16 hex digits x into bucket b of acc. Halves
+-- are 32-bit: Lua numbers are doubles, `bit` works mod 2^32.
+local function digest_xor(acc, b, x)
+  local hi, lo = tonumber(ssub(x, 1, 8), 16), tonumber(ssub(x, 9, 16), 16)
   local a = acc[b]
   if a then
     a[1], a[2] = bit.bxor(a[1], hi), bit.bxor(a[2], lo)
   else
     acc[b] = { bit.bxor(hi, 0), bit.bxor(lo, 0) }
+  end
+end
+
+-- Adds block h, held confirmed as `kind`, to the accumulator: XOR is its
+-- own inverse, so one call toggles it in or out. A block on the GPU ('c',
+-- or nil) adds h itself, so digests written before tiers stay valid; one
+-- on the CPU ('h') or disk ('d') also adds h's last seven bytes rotated by
+-- one or two bytes (protocol::index::tier_mix): a lost tier change then
+-- shows as a differing bucket, as a lost store does.
+local function digest_toggle(acc, h, kind)
+  local b = ssub(h, 1, 2)
+  digest_xor(acc, b, h)
+  if kind == 'h' then
+    digest_xor(acc, b, '00' .. ssub(h, 5, 16) .. ssub(h, 3, 4))
+  elseif kind == 'd' then
+    digest_xor(acc, b, '00' .. ssub(h, 7, 16) .. ssub(h, 3, 6))
   end
 end
 
@@ -204,18 +231,25 @@ end
 
 local function alive(kind, exp, ws, now)
   if exp * 1000 > now then return true end
-  return kind == 'c' and ws.synced_until > now
+  return kind ~= 's' and ws.synced_until > now
 end
 
--- Does worker ws hold h, given its entry in h's forward value (kind and
--- expiry, nil when it has none)? While a sync is being applied, its target
--- set is the worker's confirmed membership.
-local function entry_holds(kind, exp, ws, h, now)
-  if kind and (kind == 's' or not ws.syncing) and alive(kind, exp, ws, now) then return true end
-  if ws.syncing then
-    return redis.call('SISMEMBER', sync_target_key(ws.idx), h) == 1
+-- The tier level (LEVEL) at which worker ws holds h, 0 when it does not,
+-- given its entry in h's forward value (kind and expiry, nil when it has
+-- none). While a sync is being applied, its target set and the target's
+-- tiers are the worker's confirmed membership.
+local function held_level(kind, exp, ws, h, now)
+  if kind and (kind == 's' or not ws.syncing) and alive(kind, exp, ws, now) then return LEVEL[kind] end
+  if ws.syncing and redis.call('SISMEMBER', sync_target_key(ws.idx), h) == 1 then
+    local t = redis.call('HGET', target_tier_key(ws.idx), h)
+    return t and LEVEL[t] or 3
   end
-  return false
+  return 0
+end
+
+-- Does worker ws hold h (on any tier)? As held_level.
+local function entry_holds(kind, exp, ws, h, now)
+  return held_level(kind, exp, ws, h, now) > 0
 end
 
 -- Does worker ws hold h, given h's forward value v?
@@ -263,13 +297,15 @@ local function live_leases(now)
 end
 
 -- Leading blocks of the chain ARGV[first..] that each live worker holds.
--- live = live_leases(now). Returns states, matched (per worker position) and
--- the number of blocks scanned; stops at the first block nobody holds.
+-- live = live_leases(now). Returns states, matched (per worker position),
+-- the leading blocks held on the GPU and those held on the CPU or the GPU
+-- (each a prefix of the matched ones), and the number of blocks scanned;
+-- stops at the first block nobody holds.
 local function match_chain(live, first, now)
-  local states, matched, active = {}, {}, {}
+  local states, matched, gpu, cpu, active = {}, {}, {}, {}, {}
   for i = 1, #live / 2 do
     states[i] = worker_state(live[2 * i - 1])
-    matched[i] = 0
+    matched[i], gpu[i], cpu[i] = 0, 0, 0
     active[i] = i
   end
   local scanned = 0
@@ -278,16 +314,20 @@ local function match_chain(live, first, now)
     local h = ARGV[n]
     scanned = scanned + 1
     local v = fwd_read(h)
-    local still = {}
+    local still, depth = {}, n - first + 1
     for _, i in ipairs(active) do
-      if holds(v, states[i], h, now) then
-        matched[i] = n - first + 1
+      local kind, exp = entry_of(v, states[i].idx)
+      local level = held_level(kind, exp, states[i], h, now)
+      if level > 0 then
+        matched[i] = depth
+        if level >= 3 and gpu[i] == depth - 1 then gpu[i] = depth end
+        if level >= 2 and cpu[i] == depth - 1 then cpu[i] = depth end
         still[#still + 1] = i
       end
     end
     active = still
   end
-  return states, matched, scanned
+  return states, matched, scanned, gpu, cpu
 end
 
 -- Speculative insert, for worker state ws, of each hash in `hashes` it does
@@ -308,9 +348,9 @@ local function claim_blocks(ws, hashes, exp, now, values)
       if values then values[h] = nv end
       added[#added + 1] = h
       -- A lapsed confirmed entry turning speculative leaves r \ sp.
-      if kind == 'c' and not ws.syncing then
+      if CONFIRMED[kind] and not ws.syncing then
         lapsed = lapsed or {}
-        digest_toggle(lapsed, h)
+        digest_toggle(lapsed, h, kind)
       end
     end
   end

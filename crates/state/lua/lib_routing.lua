@@ -70,7 +70,8 @@ local function parse_view(flat, now)
         local w = {
           idx = k, raw = v, lease = lease, synced_until = synced, syncing = sync == 1, waiting = waiting,
           running = running, kv = kv, load_ms = load_ms, inflight = 0, prefill = 0, matched = 0,
-          hit = false, load = 0, credited = 0, pressure_kv = 0, indexed = 0,
+          hit = false, level = 0, deepest = 0, deep_level = 0, gpu = 0, cpu = 0, load = 0, credited = 0,
+          effective = 0, pressure_kv = 0, indexed = 0,
         }
         list[#list + 1], at[k] = w, w
         if w.syncing then syncing[#syncing + 1] = w end
@@ -121,7 +122,9 @@ local function routing_view(now, router)
     c = parse_view(flat, now)
     VIEW_CACHE[BASE] = c
   end
-  for _, w in ipairs(c.list) do w.inflight, w.prefill, w.matched, w.hit = 0, 0, 0, false end
+  for _, w in ipairs(c.list) do
+    w.inflight, w.prefill, w.matched, w.hit, w.deepest, w.gpu, w.cpu = 0, 0, 0, false, 0, 0, 0
+  end
   for _, i in ipairs(counts or {}) do
     local k = flat[i]
     local colon = sfind(k, ':', 2, true)
@@ -139,7 +142,9 @@ end
 -- made, and values (hash -> forward value read, false for none: claims
 -- reuse them).
 -- Marks each worker holding block pos (of `chain`, default p.chain) with
--- w.hit = pos and returns them. It
+-- w.hit = pos and w.level = the tier level it holds it at (LEVEL in
+-- lib.lua), and returns them; of p.chain's blocks, also w.deepest and
+-- w.deep_level, the deepest it was seen holding. It
 -- walks the forward value's few entries (and the workers applying a sync),
 -- not the fleet: probing costs O(holders), whatever the fleet's size.
 local function probe_holders(p, pos, chain)
@@ -149,39 +154,48 @@ local function probe_holders(p, pos, chain)
   p.values[h] = v or false
   local out = {}
   if v then
-    for idx, kind, exp in string.gmatch(v, '(%d+)([sc])(%d+)') do
+    for idx, kind, exp in string.gmatch(v, '(%d+)([schd])(%d+)') do
       local w = p.at[idx]
       if w and not w.syncing and alive(kind, tonumber(exp), w, p.now) then
-        w.hit = pos
+        w.hit, w.level = pos, LEVEL[kind]
         out[#out + 1] = w
       end
     end
   end
   for _, w in ipairs(p.syncing) do
     local kind, exp = entry_of(v, w.idx)
-    if entry_holds(kind, exp, w, h, p.now) then
-      w.hit = pos
+    local level = held_level(kind, exp, w, h, p.now)
+    if level > 0 then
+      w.hit, w.level = pos, level
       out[#out + 1] = w
+    end
+  end
+  if not chain then
+    for _, w in ipairs(out) do
+      if pos > w.deepest then w.deepest, w.deep_level = pos, w.level end
     end
   end
   return out
 end
 
--- Every worker of `set` holds block lo (or lo == 0) and not block hi + 1.
-local function probe_search(p, set, lo, hi)
+-- Every worker of `set` holds block lo at tier level >= L (LEVEL in
+-- lib.lua; L = 1: on any tier), or lo == 0, and block hi + 1 below it:
+-- sets w[field] to the deepest such block, probing O(log(hi - lo)) blocks
+-- per group of workers that answer alike.
+local function probe_search(p, set, lo, hi, L, field)
   if #set == 0 then return end
   if lo == hi then
-    for _, w in ipairs(set) do w.matched = lo end
+    for _, w in ipairs(set) do w[field] = lo end
     return
   end
   local mid = math.floor((lo + hi + 1) / 2)
   probe_holders(p, mid)
   local yes, no = {}, {}
   for _, w in ipairs(set) do
-    if w.hit == mid then yes[#yes + 1] = w else no[#no + 1] = w end
+    if w.hit == mid and w.level >= L then yes[#yes + 1] = w else no[#no + 1] = w end
   end
-  probe_search(p, yes, mid, hi)
-  probe_search(p, no, lo, mid - 1)
+  probe_search(p, yes, mid, hi, L, field)
+  probe_search(p, no, lo, mid - 1, L, field)
 end
 
 -- Sets w.matched, for each worker of routing_view's fleet, to the leading
@@ -214,11 +228,50 @@ local function probe_chain(at, syncing, chain, now)
     for _, w in ipairs(head) do
       if w.hit == n - 1 then w.matched = n - 1 else fewer[#fewer + 1] = w end
     end
-    probe_search(p, fewer, 1, n - 2)
+    probe_search(p, fewer, 1, n - 2, 1, 'matched')
   else
     for _, w in ipairs(head) do w.matched = 1 end
   end
   return p
+end
+
+-- After probe_chain: sets w.gpu and w.cpu, the leading indexed blocks each
+-- worker holds on the GPU, and on the CPU or the GPU. Tiers are
+-- prefix-closed too (an engine offloads and evicts a chain's tail first),
+-- so each is a prefix of w.matched, found by bisection below it; a worker
+-- whose deepest block is on the GPU (every worker, in a fleet without
+-- tiers) costs nothing more.
+-- One tier's pass of probe_tiers: level L, depth in w[field]. Allocates
+-- nothing unless a worker's deepest block is below L.
+local function probe_tier(p, list, L, field)
+  local groups, order = nil, nil
+  for _, w in ipairs(list) do
+    local k = w.matched
+    if k == 0 or (w.deepest == k and w.deep_level >= L) then
+      w[field] = k
+    else
+      -- Below k: from the GPU depth for the CPU's (held at a level >= 2).
+      local lo = L == 2 and w.gpu or 0
+      local key = lo * 65536 + k
+      groups, order = groups or {}, order or {}
+      if not groups[key] then
+        groups[key] = { lo = lo, hi = k - 1 }
+        order[#order + 1] = key
+      end
+      local g = groups[key]
+      g[#g + 1] = w
+    end
+  end
+  if not order then return end
+  for _, key in ipairs(order) do
+    local g = groups[key]
+    probe_search(p, g, g.lo, g.hi, L, field)
+  end
+end
+
+local function probe_tiers(p, list)
+  probe_tier(p, list, 3, 'gpu')
+  probe_tier(p, list, 2, 'cpu')
 end
 
 -- Tips and branch points between indexed blocks (protocol::index): a
@@ -229,8 +282,9 @@ end
 -- gap ends below their floor, so it cannot overtake them), the gap's
 -- blocks that `full` (the chain's first blocks, every one, packed) covers
 -- are probed deepest first, and a worker holding one is credited up to it
--- (w.matched, in blocks, as route.lua keeps it after covered()). At most
--- S - 1 probes.
+-- (w.matched, in blocks, as route.lua keeps it after covered()), and so
+-- are its GPU and CPU depths (w.gpu, w.cpu, in blocks too) that reached
+-- its old match, at the block's tier. At most S - 1 probes.
 local function probe_gaps(p, list, full, nindexed, head, stride)
   local k, n = 0, 0
   for _, w in ipairs(list) do
@@ -246,6 +300,8 @@ local function probe_gaps(p, list, full, nindexed, head, stride)
     if n == 0 then return end
     for _, w in ipairs(probe_holders(p, b, full)) do
       if w.indexed == k and w.matched < b then
+        if w.level >= 3 and w.gpu == w.matched then w.gpu = b end
+        if w.level >= 2 and w.cpu == w.matched then w.cpu = b end
         w.matched, n = b, n - 1
       end
     end

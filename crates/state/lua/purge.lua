@@ -16,7 +16,8 @@ while budget > 0 do
   end
   budget = budget - #batch
   if redis.call('EXISTS', reverse_key(idx)) == 0 then
-    redis.call('DEL', worker_key(idx), spec_key(idx), sync_target_key(idx), digest_key(idx))
+    redis.call('DEL', worker_key(idx), spec_key(idx), sync_target_key(idx), target_tier_key(idx),
+      digest_key(idx))
     view_drop(idx)
     redis.call('SREM', BASE .. ':purge', idx)
   end

@@ -5,7 +5,9 @@
 -- it as the worker's membership, and sync_patch.lua brings the forward and
 -- reverse maps in line with it in bounded steps. Every confirmed entry the
 -- snapshot keeps is refreshed through the worker's synced_until. The
--- snapshot's digests (stage_dg, from sync_stage.lua) become dg:<idx>.
+-- snapshot's digests (stage_dg, from sync_stage.lua) become dg:<idx>, its
+-- tiers (stage_t) the target's st:<idx>; a snapshot with blocks off the GPU
+-- marks the worker `tiered` (sync_patch.lua then compares tiers).
 -- A sync_id already committed (the record's last_sync) is not committed
 -- again: a retried commit returns {1, blocks held, idx} and changes nothing.
 -- Returns {1, target size, idx} when committed, {0, 0, idx} when the previous
@@ -25,7 +27,15 @@ end
 if worker_state(idx).syncing then return { 0, 0, tonumber(idx) } end
 local stage = BASE .. ':stage:' .. idx .. ':' .. ARGV[3]
 local stage_dg = BASE .. ':stage_dg:' .. idx .. ':' .. ARGV[3]
+local stage_t = BASE .. ':stage_t:' .. idx .. ':' .. ARGV[3]
 local target = sync_target_key(idx)
+if redis.call('EXISTS', stage_t) == 1 then
+  redis.call('RENAME', stage_t, target_tier_key(idx))
+  redis.call('PERSIST', target_tier_key(idx))
+  redis.call('HSET', worker_key(idx), 'tiered', 1)
+else
+  redis.call('DEL', target_tier_key(idx))
+end
 if redis.call('EXISTS', stage) == 1 then
   redis.call('RENAME', stage, target)
   redis.call('PERSIST', target)

@@ -7,7 +7,8 @@
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base, ARGV[2] = worker_id, ARGV[3] = idx (the incarnation whose
 -- members the router read), ARGV[4..] = block hashes (16 hex digits).
--- Confirmed hashes leaving the membership are XORed out of its digests.
+-- Confirmed hashes leaving the membership are XORed out of its digests
+-- (with the tier their entry names).
 -- Returns the number of entries removed; "ERR unknown worker" when the
 -- worker is not live or is another incarnation now; "ERR syncing" while a
 -- full sync is being applied (its patch settles every bucket anyway).
@@ -31,7 +32,7 @@ for i, h in ipairs(hashes) do
         fwd_write(h, without_entry(v, idx))
         removed = removed + 1
       end
-      if kind == 'c' then digest_toggle(left, h) end
+      if CONFIRMED[kind] then digest_toggle(left, h, kind) end
       drop[#drop + 1] = h
     end
   end

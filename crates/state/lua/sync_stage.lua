@@ -3,15 +3,23 @@
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base, ARGV[2] = worker_id, ARGV[3] = sync_id ([A-Za-z0-9_-]{1,64}),
 -- ARGV[4] = staging ttl_ms (an abandoned sync disappears by itself),
--- ARGV[5] = most hashes a snapshot may have; ARGV[6..] = block hashes (16 hex digits).
+-- ARGV[5] = most hashes a snapshot may have; ARGV[6] = the hashes' tiers,
+-- one entry kind each ('c' GPU, 'h' CPU, 'd' disk), or '' when all are on
+-- the GPU; ARGV[7..] = block hashes (16 hex digits).
 -- The staged hashes' digests accumulate in stage_dg:<idx>:<sync_id> (as
--- dg:<idx>; see lib.lua), which the commit installs.
+-- dg:<idx>, tiers included; see lib.lua), and the tiers of those not on the
+-- GPU in stage_t:<idx>:<sync_id> (hash -> 'h' or 'd'); the commit installs
+-- both. A hash listed twice keeps its first tier.
 -- Returns the number of hashes staged so far, "ERR unknown worker", or
 -- "ERR sync too large" (the staged snapshot is then dropped whole); 0, staging
 -- nothing, for a sync_id the worker already committed (a retried chunk).
 -- Complexity: O(n) for n hashes; callers send at most 512 per call.
-local bad = check_hashes(6)
+local bad = check_hashes(7)
 if bad then return bad end
+local tiers = ARGV[6]
+if tiers ~= '' and (#tiers ~= #ARGV - 6 or sfind(tiers, '[^chd]')) then
+  return redis.error_reply("ERR the tiers must be one of 'c', 'h', 'd' per hash, or empty")
+end
 if not string.match(ARGV[3], '^[%w_%-]+$') or #ARGV[3] > 64 then
   return redis.error_reply('ERR bad sync_id')
 end
@@ -22,8 +30,9 @@ if not idx then return redis.error_reply('ERR unknown worker') end
 if redis.call('HGET', worker_key(idx), 'last_sync') == ARGV[3] then return 0 end
 local stage = BASE .. ':stage:' .. idx .. ':' .. ARGV[3]
 local stage_dg = BASE .. ':stage_dg:' .. idx .. ':' .. ARGV[3]
-local acc = {}
-for i = 6, #ARGV, 512 do
+local stage_t = BASE .. ':stage_t:' .. idx .. ':' .. ARGV[3]
+local acc, lower = {}, {}
+for i = 7, #ARGV, 512 do
   local chunk = { unpack(ARGV, i, math.min(i + 511, #ARGV)) }
   local present = redis.call('SMISMEMBER', stage, unpack(chunk))
   local fresh, seen = {}, {}
@@ -31,17 +40,24 @@ for i = 6, #ARGV, 512 do
     if present[j] == 0 and not seen[h] then
       seen[h] = true
       fresh[#fresh + 1] = h
-      digest_toggle(acc, h)
+      local kind = tiers == '' and 'c' or ssub(tiers, i + j - 7, i + j - 7)
+      digest_toggle(acc, h, kind)
+      if kind ~= 'c' then
+        lower[#lower + 1] = h
+        lower[#lower + 1] = kind
+      end
     end
   end
   set_call('SADD', stage, fresh)
 end
 local staged = redis.call('SCARD', stage)
 if staged > tonumber(ARGV[5]) then
-  redis.call('DEL', stage, stage_dg)
+  redis.call('DEL', stage, stage_dg, stage_t)
   return redis.error_reply('ERR sync too large')
 end
 digest_flush(stage_dg, acc)
+set_call('HSET', stage_t, lower)
 redis.call('PEXPIRE', stage, tonumber(ARGV[4]))
 redis.call('PEXPIRE', stage_dg, tonumber(ARGV[4]))
+redis.call('PEXPIRE', stage_t, tonumber(ARGV[4]))
 return staged

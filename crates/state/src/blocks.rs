@@ -5,6 +5,7 @@ use super::{
     InFlight, Lane, ScriptName, StateError, StateStore, check_name, chunks_or_empty, hex_args,
     unknown_worker,
 };
+use protocol::Tier;
 use protocol::hashing::BlockHash;
 use protocol::index::indexed_positions;
 
@@ -16,6 +17,15 @@ fn indexed_from(chain: &[BlockHash], from: usize) -> Vec<BlockHash> {
         .collect()
 }
 
+/// A tier as `stored.lua` takes it: the kind of its confirmed entries.
+pub(crate) fn tier_arg(tier: Tier) -> &'static str {
+    match tier {
+        Tier::Gpu => "c",
+        Tier::Cpu => "h",
+        Tier::Disk => "d",
+    }
+}
+
 /// What a `stored` batch changed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoredOutcome {
@@ -23,7 +33,8 @@ pub struct StoredOutcome {
     pub inserted: u64,
     /// Speculative entries now confirmed.
     pub promoted: u64,
-    /// Confirmed entries whose expiry was pushed back.
+    /// Confirmed entries whose expiry was pushed back (and whose tier is
+    /// now the one reported).
     pub refreshed: u64,
 }
 
@@ -175,18 +186,33 @@ impl StateStore {
         Ok(inserted)
     }
 
-    /// Confirms blocks `worker_id` now caches, with the confirmed TTL.
+    /// Confirms blocks `worker_id` now caches on its GPU, with the confirmed
+    /// TTL.
     pub async fn stored(
         &self,
         model: &str,
         worker_id: &str,
         hashes: &[BlockHash],
     ) -> Result<StoredOutcome, StateError> {
-        self.stored_in_families(model, worker_id, hashes, None)
+        self.stored_in_families(model, worker_id, hashes, None, Tier::Gpu)
             .await
     }
 
-    /// [`stored`](Self::stored) with each block's family
+    /// [`stored`](Self::stored) of blocks whose best copy is on `tier`: an
+    /// entry of another tier takes this one (a demotion to the CPU, a load
+    /// back onto the GPU).
+    pub async fn stored_on(
+        &self,
+        model: &str,
+        worker_id: &str,
+        hashes: &[BlockHash],
+        tier: Tier,
+    ) -> Result<StoredOutcome, StateError> {
+        self.stored_in_families(model, worker_id, hashes, None, tier)
+            .await
+    }
+
+    /// [`stored_on`](Self::stored_on) with each block's family
     /// (`protocol::family`), so that each goes only to its part.
     pub async fn stored_in_families(
         &self,
@@ -194,15 +220,17 @@ impl StateStore {
         worker_id: &str,
         hashes: &[BlockHash],
         families: Option<&[Option<BlockHash>]>,
+        tier: Tier,
     ) -> Result<StoredOutcome, StateError> {
         let ttl = ms(self.ttls().confirmed);
+        let kind = tier_arg(tier);
         let replies: Vec<(u64, u64, u64)> = self
             .batch(
                 Lane::Bulk,
                 ScriptName::Stored,
                 (model, families),
                 worker_id,
-                &[&ttl],
+                &[&ttl, kind],
                 hashes,
             )
             .await?;

@@ -26,11 +26,14 @@
 //! * `in_flight`: [`InFlight`] (requests and their prefill tokens) and this
 //!   router's ledger of them, which each router lease renewal reconciles
 //!   the shared gauges with.
-//! * `blocks`: stored blocks, evictions, claims of blocks on routing.
-//! * `sync`: destructive snapshots, whole or staged in chunks.
-//! * `repair`: a sync of only the digest buckets that differ.
-//! * `probe`: read-only probes of which worker holds how much of a prompt
-//!   (`lookup.lua`), and the worker listing.
+//! * `blocks`: stored blocks (on their KV tier: GPU, CPU, disk), evictions,
+//!   claims of blocks on routing.
+//! * `sync`: destructive snapshots, whole or staged in chunks, with their
+//!   blocks' tiers.
+//! * `repair`: a sync of only the digest buckets that differ (membership,
+//!   then tiers).
+//! * `probe`: read-only probes of which worker holds how much of a prompt,
+//!   per tier (`lookup.lua`), and the worker listing.
 //! * `route_claim`: the cache-aware policy's atomic call (`route.lua`):
 //!   probe, route (choose the worker) and claim, in one step.
 //! * `view_record`: the routing view's binary per-worker records (with the
@@ -76,7 +79,7 @@ pub use in_flight::InFlight;
 pub use keys::KeySpace;
 pub use leases::{WorkerHeartbeat, WorkerLease};
 pub use models::ModelLimits;
-pub use probe::{PrefixProbe, WorkerInfo, WorkerMatch, WorkerStatus};
+pub use probe::{PrefixProbe, TierBlocks, WorkerInfo, WorkerMatch, WorkerStatus};
 pub use repair::{MAX_REPAIR_BUCKETS, RepairOutcome};
 pub use response_cache::ResponsePut;
 pub use route_claim::{ROUTE_CLAIM, ROUTE_HEAD, RouteOutcome, RouteParams};

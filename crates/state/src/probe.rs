@@ -41,10 +41,58 @@ pub struct WorkerInfo {
 /// One live worker's match for a chain.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WorkerMatch {
-    /// Leading blocks of the chain it holds.
+    /// Leading blocks of the chain it holds, on any tier.
     pub matched_blocks: usize,
+    /// Of those, the leading blocks it holds on the GPU.
+    pub gpu_blocks: usize,
+    /// Of those, the leading blocks it holds on the CPU or the GPU (at
+    /// least `gpu_blocks`; the rest of the match is on disk).
+    pub cpu_blocks: usize,
     /// Its state and load.
     pub info: WorkerInfo,
+}
+
+/// Blocks of a match per tier: they add up to the matched blocks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TierBlocks {
+    /// Held on the GPU.
+    pub gpu: usize,
+    /// Held on the CPU at best.
+    pub cpu: usize,
+    /// Held on disk (or another slower tier) at best.
+    pub disk: usize,
+}
+
+impl WorkerMatch {
+    /// A match held wholly on the GPU.
+    pub fn on_gpu(matched_blocks: usize, info: WorkerInfo) -> Self {
+        WorkerMatch {
+            matched_blocks,
+            gpu_blocks: matched_blocks,
+            cpu_blocks: matched_blocks,
+            info,
+        }
+    }
+
+    /// The match's blocks per tier. Tiers are prefix-closed along a chain
+    /// (an engine offloads and evicts a chain's tail first), so the GPU's
+    /// come first, then the CPU's, then the disk's.
+    pub fn by_tier(&self) -> TierBlocks {
+        let cpu = self.cpu_blocks.min(self.matched_blocks);
+        let gpu = self.gpu_blocks.min(cpu);
+        TierBlocks {
+            gpu,
+            cpu: cpu - gpu,
+            disk: self.matched_blocks - cpu,
+        }
+    }
+
+    /// Maps each depth through `f` (indexed blocks to blocks covered).
+    fn map_depths(&mut self, f: impl Fn(usize) -> usize) {
+        self.matched_blocks = f(self.matched_blocks);
+        self.gpu_blocks = f(self.gpu_blocks);
+        self.cpu_blocks = f(self.cpu_blocks);
+    }
 }
 
 /// The prefix match of one chain against every live worker of a model.
@@ -81,24 +129,27 @@ fn ser_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::
 
 const INFO_FIELDS: usize = 12;
 
-/// Decodes `scanned` and the per-worker (matched, info) fields of a reply.
+/// Decodes `scanned` and the per-worker (matched, GPU, CPU-or-GPU blocks,
+/// info) fields of a reply.
 pub(super) fn parse_matches(
     script: ScriptName,
     scanned: &str,
     rest: &[String],
 ) -> Result<PrefixProbe, StateError> {
-    if !rest.len().is_multiple_of(INFO_FIELDS + 1) {
+    if !rest.len().is_multiple_of(INFO_FIELDS + 3) {
         return Err(bad_reply(
             script,
             format!("{} fields after the count", rest.len()),
         ));
     }
     let workers = rest
-        .chunks(INFO_FIELDS + 1)
+        .chunks(INFO_FIELDS + 3)
         .map(|w| {
             Ok(WorkerMatch {
                 matched_blocks: num(script, &w[0])?,
-                info: parse_info(script, &w[1..])?,
+                gpu_blocks: num(script, &w[1])?,
+                cpu_blocks: num(script, &w[2])?,
+                info: parse_info(script, &w[3..])?,
             })
         })
         .collect::<Result<_, StateError>>()?;
@@ -157,7 +208,7 @@ impl StateStore {
         let indexed: Vec<BlockHash> = indexed_positions(chain.len()).map(|p| chain[p]).collect();
         let mut probe = self.probe_indexed(&part, &indexed).await?;
         for w in &mut probe.workers {
-            w.matched_blocks = blocks_covered(w.matched_blocks, chain.len());
+            w.map_depths(|k| blocks_covered(k, chain.len()));
         }
         Ok(probe)
     }
@@ -179,7 +230,7 @@ impl StateStore {
         let mut probe = self.probe_indexed(&part, &indexed).await?;
         let held: Vec<usize> = probe.workers.iter().map(|w| w.matched_blocks).collect();
         for w in &mut probe.workers {
-            w.matched_blocks = blocks_covered(w.matched_blocks, chain.len());
+            w.map_depths(|k| blocks_covered(k, chain.len()));
         }
         // The deepest match short of the tip: shallower ones cannot reach
         // its floor (route.lua's probe_gaps).
@@ -202,14 +253,22 @@ impl StateStore {
             }
             let found = self.lookup_chunk(&part, &chain[q..=q]).await?;
             for i in waiting {
-                let id = &probe.workers[i].info.worker_id;
-                if found
+                let w = &mut probe.workers[i];
+                let Some(f) = found
                     .workers
                     .iter()
-                    .any(|f| f.info.worker_id == *id && f.matched_blocks == 1)
-                {
-                    probe.workers[i].matched_blocks = q + 1;
+                    .find(|f| f.info.worker_id == w.info.worker_id && f.matched_blocks == 1)
+                else {
+                    continue;
+                };
+                // At the gap block's tier, as route.lua's probe_gaps.
+                if f.gpu_blocks == 1 && w.gpu_blocks == w.matched_blocks {
+                    w.gpu_blocks = q + 1;
                 }
+                if f.cpu_blocks == 1 && w.cpu_blocks == w.matched_blocks {
+                    w.cpu_blocks = q + 1;
+                }
+                w.matched_blocks = q + 1;
             }
         }
         Ok(probe)
@@ -239,6 +298,14 @@ impl StateStore {
                     .iter()
                     .find(|n| n.info.worker_id == w.info.worker_id)
                 {
+                    // A tier's depth goes on only where it reached the
+                    // chunk's end (as the match does).
+                    if w.gpu_blocks == full {
+                        w.gpu_blocks += n.gpu_blocks;
+                    }
+                    if w.cpu_blocks == full {
+                        w.cpu_blocks += n.cpu_blocks;
+                    }
                     w.matched_blocks += n.matched_blocks;
                 }
             }

@@ -8,14 +8,23 @@
 //! hash space each). So k scattered changes cost O(k), and a bucket that
 //! differs by more the fleet's entries in its 1/256, never O(all its
 //! blocks) as a full sync or a scan of its reverse set does.
+//!
+//! Tiers: the digests count each block with its tier
+//! (`protocol::index::digest_term`), so a lost tier change makes its bucket
+//! differ too, and never names a block (its XOR is not a hash of the
+//! bucket): such a bucket is read, and a block both hold on different tiers
+//! is stored again on the worker's. Added blocks are stored on its tier.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
+use super::blocks::tier_arg;
+use super::sync::lower_tiers;
 use super::ttl::ms;
 use super::{Lane, ScriptName, StateError, StateStore};
 use crate::inspect::{Kind, parse_value};
+use protocol::Tier;
 use protocol::hashing::BlockHash;
-use protocol::index::{digest_bucket, parse_bucket_name};
+use protocol::index::{digest_bucket, digest_term, parse_bucket_name};
 
 pub use protocol::push::MAX_REPAIR_BUCKETS;
 
@@ -26,6 +35,8 @@ pub struct RepairOutcome {
     pub added: u64,
     /// Blocks removed.
     pub removed: u64,
+    /// Blocks stored again on the worker's tier (the fleet had another).
+    pub retiered: u64,
 }
 
 /// Per part, the buckets to repair, from `sync_check`'s list
@@ -63,7 +74,9 @@ impl StateStore {
     /// Makes `worker_id`'s blocks in `buckets` (as [`sync_check`]
     /// (Self::sync_check) lists them) exactly those of `hashes` that fall in
     /// them; other buckets are left alone. `families` as in
-    /// [`stored_in_families`](Self::stored_in_families). Live speculative
+    /// [`stored_in_families`](Self::stored_in_families), and with each
+    /// block's tier (`tiers`, None: all on the GPU), which the entries of
+    /// those buckets then have. Live speculative
     /// entries stay, as in a full sync. A worker whose full sync is being
     /// applied is refused (`Unavailable`): that sync settles every bucket.
     pub async fn sync_repair_in_families(
@@ -73,11 +86,13 @@ impl StateStore {
         buckets: &[String],
         hashes: &[BlockHash],
         families: Option<&[Option<BlockHash>]>,
+        tiers: Option<&[Tier]>,
     ) -> Result<RepairOutcome, StateError> {
         self.check_batch(worker_id, hashes)?;
         let parts = self.parts(model)?;
         let wanted = buckets_by_part(buckets, parts.len())?;
-        let ttl = ms(self.ttls().confirmed);
+        let lower = lower_tiers(hashes, tiers)?;
+        let tier_of = |h: &BlockHash| lower.get(h).copied().unwrap_or_default();
         let per_call = self.limits().hashes_per_call;
         let mut out = RepairOutcome::default();
         for (s, blocks) in self.split(parts.len(), hashes, families) {
@@ -91,34 +106,34 @@ impl StateStore {
                 .filter(|h| want[digest_bucket(*h)])
                 .collect();
             let idx = self.worker_idx(model, part, worker_id).await?;
-            let (mut add, mut drop, scan) =
-                self.single_differences(part, &idx, want, &listed).await?;
+            let mut mine = [0u64; 256];
+            for h in &listed {
+                mine[digest_bucket(*h)] ^= digest_term(*h, tier_of(h));
+            }
+            let (mut add, mut drop, scan) = self
+                .single_differences(part, &idx, want, &listed, &mine)
+                .await?;
+            let mut retier = Vec::new();
             if scan.iter().any(|b| *b) {
-                let (held, speculative) = self.bucket_members(part, &idx, &scan).await?;
-                let in_scan = |h: &&BlockHash| scan[digest_bucket(**h)];
-                add.extend(
-                    listed
-                        .iter()
-                        .filter(in_scan)
-                        .filter(|h| !held.contains(*h) || speculative.contains(*h)),
-                );
-                drop.extend(held.difference(&listed));
+                let held = self.bucket_members(part, &idx, &scan).await?;
+                for h in listed.iter().filter(|h| scan[digest_bucket(**h)]) {
+                    match held.get(h) {
+                        None | Some(Kind::Speculative) => add.push(*h),
+                        Some(Kind::Confirmed(t)) if *t != tier_of(h) => retier.push(*h),
+                        Some(Kind::Confirmed(_)) => {}
+                    }
+                }
+                drop.extend(held.keys().filter(|h| !listed.contains(*h)));
             }
             add.sort_unstable();
             drop.sort_unstable();
-            for chunk in add.chunks(per_call) {
-                let (inserted, promoted, _): (u64, u64, u64) = self
-                    .blocks_call(
-                        Lane::Bulk,
-                        ScriptName::Stored,
-                        part,
-                        worker_id,
-                        &[&ttl],
-                        chunk,
-                    )
-                    .await?;
-                out.added += inserted + promoted;
-            }
+            retier.sort_unstable();
+            let (inserted, promoted, _) =
+                self.store_by_tier(part, worker_id, &add, &tier_of).await?;
+            out.added += inserted + promoted;
+            self.store_by_tier(part, worker_id, &retier, &tier_of)
+                .await?;
+            out.retiered += retier.len() as u64;
             for chunk in drop.chunks(per_call * 2) {
                 let removed: u64 = self
                     .blocks_call(
@@ -141,8 +156,44 @@ impl StateStore {
         }
         metrics::counter!("prefix_router_sync_repairs_total").increment(1);
         metrics::counter!("prefix_router_entries_total", "op" => "repair")
-            .increment(out.added + out.removed);
+            .increment(out.added + out.removed + out.retiered);
         Ok(out)
+    }
+
+    /// `stored.lua` over `hashes` in one part, a call per tier and chunk;
+    /// the summed (inserted, promoted, refreshed).
+    async fn store_by_tier(
+        &self,
+        part: &str,
+        worker_id: &str,
+        hashes: &[BlockHash],
+        tier_of: &impl Fn(&BlockHash) -> Tier,
+    ) -> Result<(u64, u64, u64), StateError> {
+        let ttl = ms(self.ttls().confirmed);
+        let mut by_tier: HashMap<Tier, Vec<BlockHash>> = HashMap::new();
+        for h in hashes {
+            by_tier.entry(tier_of(h)).or_default().push(*h);
+        }
+        let mut sum = (0, 0, 0);
+        for tier in Tier::ALL {
+            let Some(blocks) = by_tier.get(&tier) else {
+                continue;
+            };
+            for chunk in blocks.chunks(self.limits().hashes_per_call) {
+                let (i, p, r): (u64, u64, u64) = self
+                    .blocks_call(
+                        Lane::Bulk,
+                        ScriptName::Stored,
+                        part,
+                        worker_id,
+                        &[&ttl, tier_arg(tier)],
+                        chunk,
+                    )
+                    .await?;
+                sum = (sum.0 + i, sum.1 + p, sum.2 + r);
+            }
+        }
+        Ok(sum)
     }
 
     /// The worker's incarnation in `part`.
@@ -171,19 +222,19 @@ impl StateStore {
     /// XOR would not). Returns the blocks to add and to drop found so, and
     /// the buckets left to scan. A block the worker lists is one the fleet
     /// lacks; one it does not list must be in the reverse set to be dropped.
+    /// `mine` are the worker's digests of the buckets (with tiers: a block
+    /// off the GPU, or a tier change, never names itself, and its bucket is
+    /// scanned).
     async fn single_differences(
         &self,
         part: &str,
         idx: &str,
         want: &[bool; 256],
         listed: &HashSet<BlockHash>,
+        mine: &[u64; 256],
     ) -> Result<(Vec<BlockHash>, Vec<BlockHash>, [bool; 256]), StateError> {
         let base = self.inner.keys.model_base(part);
         let buckets: Vec<usize> = (0..256).filter(|b| want[*b]).collect();
-        let mut mine = [0u64; 256];
-        for h in listed {
-            mine[digest_bucket(*h)] ^= h.0;
-        }
         let theirs: Vec<Option<String>> = self
             .command({
                 let mut c = redis::cmd("HMGET");
@@ -235,8 +286,9 @@ impl StateStore {
         Ok((add, drop, scan))
     }
 
-    /// The worker's members (all, and the speculative ones) in the `want`ed
-    /// digest buckets, read from the forward map: a digest bucket (a hash's
+    /// The worker's members in the `want`ed digest buckets, with their entry
+    /// kinds (speculative, or confirmed on a tier), read from the forward
+    /// map: a digest bucket (a hash's
     /// first byte) is 32 forward buckets (`f:<3 hex digits><0|8>`), each
     /// read whole by a pipelined `HGETALL`. So a bucket costs the fleet's
     /// entries in 1/256 of the hash space, not a scan of the worker's whole
@@ -247,13 +299,13 @@ impl StateStore {
         part: &str,
         idx: &str,
         want: &[bool; 256],
-    ) -> Result<(HashSet<BlockHash>, HashSet<BlockHash>), StateError> {
+    ) -> Result<HashMap<BlockHash, Kind>, StateError> {
         let me: u64 = idx.parse().map_err(|_| StateError::Invalid {
             what: "incarnation",
             detail: format!("{idx:?} is not a number"),
         })?;
         let base = self.inner.keys.model_base(part);
-        let (mut held, mut speculative) = (HashSet::new(), HashSet::new());
+        let mut held = HashMap::new();
         for b in (0..256).filter(|b| want[*b]) {
             let mut pipe = redis::pipe();
             for key in forward_buckets(b) {
@@ -275,13 +327,10 @@ impl StateStore {
                 let Ok(h) = field.parse::<BlockHash>() else {
                     continue; // not a hash: inspect --check reports it
                 };
-                held.insert(h);
-                if entry.kind == Kind::Speculative {
-                    speculative.insert(h);
-                }
+                held.insert(h, entry.kind);
             }
         }
-        Ok((held, speculative))
+        Ok(held)
     }
 }
 
@@ -292,42 +341,5 @@ fn forward_buckets(b: usize) -> impl Iterator<Item = String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn buckets_parse_per_part_and_refuse_nonsense() {
-        let b = |v: &[&str], parts| {
-            buckets_by_part(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>(), parts)
-        };
-        let one = b(&["3a", "ff"], 1).unwrap();
-        assert!(one[0][0x3a] && one[0][0xff] && !one[0][0]);
-        let two = b(&["1:00"], 2).unwrap();
-        assert!(two[1][0] && !two[0][0]);
-        for bad in [&["3"][..], &["zz"], &["2:00"], &["x:00"], &["abc"]] {
-            assert!(b(bad, 2).is_err(), "{bad:?}");
-        }
-        let many: Vec<String> = (0..=MAX_REPAIR_BUCKETS)
-            .map(|i| format!("{i:02x}"))
-            .collect();
-        assert!(buckets_by_part(&many, 1).is_err());
-    }
-
-    #[test]
-    fn a_digest_bucket_is_32_forward_buckets() {
-        let keys: Vec<String> = forward_buckets(0x3a).collect();
-        assert_eq!(keys.len(), 32);
-        assert_eq!(keys[0], "3a00");
-        assert_eq!(keys[1], "3a08");
-        assert_eq!(keys[31], "3af8");
-        // Every hash of the digest bucket lands in one of them.
-        for h in [
-            0x3a00_0000_0000_0000u64,
-            0x3a7f_ffff_ffff_ffff,
-            0x3aff_0000_0000_0001,
-        ] {
-            let key = format!("{:04x}", (h >> 48) & 0xfff8);
-            assert!(keys.contains(&key), "{h:x} -> {key}");
-        }
-    }
-}
+#[path = "repair_tests.rs"]
+mod tests;

@@ -40,6 +40,11 @@ pub struct RouteParams {
     pub tokens_per_running_request: f64,
     /// Weight of the request's own uncached tokens.
     pub uncached_weight: f64,
+    /// What a token cached on the CPU tier is worth, against one on the GPU
+    /// (0 to 1).
+    pub cpu_tier_weight: f64,
+    /// What a token cached on disk is worth, against one on the GPU (0 to 1).
+    pub disk_tier_weight: f64,
     /// Cost of a full KV cache, in tokens.
     pub kv_pressure_tokens: f64,
     /// KV usage where the pressure starts.
@@ -114,6 +119,8 @@ impl StateStore {
             params.max_num_seqs.to_string(),
             params.tokens_per_running_request.to_string(),
             params.uncached_weight.to_string(),
+            params.cpu_tier_weight.to_string(),
+            params.disk_tier_weight.to_string(),
             hints.len().to_string(),
         ];
         let hint_args: Vec<String> = hints
@@ -160,10 +167,11 @@ fn packed<'a>(hashes: impl IntoIterator<Item = &'a BlockHash>) -> Vec<u8> {
 }
 
 const HEADER: usize = 5;
-const PER_WORKER: usize = 4;
+const PER_WORKER: usize = 6;
 
 /// Decodes {probes, chosen, covered, now, prefill tokens counted, then per
-/// worker: matched, in flight, their prefill tokens, view record}.
+/// worker: matched, GPU blocks, CPU-or-GPU blocks, in flight, their prefill
+/// tokens, view record}.
 fn parse_reply(reply: &[redis::Value]) -> Result<RouteOutcome, StateError> {
     const S: ScriptName = ScriptName::Route;
     let int = |v: &redis::Value| match v {
@@ -177,18 +185,22 @@ fn parse_reply(reply: &[redis::Value]) -> Result<RouteOutcome, StateError> {
     let workers = reply[HEADER..]
         .chunks(PER_WORKER)
         .map(|w| {
-            let redis::Value::BulkString(raw) = &w[3] else {
+            let redis::Value::BulkString(raw) = &w[5] else {
                 return Err(bad_reply(S, "a view record is not a string"));
             };
             let rec =
                 ViewRecord::decode(raw).ok_or_else(|| bad_reply(S, "malformed view record"))?;
+            let blocks = |v: &redis::Value| {
+                usize::try_from(int(v)?).map_err(|_| bad_reply(S, "negative match"))
+            };
             Ok(WorkerMatch {
-                matched_blocks: usize::try_from(int(&w[0])?)
-                    .map_err(|_| bad_reply(S, "negative match"))?,
+                matched_blocks: blocks(&w[0])?,
+                gpu_blocks: blocks(&w[1])?,
+                cpu_blocks: blocks(&w[2])?,
                 info: worker_info(
                     &rec,
-                    u64::try_from(int(&w[1])?).unwrap_or(0),
-                    u64::try_from(int(&w[2])?).unwrap_or(0),
+                    u64::try_from(int(&w[3])?).unwrap_or(0),
+                    u64::try_from(int(&w[4])?).unwrap_or(0),
                     now,
                 ),
             })

@@ -7,7 +7,45 @@ use super::ttl::ms;
 use super::{
     Lane, ScriptName, StateError, StateStore, check_name, chunks_or_empty, hex_args, unknown_worker,
 };
+use protocol::Tier;
 use protocol::hashing::BlockHash;
+
+use std::collections::HashMap;
+
+/// The blocks of a snapshot held off the GPU, with their tier (most are on
+/// the GPU: only these are looked up per staged chunk).
+pub(crate) fn lower_tiers(
+    hashes: &[BlockHash],
+    tiers: Option<&[Tier]>,
+) -> Result<HashMap<BlockHash, Tier>, StateError> {
+    let Some(tiers) = tiers else {
+        return Ok(HashMap::new());
+    };
+    if tiers.len() != hashes.len() {
+        return Err(StateError::Invalid {
+            what: "tiers",
+            detail: format!("{} tiers for {} hashes", tiers.len(), hashes.len()),
+        });
+    }
+    Ok(hashes
+        .iter()
+        .zip(tiers)
+        .filter(|(_, t)| **t != Tier::Gpu)
+        .map(|(h, t)| (*h, *t))
+        .collect())
+}
+
+/// `sync_stage.lua`'s tiers argument for `chunk`: one entry kind per hash,
+/// or empty when all are on the GPU.
+fn stage_tiers(chunk: &[BlockHash], lower: &HashMap<BlockHash, Tier>) -> String {
+    if lower.is_empty() || !chunk.iter().any(|h| lower.contains_key(h)) {
+        return String::new();
+    }
+    chunk
+        .iter()
+        .map(|h| super::blocks::tier_arg(lower.get(h).copied().unwrap_or_default()))
+        .collect()
+}
 
 /// The result of a committed sync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,28 +73,32 @@ pub fn check_sync_id(sync_id: &str) -> Result<(), StateError> {
 }
 
 impl StateStore {
-    /// Replaces `worker_id`'s block set by `hashes` in one consistent step,
-    /// however long the list.
+    /// Replaces `worker_id`'s block set by `hashes` (all on the GPU) in one
+    /// consistent step, however long the list.
     pub async fn sync(
         &self,
         model: &str,
         worker_id: &str,
         hashes: &[BlockHash],
     ) -> Result<SyncOutcome, StateError> {
-        self.sync_in_families(model, worker_id, hashes, None).await
+        self.sync_in_families(model, worker_id, hashes, None, None)
+            .await
     }
 
     /// [`sync`](Self::sync) with each block's family (`protocol::family`):
-    /// each part of the model gets its blocks only.
+    /// each part of the model gets its blocks only; and with each block's
+    /// tier (None: all on the GPU): every entry the sync leaves has the
+    /// tier the snapshot gives it.
     pub async fn sync_in_families(
         &self,
         model: &str,
         worker_id: &str,
         hashes: &[BlockHash],
         families: Option<&[Option<BlockHash>]>,
+        tiers: Option<&[Tier]>,
     ) -> Result<SyncOutcome, StateError> {
         let sync_id = format!("{:016x}", rand::rng().random::<u64>());
-        self.sync_stage_in_families(model, worker_id, &sync_id, hashes, families)
+        self.sync_stage_in_families(model, worker_id, &sync_id, hashes, families, tiers)
             .await?;
         self.sync_commit(model, worker_id, &sync_id).await
     }
@@ -163,7 +205,7 @@ impl StateStore {
         sync_id: &str,
         hashes: &[BlockHash],
     ) -> Result<u64, StateError> {
-        self.sync_stage_in_families(model, worker_id, sync_id, hashes, None)
+        self.sync_stage_in_families(model, worker_id, sync_id, hashes, None, None)
             .await
     }
 
@@ -177,11 +219,13 @@ impl StateStore {
         sync_id: &str,
         hashes: &[BlockHash],
         families: Option<&[Option<BlockHash>]>,
+        tiers: Option<&[Tier]>,
     ) -> Result<u64, StateError> {
         let parts = self.parts(model)?;
+        let lower = lower_tiers(hashes, tiers)?;
         if parts.len() == 1 {
             return self
-                .sync_stage_part(&parts[0], worker_id, sync_id, hashes)
+                .sync_stage_part(&parts[0], worker_id, sync_id, hashes, &lower)
                 .await;
         }
         check_name("worker_id", worker_id)?;
@@ -190,7 +234,7 @@ impl StateStore {
         for (s, blocks) in self.split(parts.len(), hashes, families) {
             if !blocks.is_empty() {
                 staged += self
-                    .sync_stage_part(&parts[s], worker_id, sync_id, &blocks)
+                    .sync_stage_part(&parts[s], worker_id, sync_id, &blocks, &lower)
                     .await?;
             }
         }
@@ -203,6 +247,7 @@ impl StateStore {
         worker_id: &str,
         sync_id: &str,
         hashes: &[BlockHash],
+        lower: &HashMap<BlockHash, Tier>,
     ) -> Result<u64, StateError> {
         check_name("worker_id", worker_id)?;
         check_sync_id(sync_id)?;
@@ -214,7 +259,8 @@ impl StateStore {
         let mut staged = 0;
         for chunk in chunks_or_empty(hashes, self.limits().stage_per_call) {
             let hex = hex_args(chunk);
-            let mut args = vec![worker_id, sync_id, &ttl, &max_s];
+            let kinds = stage_tiers(chunk, lower);
+            let mut args = vec![worker_id, sync_id, &ttl, &max_s, &kinds];
             args.extend(hex.iter().map(String::as_str));
             staged = self
                 .run(Lane::Bulk, ScriptName::SyncStage, model, &args)

@@ -11,7 +11,7 @@
 //! * `metrics_client`: [`MetricsClient`], a bounded `GET /metrics` reader,
 //!   shared with the routers' load scraper.
 //! * [`reporter`]: `prefix-router reporter`, the sidecar beside a stock
-//!   vLLM: KV events in, push reports out.
+//!   vLLM: KV events in, push reports out (each block on its best tier).
 //!
 //! Within: `reporter` → `push`, `kv_events`, `metrics_client`.
 

@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use protocol::Tier;
 use protocol::hashing::{BlockHash, BlockHasher, HashSeed, LoraKey};
 use protocol::kv_events::{BlockRemoved, BlockStored, EngineHash, KvEvent, decode_batch};
 use serde_json::Value;
@@ -224,12 +225,16 @@ fn removals_media_parents_and_bounds() {
     // Positions 0 and 1 are anchors (protocol::index).
     assert_eq!(hashes(&d.stored), router[..2]);
     assert_eq!(blocks.len(), 2);
-    // The same block offloaded to CPU is still one router block.
+    // The same block offloaded to CPU is still one router block; once its
+    // GPU copy goes, it is reported again, on the CPU tier.
     let mut d = BlockDelta::default();
     blocks.apply(&stored(vec![2], Some(1), &tokens[16..32], "CPU"), &mut d);
-    assert!(d.is_empty());
+    assert!(d.is_empty(), "its best copy is still on the GPU");
     blocks.apply(&removed(vec![2], "GPU"), &mut d);
-    assert!(d.is_empty(), "still held on CPU");
+    assert!(d.removed.is_empty(), "still held on CPU");
+    assert_eq!(d.stored.len(), 1);
+    assert_eq!((d.stored[0].hash, d.stored[0].tier), (router[1], Tier::Cpu));
+    let mut d = BlockDelta::default();
     blocks.apply(&removed(vec![2], "CPU"), &mut d);
     assert_eq!(hashes(&d.removed), router[1..2]);
     // vLLM's offloading connector stores CPU copies without tokens or a
@@ -243,6 +248,7 @@ fn removals_media_parents_and_bounds() {
     );
     blocks.apply(&removed(vec![2], "GPU"), &mut d);
     assert!(d.removed.is_empty(), "the CPU copy still holds it");
+    assert_eq!(d.stored.last().map(|b| b.tier), Some(Tier::Cpu));
     assert_eq!(
         blocks.apply(&stored(vec![2, 42], None, &[], "CPU"), &mut d),
         Applied::Skipped(Unmappable::UnknownCopies(1))

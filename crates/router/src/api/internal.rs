@@ -129,6 +129,7 @@ pub async fn stored(
             &b.worker_id,
             &b.block_hashes,
             families(b.families.as_deref(), b.block_hashes.len())?,
+            b.medium.unwrap_or_default(),
         )
         .await?;
     Ok(Json(StoredReply {
@@ -164,12 +165,13 @@ pub async fn sync(
     let model = resolve_model(&app, b.model.map(Cow::into_owned), &b.worker_id).await?;
     let store = &app.store;
     let fams = families(b.families.as_deref(), b.active_hashes.len())?;
+    let tiers = b.tiers.as_deref();
     let Some(sync_id) = b.sync_id else {
         if !b.last {
             return Err(ApiError::bad_request("\"last\": false needs a sync_id"));
         }
         let out = store
-            .sync_in_families(&model, &b.worker_id, &b.active_hashes, fams)
+            .sync_in_families(&model, &b.worker_id, &b.active_hashes, fams, tiers)
             .await?;
         let reply = SyncReply {
             sync_id: None,
@@ -179,7 +181,14 @@ pub async fn sync(
         return Ok(Json(reply).into_response());
     };
     let staged = store
-        .sync_stage_in_families(&model, &b.worker_id, &sync_id, &b.active_hashes, fams)
+        .sync_stage_in_families(
+            &model,
+            &b.worker_id,
+            &sync_id,
+            &b.active_hashes,
+            fams,
+            tiers,
+        )
         .await?;
     if !b.last {
         let reply = SyncReply {
@@ -224,13 +233,21 @@ pub async fn sync_repair(
     let fams = families(b.families.as_deref(), b.hashes.len())?;
     let out = app
         .store
-        .sync_repair_in_families(&model, &b.worker_id, &b.buckets, &b.hashes, fams)
+        .sync_repair_in_families(
+            &model,
+            &b.worker_id,
+            &b.buckets,
+            &b.hashes,
+            fams,
+            b.tiers.as_deref(),
+        )
         .await?;
     tracing::debug!(
         worker_id = %b.worker_id,
         buckets = b.buckets.len(),
         added = out.added,
         removed = out.removed,
+        retiered = out.retiered,
         "repaired"
     );
     check_digests(

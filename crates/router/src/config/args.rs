@@ -113,6 +113,15 @@ pub struct ServeArgs {
     /// after it to the same worker [default: 3].
     #[arg(long, env = "PREFIX_ROUTER_UNCACHED_WEIGHT")]
     pub uncached_weight: Option<f64>,
+    /// What a prompt token a worker holds on its CPU tier is worth against
+    /// one on its GPU, 0 to 1: the prefill is saved, the load back is not
+    /// [default: 0.5].
+    #[arg(long, env = "PREFIX_ROUTER_TIER_WEIGHT_CPU")]
+    pub tier_weight_cpu: Option<f64>,
+    /// What a prompt token a worker holds on disk (or any slower tier) is
+    /// worth against one on its GPU, 0 to 1 [default: 0.25].
+    #[arg(long, env = "PREFIX_ROUTER_TIER_WEIGHT_DISK")]
+    pub tier_weight_disk: Option<f64>,
     /// Disaggregated serving: a decode worker holding more than this share
     /// of a prompt (0 to 1) computes it without a prefill worker
     /// [default: 0.8].

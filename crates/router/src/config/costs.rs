@@ -32,8 +32,26 @@ pub(super) fn cache_aware(args: &ServeArgs, file: &FileConfig) -> anyhow::Result
             "uncached-weight",
             (args.uncached_weight.or(file.uncached_weight)).unwrap_or(d.uncached_weight),
         )?,
+        cpu_tier_weight: share(
+            "tier-weight-cpu",
+            (args.tier_weight_cpu.or(file.tier_weight_cpu)).unwrap_or(d.cpu_tier_weight),
+        )?,
+        disk_tier_weight: share(
+            "tier-weight-disk",
+            (args.tier_weight_disk.or(file.tier_weight_disk)).unwrap_or(d.disk_tier_weight),
+        )?,
         ..d
     })
+}
+
+/// A tier's weight: a routing weight of at most 1 (a token cached on a
+/// slower tier is never worth more than one on the GPU).
+fn share(flag: &str, v: f64) -> anyhow::Result<f64> {
+    if v.is_finite() && (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        bail!("--{flag} must be a finite number from 0 to 1; got {v}")
+    }
 }
 
 /// A routing weight: a finite number, zero or more (the routing script

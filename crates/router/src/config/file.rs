@@ -51,6 +51,8 @@ pub(super) struct FileConfig {
     pub(super) max_num_seqs: Option<u64>,
     pub(super) batch_cost_tokens: Option<f64>,
     pub(super) uncached_weight: Option<f64>,
+    pub(super) tier_weight_cpu: Option<f64>,
+    pub(super) tier_weight_disk: Option<f64>,
     pub(super) pd_skip_prefill_share: Option<f64>,
     #[serde(default)]
     pub(super) loras: Vec<String>,

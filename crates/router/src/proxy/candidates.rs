@@ -33,10 +33,13 @@ pub fn targets(lookup: &PrefixProbe, block_size: usize) -> Vec<Target> {
 fn target(w: &WorkerMatch, block_size: usize) -> Target {
     let fresh = w.info.load_age.is_some_and(|age| age <= STALE_LOAD);
     let load = &w.info.load;
+    let tiers = w.by_tier();
     Target {
         candidate: Candidate {
             worker_id: w.info.worker_id.clone(),
             cached_tokens: (w.matched_blocks * block_size) as u64,
+            cpu_tokens: (tiers.cpu * block_size) as u64,
+            disk_tokens: (tiers.disk * block_size) as u64,
             in_flight: w.info.in_flight,
             prefill_tokens: w.info.prefill_tokens,
             waiting: if fresh { load.num_requests_waiting } else { 0 },

@@ -8,8 +8,8 @@ use super::candidates::targets;
 use super::pd_plan::PdPlan;
 use super::{Endpoint, Proxy, ProxyError};
 use crate::routing::{
-    CacheAware, Candidate, RouteRequest, batch_requests, capacity, queued_requests, shared_tokens,
-    within,
+    CacheAware, Candidate, RouteRequest, batch_requests, capacity, effective_tokens,
+    queued_requests, shared_tokens, within,
 };
 
 impl Proxy {
@@ -40,7 +40,7 @@ impl Proxy {
         let cfg = self.atomic.unwrap_or_default();
         let scorer = CacheAware::new(cfg);
         let cap = capacity(&candidates, cfg.epsilon, cfg.load_slack);
-        let shared = shared_tokens(&candidates);
+        let shared = shared_tokens(&cfg, &candidates);
         let order = self.policy.rank(&request, &candidates);
         let rows: Vec<Value> = order
             .iter()
@@ -54,6 +54,8 @@ impl Proxy {
                     "url": t.url,
                     "matched_blocks": t.matched_blocks,
                     "matched_tokens": c.cached_tokens,
+                    "matched_tokens_by_tier": by_tier(c),
+                    "effective_cached_tokens": effective_tokens(&cfg, c),
                     "in_flight": c.in_flight,
                     "prefill_tokens": c.prefill_tokens,
                     "batch": batch_requests(c, cfg.max_num_seqs),
@@ -70,10 +72,12 @@ impl Proxy {
         let mut chosen = order.first().map(|&i| {
             let (t, c) = (&all[i], &candidates[i]);
             let deeper = all.iter().map(|o| o.matched_blocks).max().unwrap_or(0);
-            let reason = if c.cached_tokens < shared {
-                format!("shared: most workers hold the first {shared} tokens, which count as cached on every worker (hotspot guard); this one, holding {}, is chosen by load and will hold them too", c.cached_tokens)
+            let reason = if effective_tokens(&cfg, c) < shared {
+                format!("shared: most workers hold the first {shared} tokens (tier-weighted), which count as cached on every worker (hotspot guard); this one, holding {}, is chosen by load and will hold them too", c.cached_tokens)
             } else if deeper > t.matched_blocks {
                 format!("spill: a worker holding {deeper} blocks is over the load bound or costs more; this one holds {}", t.matched_blocks)
+            } else if t.matched_blocks > 0 && c.cpu_tokens + c.disk_tokens > 0 {
+                format!("hit: {} cached tokens, {} of them off the GPU (weighted by tier), at an acceptable load", c.cached_tokens, c.cpu_tokens + c.disk_tokens)
             } else if t.matched_blocks > 0 {
                 format!("hit: the deepest cached prefix ({} tokens) at an acceptable load", c.cached_tokens)
             } else {
@@ -86,7 +90,7 @@ impl Proxy {
             // as the atomic step restricted to them makes it.
             let prefill: Vec<Candidate> =
                 plan.prefill.iter().map(|t| t.candidate.clone()).collect();
-            let among = shared_tokens(&prefill);
+            let among = shared_tokens(&cfg, &prefill);
             let pick = self
                 .policy
                 .rank(&request, &prefill)
@@ -113,4 +117,14 @@ impl Proxy {
         }
         Ok(explained)
     }
+}
+
+/// A candidate's matched tokens per KV tier, for explain.
+fn by_tier(c: &Candidate) -> Value {
+    let lower = c.cpu_tokens + c.disk_tokens;
+    json!({
+        "gpu": c.cached_tokens.saturating_sub(lower),
+        "cpu": c.cpu_tokens,
+        "disk": c.disk_tokens,
+    })
 }

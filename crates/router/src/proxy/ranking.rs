@@ -152,6 +152,14 @@ impl Proxy {
             if let (true, Some((_, extra))) = (t.matched_blocks == head, extra) {
                 t.matched_blocks += extra;
                 t.candidate.cached_tokens = (t.matched_blocks * block_size) as u64;
+                // On the tier of the head's last block, as route.lua counts it.
+                let more = (extra * block_size) as u64;
+                let c = &mut t.candidate;
+                if c.disk_tokens > 0 {
+                    c.disk_tokens += more;
+                } else if c.cpu_tokens > 0 {
+                    c.cpu_tokens += more;
+                }
             }
         }
         self.remember(model, &all);

@@ -37,6 +37,13 @@ pub struct CacheAwareConfig {
     pub kv_pressure_tokens: f64,
     /// KV usage where the pressure penalty starts.
     pub kv_pressure_from: f64,
+    /// What a prompt token cached on a worker's CPU tier is worth against
+    /// one on its GPU (0 to 1): the prefill is saved, a load over PCIe is
+    /// not.
+    pub cpu_tier_weight: f64,
+    /// What a prompt token cached on disk (or any slower tier) is worth
+    /// against one on the GPU (0 to 1).
+    pub disk_tier_weight: f64,
 }
 
 impl Default for CacheAwareConfig {
@@ -50,6 +57,8 @@ impl Default for CacheAwareConfig {
             uncached_weight: 3.0,
             kv_pressure_tokens: 2048.0,
             kv_pressure_from: 0.9,
+            cpu_tier_weight: 0.5,
+            disk_tier_weight: 0.25,
         }
     }
 }
@@ -67,6 +76,8 @@ impl CacheAwareConfig {
             max_num_seqs: self.max_num_seqs,
             tokens_per_running_request: self.tokens_per_running_request,
             uncached_weight: self.uncached_weight,
+            cpu_tier_weight: self.cpu_tier_weight,
+            disk_tier_weight: self.disk_tier_weight,
             kv_pressure_tokens: self.kv_pressure_tokens,
             kv_pressure_from: self.kv_pressure_from,
             stale_load: STALE_LOAD,
@@ -90,6 +101,12 @@ impl CacheAwareConfig {
 /// match wins unless the prefills queued before it cost more than the match
 /// saves. Workers over the bound come last, by load. Equal costs (a miss on
 /// an idle fleet) are broken at random, never "always the first worker".
+///
+/// KV tiers: a token a worker holds on its CPU tier counts as
+/// [`cpu_tier_weight`](CacheAwareConfig::cpu_tier_weight) of a cached one,
+/// on disk as [`disk_tier_weight`](CacheAwareConfig::disk_tier_weight)
+/// ([`effective_tokens`]): a CPU hit still beats a miss, a GPU hit beats
+/// both.
 ///
 /// Hotspot guard: a prefix that at least half of the workers (two at least)
 /// already hold (a global system prompt) is counted as cached on every
@@ -117,15 +134,30 @@ impl CacheAware {
     }
 
     /// The estimated cost of sending the request to `c`, in prompt tokens,
-    /// with `shared` tokens counted as cached everywhere ([`shared_tokens`]).
-    pub fn cost(&self, request: &RouteRequest, c: &Candidate, shared: u64) -> f64 {
+    /// with `shared` (tier-weighted) tokens counted as cached everywhere
+    /// ([`shared_tokens`]).
+    pub fn cost(&self, request: &RouteRequest, c: &Candidate, shared: f64) -> f64 {
         let cfg = &self.config;
-        let cached = c.cached_tokens.max(shared);
-        let uncached = request.prompt_tokens.saturating_sub(cached) as f64 * cfg.uncached_weight;
+        let cached = effective_tokens(cfg, c).max(shared);
+        let uncached = (request.prompt_tokens as f64 - cached).max(0.0) * cfg.uncached_weight;
         let queue = queued_requests(c, cfg.max_num_seqs) as f64 * cfg.tokens_per_queued_request;
         let batch = batch_requests(c, cfg.max_num_seqs) as f64 * cfg.tokens_per_running_request;
         uncached + c.prefill_tokens as f64 + batch + queue + kv_pressure(cfg, c.kv_usage)
     }
+}
+
+/// `c`'s cached tokens, each weighted by its tier: GPU ones count 1, CPU
+/// ones `cpu_tier_weight`, disk ones `disk_tier_weight`. route.lua sums
+/// the same terms in the same order, so both get the same double.
+pub fn effective_tokens(cfg: &CacheAwareConfig, c: &Candidate) -> f64 {
+    let lower = c
+        .cpu_tokens
+        .saturating_add(c.disk_tokens)
+        .min(c.cached_tokens);
+    let gpu = c.cached_tokens - lower;
+    let cpu = c.cpu_tokens.min(lower);
+    let disk = lower - cpu;
+    gpu as f64 + cpu as f64 * cfg.cpu_tier_weight + disk as f64 * cfg.disk_tier_weight
 }
 
 /// The penalty of a KV cache used at `usage`, in tokens: 0 up to
@@ -162,18 +194,23 @@ pub fn queued_requests(c: &Candidate, max_num_seqs: u64) -> u64 {
 
 impl CacheAware {
     /// The ranking key: within the bound before over it; then the cost;
-    /// then, at equal cost, the deeper real match first (so a hot prefix
-    /// counted as cached everywhere still goes to a holder while holders
-    /// cost no more than the rest); over the bound, the least loaded.
+    /// then, at equal cost, the deeper real match first, tier-weighted (so
+    /// a hot prefix counted as cached everywhere still goes to a holder
+    /// while holders cost no more than the rest); over the bound, the
+    /// least loaded.
     pub fn key(
         &self,
         c: &Candidate,
         request: &RouteRequest,
         cap: u64,
-        shared: u64,
+        shared: f64,
     ) -> (u8, f64, f64) {
         if within(c, cap) {
-            (0, self.cost(request, c, shared), -(c.cached_tokens as f64))
+            (
+                0,
+                self.cost(request, c, shared),
+                -effective_tokens(&self.config, c),
+            )
         } else {
             (1, c.load() as f64, 0.0)
         }
@@ -187,212 +224,27 @@ impl Policy for CacheAware {
 
     fn rank(&self, request: &RouteRequest, candidates: &[Candidate]) -> Vec<usize> {
         let cap = capacity(candidates, self.config.epsilon, self.config.load_slack);
-        let shared = shared_tokens(candidates);
+        let shared = shared_tokens(&self.config, candidates);
         ranked_by(candidates, |c| self.key(c, request, cap, shared))
     }
 }
 
-/// The cached prefix at least half of the candidates (two at least) hold:
-/// the max(2, ⌈n/2⌉)-th largest cached length; 0 with fewer than two
-/// candidates. route.lua computes the same.
-pub fn shared_tokens(candidates: &[Candidate]) -> u64 {
+/// The cached prefix at least half of the candidates (two at least) hold,
+/// in tier-weighted tokens ([`effective_tokens`]): the max(2, ⌈n/2⌉)-th
+/// largest; 0 with fewer than two candidates. route.lua computes the same.
+pub fn shared_tokens(cfg: &CacheAwareConfig, candidates: &[Candidate]) -> f64 {
     let k = candidates.len().div_ceil(2).max(2);
     if candidates.len() < 2 {
-        return 0;
+        return 0.0;
     }
-    let mut cached: Vec<u64> = candidates.iter().map(|c| c.cached_tokens).collect();
-    cached.sort_unstable_by(|a, b| b.cmp(a));
+    let mut cached: Vec<f64> = candidates
+        .iter()
+        .map(|c| effective_tokens(cfg, c))
+        .collect();
+    cached.sort_unstable_by(|a, b| b.total_cmp(a));
     cached[k - 1]
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeSet;
-
-    use super::super::{cand, req};
-    use super::*;
-
-    fn ids(c: &[Candidate], order: Vec<usize>) -> Vec<String> {
-        order.into_iter().map(|i| c[i].worker_id.clone()).collect()
-    }
-
-    fn policy() -> CacheAware {
-        CacheAware::new(CacheAwareConfig::default())
-    }
-
-    #[test]
-    fn the_deepest_match_wins_at_equal_load() {
-        // The first 1,024 tokens, held by two of four, count as cached on
-        // all (the guard); at equal cost the real holder comes first.
-        let c = vec![
-            cand("a", 0, 1),
-            cand("b", 4096, 1),
-            cand("c", 1024, 1),
-            cand("d", 0, 1),
-        ];
-        assert_eq!(ids(&c, policy().rank(&req(5000), &c))[..2], ["b", "c"]);
-    }
-
-    fn prefilling(id: &str, cached: u64, in_flight: u64, prefill_tokens: u64) -> Candidate {
-        Candidate {
-            prefill_tokens,
-            ..cand(id, cached, in_flight)
-        }
-    }
-
-    #[test]
-    fn a_match_is_weighed_against_the_prefills_in_front_of_it() {
-        // 1,024 cached tokens of 1,100, at weight 3, are worth 3,072 tokens
-        // of other prompts still prefilling there: less than 3,300, more
-        // than 2,800.
-        let c = vec![
-            prefilling("hot", 1024, 2, 3300),
-            cand("idle", 0, 0),
-            prefilling("x", 0, 3, 500),
-        ];
-        assert_eq!(ids(&c, policy().rank(&req(1100), &c))[0], "idle");
-        let c = vec![
-            prefilling("hot", 1024, 2, 2800),
-            cand("idle", 0, 0),
-            cand("x", 0, 1),
-        ];
-        assert_eq!(ids(&c, policy().rank(&req(1100), &c))[0], "hot");
-    }
-
-    #[test]
-    fn requests_only_decoding_do_not_spill_a_match() {
-        // Three requests past their first token: the batch has room, so a
-        // 1.5k-token match stays where it is cached.
-        let c = vec![cand("hot", 1536, 3), cand("idle", 0, 0), cand("x", 0, 0)];
-        assert_eq!(ids(&c, policy().rank(&req(1600), &c))[0], "hot");
-    }
-
-    #[test]
-    fn requests_beyond_the_batch_queue() {
-        // A batch of 4: the fifth and later requests wait for a place, each
-        // worth 512 tokens; in flight or as the worker reports it. (No load
-        // bound here: it would rule the busy worker out anyway.)
-        let cfg = CacheAwareConfig {
-            max_num_seqs: 4,
-            epsilon: 100.0,
-            ..CacheAwareConfig::default()
-        };
-        let p = CacheAware::new(cfg);
-        let c = vec![
-            cand("hot", 1024, 12),
-            cand("idle", 0, 0),
-            prefilling("x", 0, 1, 300),
-        ];
-        assert_eq!(queued_requests(&c[0], 4), 8);
-        assert_eq!(batch_requests(&c[0], 4), 4);
-        assert_eq!(ids(&c, p.rank(&req(1100), &c))[0], "idle");
-        let c = vec![
-            cand("hot", 1024, 5),
-            cand("idle", 0, 0),
-            prefilling("x", 0, 1, 300),
-        ];
-        assert_eq!(ids(&c, p.rank(&req(1100), &c))[0], "hot");
-        let mut reported = cand("hot", 512, 0);
-        reported.running = 4;
-        reported.waiting = 5;
-        assert_eq!(queued_requests(&reported, 4), 5);
-        assert_eq!(queued_requests(&reported, 256), 5);
-        let c = vec![reported, cand("idle", 0, 0), prefilling("x", 0, 1, 300)];
-        assert_eq!(ids(&c, p.rank(&req(1100), &c))[0], "idle");
-    }
-
-    #[test]
-    fn bounded_load_spreads_a_prefix_that_every_request_shares() {
-        // A huge shared prefix outweighs any queue in the cost model, but
-        // with 7 in flight its holder is over ⌈1.25 × 8 / 2⌉ + 2 = 7 and
-        // loses affinity; with 1 it is under ⌈1.25 × 2 / 2⌉ + 2 = 4.
-        let c = vec![cand("holder", 100_000, 7), cand("other", 0, 0)];
-        assert_eq!(
-            ids(&c, policy().rank(&req(100_000), &c)),
-            ["other", "holder"]
-        );
-        let c = vec![cand("holder", 100_000, 1), cand("other", 0, 0)];
-        assert_eq!(
-            ids(&c, policy().rank(&req(100_000), &c)),
-            ["holder", "other"]
-        );
-    }
-
-    #[test]
-    fn a_prefix_half_the_workers_hold_counts_as_cached_on_all() {
-        // Three of four hold the 2,048-token system prompt, each prefilling
-        // a question; the fourth is idle. Without the guard its prefill of
-        // the prompt outweighs their questions.
-        let c = vec![
-            prefilling("a", 2048, 1, 100),
-            prefilling("b", 2048, 1, 100),
-            prefilling("c", 2048, 1, 100),
-            cand("new", 0, 0),
-        ];
-        assert_eq!(shared_tokens(&c), 2048);
-        assert_eq!(ids(&c, policy().rank(&req(2100), &c))[0], "new");
-        // Held by two of four, each running a request: half, so it spreads
-        // to the idle ones, by their batches.
-        let c = vec![
-            cand("a", 2048, 1),
-            cand("b", 2048, 1),
-            cand("c", 0, 0),
-            cand("d", 0, 1),
-        ];
-        assert_eq!(shared_tokens(&c), 2048);
-        assert_eq!(ids(&c, policy().rank(&req(2100), &c))[0], "c");
-        // On an idle fleet a holder still wins.
-        let c = vec![
-            cand("a", 2048, 0),
-            cand("b", 2048, 0),
-            cand("c", 0, 0),
-            cand("d", 0, 0),
-        ];
-        assert!(["a", "b"].contains(&ids(&c, policy().rank(&req(2100), &c))[0].as_str()));
-        // Held by one of four, or by two of five: not shared, locality wins.
-        let c = vec![
-            cand("a", 2048, 1),
-            cand("b", 0, 0),
-            cand("c", 0, 0),
-            cand("d", 0, 0),
-        ];
-        assert_eq!(shared_tokens(&c), 0);
-        assert_eq!(ids(&c, policy().rank(&req(2100), &c))[0], "a");
-        let mut five = c.clone();
-        five[1].cached_tokens = 2048;
-        five.push(cand("e", 0, 0));
-        assert_eq!(shared_tokens(&five), 0);
-        // One worker alone never makes a prefix shared.
-        assert_eq!(shared_tokens(&[cand("a", 2048, 1)]), 0);
-        assert_eq!(shared_tokens(&[cand("a", 2048, 1), cand("b", 0, 0)]), 0);
-    }
-
-    #[test]
-    fn a_nearly_full_kv_cache_is_penalised() {
-        let mut full = cand("full", 512, 0);
-        full.kv_usage = 1.0;
-        let c = vec![full, cand("roomy", 0, 0)];
-        assert_eq!(ids(&c, policy().rank(&req(1000), &c)), ["roomy", "full"]);
-    }
-
-    #[test]
-    fn reported_queues_count_when_larger_than_in_flight() {
-        let mut busy = cand("busy", 0, 0);
-        busy.waiting = 5;
-        let c = vec![busy, cand("free", 0, 1)];
-        assert_eq!(ids(&c, policy().rank(&req(100), &c))[0], "free");
-    }
-
-    #[test]
-    fn misses_on_an_idle_fleet_are_spread_at_random() {
-        let c: Vec<Candidate> = (0..4).map(|i| cand(&format!("w{i}"), 0, 0)).collect();
-        let firsts: BTreeSet<String> = (0..200)
-            .map(|_| ids(&c, policy().rank(&req(500), &c))[0].clone())
-            .collect();
-        assert_eq!(
-            firsts.len(),
-            4,
-            "ties must not always pick the same worker: {firsts:?}"
-        );
-    }
-}
+#[path = "cache_aware_tests.rs"]
+mod tests;

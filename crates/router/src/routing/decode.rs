@@ -11,18 +11,19 @@
 //! not the prefill queue the cache-aware policy weighs.
 
 use super::bounded_load::{capacity, within};
-use super::cache_aware::{kv_pressure, queued_requests};
+use super::cache_aware::{effective_tokens, kv_pressure, queued_requests};
 use super::{CacheAwareConfig, Candidate, RouteRequest, ranked_by};
 
 /// The estimated cost of decoding the request on `c`, in prompt tokens:
-/// the prompt tokens it does not hold (received from the prefill worker,
+/// the prompt tokens it does not hold, tier-weighted as the cache-aware
+/// policy weighs them (received from the prefill worker,
 /// or computed itself when the prefill is skipped), plus its batch
 /// occupancy and KV usage as shares of a full batch or cache, each worth
 /// `kv_pressure_tokens` (a full decode batch slows every step as a full
 /// cache stalls admissions), plus requests queued beyond the batch at the
 /// cache-aware policy's price, plus its KV pressure near a full cache.
 pub fn decode_cost(cfg: &CacheAwareConfig, request: &RouteRequest, c: &Candidate) -> f64 {
-    let fill = request.prompt_tokens.saturating_sub(c.cached_tokens) as f64;
+    let fill = (request.prompt_tokens as f64 - effective_tokens(cfg, c)).max(0.0);
     let occupancy = c.in_flight.max(c.running.saturating_add(c.waiting)) as f64;
     let batch = (occupancy / cfg.max_num_seqs.max(1) as f64).min(1.0);
     let queue = queued_requests(c, cfg.max_num_seqs) as f64 * cfg.tokens_per_queued_request;

@@ -15,7 +15,8 @@ mod round_robin;
 
 pub use bounded_load::{DEFAULT_LOAD_SLACK, capacity, within};
 pub use cache_aware::{
-    CacheAware, CacheAwareConfig, STALE_LOAD, batch_requests, queued_requests, shared_tokens,
+    CacheAware, CacheAwareConfig, STALE_LOAD, batch_requests, effective_tokens, queued_requests,
+    shared_tokens,
 };
 pub use consistent_hash::ConsistentHash;
 pub use decode::{decode_cost, rank_decode, skip_prefill};
@@ -30,8 +31,14 @@ use std::sync::Arc;
 pub struct Candidate {
     /// The worker's id.
     pub worker_id: String,
-    /// Prompt tokens it already holds in its KV cache (leading blocks × block size).
+    /// Prompt tokens it already holds in its KV cache (leading blocks × block
+    /// size), on any tier.
     pub cached_tokens: u64,
+    /// Of those, the tokens it holds on its CPU tier at best (after the
+    /// GPU's: tiers are prefix-closed along a chain).
+    pub cpu_tokens: u64,
+    /// Of those, the tokens it holds on disk (or a slower tier) at best.
+    pub disk_tokens: u64,
     /// Requests in flight to it from all routers.
     pub in_flight: u64,
     /// Uncached prompt tokens of those requests still before their first
@@ -120,9 +127,6 @@ pub(crate) fn cand(id: &str, cached: u64, in_flight: u64) -> Candidate {
         worker_id: id.into(),
         cached_tokens: cached,
         in_flight,
-        prefill_tokens: 0,
-        waiting: 0,
-        running: 0,
-        kv_usage: 0.0,
+        ..Candidate::default()
     }
 }

@@ -1,5 +1,6 @@
 //! Test support: a real valkey-server on an ephemeral loopback port, a
-//! router served in-process, and a reader of the raw state in Valkey.
+//! router served in-process, and a reader of the raw state in Valkey; and
+//! child processes: routers, sims, reporters.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -9,6 +10,7 @@ use std::time::Duration;
 
 pub mod fake_worker;
 
+pub mod reporter_process;
 pub mod router_process;
 pub mod sim_process;
 pub mod tls;
@@ -386,7 +388,7 @@ pub fn raw_state(valkey: &Valkey, prefix: &str, model: &str) -> RawState {
         for (h, v) in fields {
             let entry = st.forward.entry(h).or_default();
             for tok in v.split(',') {
-                let pos = tok.find(['s', 'c']).expect("entry kind");
+                let pos = tok.find(|c: char| !c.is_ascii_digit()).expect("entry kind");
                 let kind = tok.as_bytes()[pos] as char;
                 let exp: u64 = tok[pos + 1..].parse().expect("expiry");
                 assert!(

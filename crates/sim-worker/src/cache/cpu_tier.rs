@@ -18,13 +18,15 @@
 //! offloaded block in (its copy is stored while the GPU still holds the
 //! block), so a consumer tracking media sees it held throughout; a CPU
 //! eviction or a load back is
-//! `BlockRemoved` on the CPU. A move changes nothing in the fleet's index
-//! (the worker still holds the block), so its events carry no indexed
-//! blocks; a block leaving the CPU tier is reported as evicted, and one
-//! cached on the GPU again is indexed anew by its commit.
+//! `BlockRemoved` on the CPU. A move keeps a block in the fleet's index (the
+//! worker still holds it) on another tier: its CPU store carries the moved
+//! indexed blocks on the CPU tier, pushed as stored there; a block leaving
+//! the CPU tier is reported as evicted, and one cached on the GPU again is
+//! indexed anew (on the GPU) by its commit.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use protocol::Tier;
 use protocol::family::FamilyBlock;
 use protocol::hashing::BlockHash;
 
@@ -40,11 +42,10 @@ pub(super) struct CpuEntry {
 }
 
 impl CpuEntry {
+    /// The block as the fleet's index holds it: on the CPU tier.
     fn as_indexed(&self, hash: BlockHash) -> Option<FamilyBlock> {
-        self.indexed.then_some(FamilyBlock {
-            hash,
-            family: self.family,
-        })
+        self.indexed
+            .then_some(FamilyBlock::new(hash, self.family).on(Tier::Cpu))
     }
 }
 
@@ -181,6 +182,7 @@ impl PrefixCache {
             return;
         }
         let mut moved: HashSet<BlockHash> = HashSet::with_capacity(evicted.len());
+        let mut moved_indexed: HashMap<BlockHash, FamilyBlock> = HashMap::new();
         let mut lost_indexed = Vec::new();
         let mut cpu_removed = Vec::new();
         let mut cpu_removed_indexed = Vec::new();
@@ -190,6 +192,9 @@ impl PrefixCache {
                 None => (false, None),
             };
             moved.insert(e.hash);
+            if let Some(b) = e.indexed {
+                moved_indexed.insert(e.hash, b.on(Tier::Cpu));
+            }
             let Some((old, entry)) = self.cpu.insert(e.hash, indexed, family) else {
                 continue;
             };
@@ -221,13 +226,17 @@ impl PrefixCache {
             // vLLM's offloading connector sends no parent and no tokens,
             // and stores the copy while the GPU still holds the block: a
             // reporter that tracks media sees it held throughout.
+            let indexed = stored
+                .iter()
+                .filter_map(|h| moved_indexed.get(h).copied())
+                .collect();
             self.emit_on(
                 Medium::Cpu,
                 CacheEvent::Stored {
                     hashes: stored,
                     parent: None,
                     block_size: self.block_size,
-                    indexed: Vec::new(),
+                    indexed,
                 },
             );
         }

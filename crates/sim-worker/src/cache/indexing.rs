@@ -26,10 +26,7 @@ pub(super) fn index_run(
         && let (false, Some(hash)) = (pb.indexed, pb.hash)
     {
         pb.indexed = true;
-        indexed.push(FamilyBlock {
-            hash,
-            family: pb.family,
-        });
+        indexed.push(FamilyBlock::new(hash, pb.family));
     }
     for (offset, &(b, hash, position)) in run.iter().enumerate() {
         let on = is_indexed_in_run(position, offset, run.len());
@@ -39,24 +36,21 @@ pub(super) fn index_run(
         blocks[b].indexed = on;
         blocks[b].family = family;
         if on {
-            indexed.push(FamilyBlock { hash, family });
+            indexed.push(FamilyBlock::new(hash, family));
         }
     }
     indexed
 }
 
 impl PrefixCache {
-    /// Every cached hash the fleet's index holds, with its family, sorted:
-    /// what a full sync sends (the CPU tier's too: the worker holds them).
+    /// Every cached hash the fleet's index holds, with its family and tier,
+    /// sorted: what a full sync sends (the CPU tier's too, on that tier).
     pub fn indexed_hashes(&self) -> Vec<FamilyBlock> {
         let mut v: Vec<FamilyBlock> = self
             .cached
             .iter()
             .filter(|&(_, &b)| self.blocks[b].indexed)
-            .map(|(&hash, &b)| FamilyBlock {
-                hash,
-                family: self.blocks[b].family,
-            })
+            .map(|(&hash, &b)| FamilyBlock::new(hash, self.blocks[b].family))
             .chain(self.cpu.indexed())
             .collect();
         v.sort_unstable();

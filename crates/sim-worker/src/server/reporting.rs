@@ -80,9 +80,9 @@ impl Reporters {
         self.kv_drop_evictions
     }
 
-    /// Hands `events` to both reporters, in order. The push API has no
-    /// tiers: a block on the CPU tier is still the worker's (the events
-    /// of a move carry no indexed blocks).
+    /// Hands `events` to both reporters, in order. The push reports carry
+    /// tiers: a move's CPU store pushes its indexed blocks as stored on the
+    /// CPU tier (the worker still holds them), a commit's as on the GPU.
     pub fn publish(&mut self, events: &[TierEvent], book: &TokenBook) {
         if let Some(p) = &self.pusher {
             for TierEvent { event, .. } in events {

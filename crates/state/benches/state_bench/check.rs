@@ -246,7 +246,7 @@ async fn timed_repair(
     raw.begin().await?;
     let t = Instant::now();
     let out = store
-        .sync_repair_in_families(MODEL, id, differing, listed, None)
+        .sync_repair_in_families(MODEL, id, differing, listed, None, None)
         .await?;
     let wall = t.elapsed();
     let mut w = raw.window("fcall").await?;

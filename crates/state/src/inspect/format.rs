@@ -1,8 +1,10 @@
 //! The value formats of docs/state.md: forward-map entries
-//! (`<idx><s|c><expiry_s>`, comma-separated) and routing-view records and
-//! fields, as lib.lua writes them.
+//! (`<idx><s|c|h|d><expiry_s>`, comma-separated) and routing-view records
+//! and fields, as lib.lua writes them.
 
 use std::collections::BTreeMap;
+
+use protocol::Tier;
 
 use super::schema::parse_idx;
 
@@ -11,8 +13,9 @@ use super::schema::parse_idx;
 pub(crate) enum Kind {
     /// `s`: claimed on routing.
     Speculative,
-    /// `c`: reported by the worker.
-    Confirmed,
+    /// `c`, `h`, `d`: reported by the worker, its best copy on the GPU,
+    /// the CPU or disk.
+    Confirmed(Tier),
 }
 
 /// One entry `<idx><kind><expiry_s>` of a forward value.
@@ -30,7 +33,7 @@ impl std::fmt::Display for Entry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let k = match self.kind {
             Kind::Speculative => 's',
-            Kind::Confirmed => 'c',
+            Kind::Confirmed(t) => t.entry_kind(),
         };
         write!(f, "{}{k}{}", self.idx, self.expiry_s)
     }
@@ -69,19 +72,19 @@ pub(crate) fn parse_value(v: &[u8]) -> ParsedValue {
             },
             None => out
                 .problems
-                .push(format!("entry {token:?} is not <idx><s|c><expiry_s>")),
+                .push(format!("entry {token:?} is not <idx><s|c|h|d><expiry_s>")),
         }
     }
     out
 }
 
 fn parse_entry(token: &str) -> Option<Entry> {
-    let pos = token.find(['s', 'c'])?;
+    let pos = token.find(|c: char| !c.is_ascii_digit())?;
     let idx = parse_idx(&token[..pos])?;
-    let kind = if token.as_bytes()[pos] == b's' {
-        Kind::Speculative
-    } else {
-        Kind::Confirmed
+    let letter = char::from(token.as_bytes()[pos]);
+    let kind = match letter {
+        's' => Kind::Speculative,
+        other => Kind::Confirmed(Tier::from_entry_kind(other)?),
     };
     let exp = &token[pos + 1..];
     if exp.is_empty() || !exp.bytes().all(|b| b.is_ascii_digit()) {
@@ -142,11 +145,16 @@ mod tests {
 
     #[test]
     fn values_are_parsed_like_entry_of() {
-        let p = parse_value(b"3c1763712345,12s1763712301");
+        let p = parse_value(b"3c1763712345,12s1763712301,4h1,5d2");
         assert!(p.problems.is_empty());
-        assert_eq!(p.entries[&3].kind, Kind::Confirmed);
+        assert_eq!(p.entries[&3].kind, Kind::Confirmed(Tier::Gpu));
+        assert_eq!(p.entries[&4].kind, Kind::Confirmed(Tier::Cpu));
+        assert_eq!(p.entries[&5].kind, Kind::Confirmed(Tier::Disk));
         assert_eq!(p.entries[&12].expiry_s, 1763712301);
-        for bad in ["", "3x1", "3c", "c1", "03c1", "3c1,3s2", "3c1,,4c1", "3c1x"] {
+        assert_eq!(p.entries[&4].to_string(), "4h1");
+        for bad in [
+            "", "3x1", "3c", "c1", "03c1", "3c1,3s2", "3c1,,4c1", "3c1x", "3h", "3e1", "3h1,3d1",
+        ] {
             assert!(!parse_value(bad.as_bytes()).problems.is_empty(), "{bad:?}");
         }
     }

@@ -53,7 +53,9 @@ impl ModelInventory {
             ModelKey::Spec(i) => {
                 self.spec.insert(*i);
             }
-            ModelKey::Target(i) => {
+            // The target's tiers live and die with the target: the same
+            // rules (only while syncing, of a known incarnation) hold.
+            ModelKey::Target(i) | ModelKey::TargetTiers(i) => {
                 self.target.insert(*i);
             }
             ModelKey::Stage(..) => self.stages += 1,

@@ -148,13 +148,13 @@ impl Probe {
                     .arg(k(ModelKey::Ids))
                     .arg(record_id.as_deref().unwrap_or(""));
                 pipe.cmd("GET").arg(k(ModelKey::Seq));
-                for key in [
-                    ModelKey::Reverse(*idx),
-                    ModelKey::Spec(*idx),
-                    ModelKey::Target(*idx),
-                ] {
+                for key in [ModelKey::Reverse(*idx), ModelKey::Spec(*idx)] {
                     pipe.cmd("EXISTS").arg(k(key));
                 }
+                // The sync target or its tiers (the same rules hold for both).
+                pipe.cmd("EXISTS")
+                    .arg(k(ModelKey::Target(*idx)))
+                    .arg(k(ModelKey::TargetTiers(*idx)));
                 9
             }
             Probe::WorkerId { id, idx } => {
@@ -247,7 +247,7 @@ impl Probe {
                 seq: text(&v[5]),
                 has_r: int(&v[6]) == Some(1),
                 has_sp: int(&v[7]) == Some(1),
-                has_s: int(&v[8]) == Some(1),
+                has_s: int(&v[8]).is_some_and(|n| n > 0),
                 now_ms,
                 horizon_ms,
             }),

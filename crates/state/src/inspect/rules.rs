@@ -197,7 +197,7 @@ pub(crate) fn key_issues(f: &KeyFacts) -> Vec<Issue> {
     let stage = matches!(
         f.class,
         KeyClass::Model {
-            key: ModelKey::Stage(..) | ModelKey::StageDigests(..),
+            key: ModelKey::Stage(..) | ModelKey::StageDigests(..) | ModelKey::StageTiers(..),
             ..
         }
     );
@@ -298,7 +298,7 @@ mod tests {
             expiry_s: 1_030,
         };
         let conf = Entry {
-            kind: Kind::Confirmed,
+            kind: Kind::Confirmed(protocol::Tier::Gpu),
             ..spec
         };
         assert!(codes(&facts(Some(spec), true, true, live)).is_empty());

@@ -62,6 +62,10 @@ pub(crate) enum ModelKey {
     Digests(u64),
     /// `stage_dg:<idx>:<sync_id>`
     StageDigests(u64, String),
+    /// `st:<idx>`: the sync target's tiers (blocks off the GPU).
+    TargetTiers(u64),
+    /// `stage_t:<idx>:<sync_id>`: a staged snapshot's tiers.
+    StageTiers(u64, String),
     /// `rc:<key>`: a cached response (64 hex digits), with a TTL.
     ResponseEntry(String),
     /// `rc_expiry`, `rc_sizes`, `rc_used`: the response cache's budget,
@@ -110,9 +114,11 @@ impl ModelKey {
             ModelKey::ResponseIndex(ResponseIndex::Sizes) => KeyType::Hash,
             ModelKey::Leases | ModelKey::Routers => KeyType::ZSet,
             ModelKey::Ids | ModelKey::View | ModelKey::Gc | ModelKey::Record(_) => KeyType::Hash,
-            ModelKey::Bucket(_) | ModelKey::Digests(_) | ModelKey::StageDigests(..) => {
-                KeyType::Hash
-            }
+            ModelKey::Bucket(_)
+            | ModelKey::Digests(_)
+            | ModelKey::StageDigests(..)
+            | ModelKey::TargetTiers(_)
+            | ModelKey::StageTiers(..) => KeyType::Hash,
             ModelKey::Purge
             | ModelKey::Reverse(_)
             | ModelKey::Spec(_)
@@ -207,11 +213,12 @@ fn model_key(suffix: &str) -> Option<ModelKey> {
                 "r" => ModelKey::Reverse(parse_idx(arg)?),
                 "sp" => ModelKey::Spec(parse_idx(arg)?),
                 "s" => ModelKey::Target(parse_idx(arg)?),
+                "st" => ModelKey::TargetTiers(parse_idx(arg)?),
                 "dg" => ModelKey::Digests(parse_idx(arg)?),
                 "rc" if arg.len() == 64 && arg.bytes().all(is_lower_hex) => {
                     ModelKey::ResponseEntry(arg.to_owned())
                 }
-                "stage" | "stage_dg" => {
+                "stage" | "stage_dg" | "stage_t" => {
                     let (idx, sync_id) = arg.split_once(':')?;
                     let ok = !sync_id.is_empty()
                         && sync_id.len() <= 64
@@ -222,10 +229,10 @@ fn model_key(suffix: &str) -> Option<ModelKey> {
                         return None;
                     }
                     let (idx, sync_id) = (parse_idx(idx)?, sync_id.to_owned());
-                    if kind == "stage" {
-                        ModelKey::Stage(idx, sync_id)
-                    } else {
-                        ModelKey::StageDigests(idx, sync_id)
+                    match kind {
+                        "stage" => ModelKey::Stage(idx, sync_id),
+                        "stage_dg" => ModelKey::StageDigests(idx, sync_id),
+                        _ => ModelKey::StageTiers(idx, sync_id),
                     }
                 }
                 _ => return None,
@@ -314,6 +321,8 @@ impl ModelKeys {
             ModelKey::Stage(i, id) => format!("{b}:stage:{i}:{id}"),
             ModelKey::Digests(i) => format!("{b}:dg:{i}"),
             ModelKey::StageDigests(i, id) => format!("{b}:stage_dg:{i}:{id}"),
+            ModelKey::TargetTiers(i) => format!("{b}:st:{i}"),
+            ModelKey::StageTiers(i, id) => format!("{b}:stage_t:{i}:{id}"),
             ModelKey::ResponseEntry(k) => format!("{b}:rc:{k}"),
             ModelKey::ResponseIndex(i) => format!("{b}:{}", i.suffix()),
         }

@@ -56,6 +56,7 @@ impl FleetClient {
             buckets: buckets.to_vec(),
             hashes: Cow::Owned(hashes),
             families,
+            tiers: super::wire::wire_tiers(&blocks),
             digests: Cow::Owned(whole),
             shard_digests: per_shard,
         };

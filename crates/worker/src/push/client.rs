@@ -24,7 +24,7 @@ use protocol::family::FamilyBlock;
 use protocol::push::{
     EvictionBody, HeartbeatBody, HeartbeatReply, StoredBody, SyncBody, SyncReply,
 };
-use protocol::{WorkerLoad, WorkerRole};
+use protocol::{Tier, WorkerLoad, WorkerRole};
 
 /// The most hashes the fleet accepts in one `stored`/`eviction` request.
 pub const FLEET_MAX_BATCH: usize = 65_536;
@@ -170,22 +170,27 @@ impl FleetClient {
         })
     }
 
-    /// Confirms blocks the worker now caches (split into `max_batch`
-    /// requests). An empty list sends nothing.
+    /// Confirms blocks the worker now caches, each on its best tier (one
+    /// request per tier, split into `max_batch` requests; GPU ones without
+    /// a `medium`, as before tiers). An empty list sends nothing.
     pub async fn stored(
         &self,
         who: &WorkerIdentity,
         blocks: &[FamilyBlock],
     ) -> Result<(), PushError> {
-        for chunk in blocks.chunks(self.batch()) {
-            let (hashes, families) = wire_blocks(chunk);
-            let body = StoredBody {
-                worker_id: who.worker_id.as_str().into(),
-                model: Some(who.model.as_str().into()),
-                block_hashes: Cow::Owned(hashes),
-                families,
-            };
-            self.send(self.post("stored", &body)).await?;
+        for tier in Tier::ALL {
+            let on: Vec<FamilyBlock> = blocks.iter().filter(|b| b.tier == tier).copied().collect();
+            for chunk in on.chunks(self.batch()) {
+                let (hashes, families) = wire_blocks(chunk);
+                let body = StoredBody {
+                    worker_id: who.worker_id.as_str().into(),
+                    model: Some(who.model.as_str().into()),
+                    block_hashes: Cow::Owned(hashes),
+                    families,
+                    medium: (tier != Tier::Gpu).then_some(tier),
+                };
+                self.send(self.post("stored", &body)).await?;
+            }
         }
         Ok(())
     }
@@ -253,6 +258,7 @@ impl FleetClient {
             model: Some(who.model.as_str().into()),
             active_hashes: Cow::Owned(hashes),
             families,
+            tiers: super::wire::wire_tiers(blocks),
             sync_id: sync_id.map(Cow::Borrowed),
             last,
         };

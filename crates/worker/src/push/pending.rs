@@ -66,8 +66,8 @@ impl Batch {
 #[derive(Debug)]
 pub struct Pending {
     /// hash → (present: true when stored last, false when evicted last;
-    /// its family).
-    net: HashMap<BlockHash, (bool, Option<BlockHash>)>,
+    /// the block as last reported, with its family and tier).
+    net: HashMap<BlockHash, (bool, FamilyBlock)>,
     max: usize,
     resync: Option<ResyncReason>,
 }
@@ -90,7 +90,7 @@ impl Pending {
             return 0;
         }
         for b in blocks {
-            self.net.insert(b.hash, (present, b.family));
+            self.net.insert(b.hash, (present, *b));
         }
         if self.net.len() <= self.max {
             return 0;
@@ -127,8 +127,7 @@ impl Pending {
     /// Takes the window's net reports for a flush.
     pub fn take(&mut self) -> Batch {
         let mut batch = Batch::default();
-        for (hash, (present, family)) in std::mem::take(&mut self.net) {
-            let block = FamilyBlock { hash, family };
+        for (_, (present, block)) in std::mem::take(&mut self.net) {
             if present {
                 batch.stored.push(block);
             } else {

@@ -1,14 +1,25 @@
-//! The push API's forms of a worker's blocks: hashes with their families,
-//! and the digests a sync check sends (of the whole set, or per shard).
+//! The push API's forms of a worker's blocks: hashes with their families
+//! and tiers, and the digests a sync check sends (of the whole set, or per
+//! shard; each block counted with its tier).
 
 use std::borrow::Cow;
 
+use protocol::Tier;
 use protocol::family::{FamilyBlock, block_shards, split_families};
 use protocol::hashing::BlockHash;
-use protocol::index::{digest_bucket, digests, digests_hex, parse_bucket_name};
+use protocol::index::{digest_bucket, digests_hex, parse_bucket_name, tiered_digests};
 
 /// A body's `families` field.
 pub(super) type WireFamilies = Option<Cow<'static, [Option<BlockHash>]>>;
+
+/// A body's `tiers` field: None when every block is on the GPU (what a
+/// fleet that predates tiers assumes).
+pub(super) fn wire_tiers(blocks: &[FamilyBlock]) -> Option<Cow<'static, [Tier]>> {
+    blocks
+        .iter()
+        .any(|b| b.tier != Tier::Gpu)
+        .then(|| Cow::Owned(blocks.iter().map(|b| b.tier).collect()))
+}
 
 /// The push API's form of `blocks`: their hashes, and their families
 /// unless none is known (then the fleet places every block everywhere).
@@ -24,18 +35,22 @@ pub(super) fn check_digests(
     snapshot: &[FamilyBlock],
     shards: usize,
 ) -> (String, Option<Vec<String>>) {
+    let term = |b: &FamilyBlock| (b.hash, b.tier);
     if shards <= 1 {
-        return (digests_hex(&digests(snapshot.iter().map(|b| b.hash))), None);
+        return (
+            digests_hex(&tiered_digests(snapshot.iter().map(term))),
+            None,
+        );
     }
-    let mut sets: Vec<Vec<BlockHash>> = vec![Vec::new(); shards];
+    let mut sets: Vec<Vec<(BlockHash, Tier)>> = vec![Vec::new(); shards];
     for b in snapshot {
         for s in block_shards(b.family, shards) {
-            sets[s].push(b.hash);
+            sets[s].push(term(b));
         }
     }
     let per_shard = sets
         .into_iter()
-        .map(|set| digests_hex(&digests(set)))
+        .map(|set| digests_hex(&tiered_digests(set)))
         .collect();
     (String::new(), Some(per_shard))
 }
@@ -72,14 +87,8 @@ mod tests {
     #[test]
     fn head_blocks_count_in_every_shard() {
         let blocks = [
-            FamilyBlock {
-                hash: BlockHash(0x10),
-                family: None,
-            },
-            FamilyBlock {
-                hash: BlockHash(0x20),
-                family: Some(BlockHash(1)),
-            },
+            FamilyBlock::new(BlockHash(0x10), None),
+            FamilyBlock::new(BlockHash(0x20), Some(BlockHash(1))),
         ];
         let (whole, none) = check_digests(&blocks, 1);
         assert!(none.is_none() && whole.len() == 4096);
@@ -87,11 +96,16 @@ mod tests {
         let per = per.unwrap();
         assert!(empty.is_empty() && per.len() == 2);
         // Shard 1 (family 1 % 2) has both blocks, shard 0 the head only.
-        assert_eq!(per[0], digests_hex(&digests([BlockHash(0x10)])));
-        assert_eq!(
-            per[1],
-            digests_hex(&digests([BlockHash(0x10), BlockHash(0x20)]))
-        );
+        let gpu =
+            |hs: &[u64]| digests_hex(&protocol::index::digests(hs.iter().map(|h| BlockHash(*h))));
+        assert_eq!(per[0], gpu(&[0x10]));
+        assert_eq!(per[1], gpu(&[0x10, 0x20]));
+        // A block off the GPU counts with its tier.
+        let cpu = [blocks[0].on(Tier::Cpu)];
+        let (whole, _) = check_digests(&cpu, 1);
+        assert_ne!(whole, gpu(&[0x10]));
+        assert_eq!(wire_tiers(&cpu).unwrap().as_ref(), &[Tier::Cpu]);
+        assert!(wire_tiers(&blocks).is_none());
         let (hashes, families) = wire_blocks(&blocks);
         assert_eq!(hashes, [BlockHash(0x10), BlockHash(0x20)]);
         assert_eq!(families.unwrap().as_ref(), &[None, Some(BlockHash(1))]);
@@ -99,9 +113,8 @@ mod tests {
 
     #[test]
     fn a_repair_sends_the_blocks_of_the_listed_buckets() {
-        let block = |hash: u64, family: Option<u64>| FamilyBlock {
-            hash: BlockHash(hash),
-            family: family.map(BlockHash),
+        let block = |hash: u64, family: Option<u64>| {
+            FamilyBlock::new(BlockHash(hash), family.map(BlockHash))
         };
         let snapshot = [
             block(0x3a00_0000_0000_0001, None),

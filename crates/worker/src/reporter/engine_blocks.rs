@@ -6,9 +6,17 @@
 //! own hash of each block is computed from those (its parent's router digest
 //! is remembered per engine hash). When the engine hashes with `sha256_cbor`
 //! and the same seed, the two hashes are equal.
+//!
+//! Each block's media (vLLM reports a store and a removal per medium) make
+//! its best tier (`protocol::Tier`): a change of that tier is reported as a
+//! store on the new tier (a GPU copy removed while a CPU copy remains, a CPU
+//! block loaded back onto the GPU); only a block gone from every medium is
+//! removed.
 
 use std::collections::HashMap;
 
+use super::held::Held;
+use protocol::Tier;
 use protocol::family::{DEFAULT_FAMILY_BLOCKS, FamilyBlock, family_at};
 use protocol::hashing::{BlockDigest, BlockHash, BlockHasher, ExtraKeys, LoraKey};
 use protocol::index::{branch_point, is_indexed_in_run};
@@ -55,10 +63,12 @@ pub enum Unmappable {
 }
 
 /// The router-level changes an event caused to the indexed blocks: hashes
-/// that became present and hashes that are no longer held by any medium.
+/// that became present or changed their best tier, and hashes that are no
+/// longer held by any medium.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct BlockDelta {
-    /// Router hashes now held that were not, with their families.
+    /// Router hashes now held that were not, or now held on another best
+    /// tier, with their families and that tier.
     pub stored: Vec<FamilyBlock>,
     /// Router hashes no longer held.
     pub removed: Vec<FamilyBlock>,
@@ -94,17 +104,6 @@ struct EngineBlock {
     family: Option<BlockHash>,
     /// Media (GPU, CPU, ...) holding it; vLLM reports each separately.
     media: Vec<Option<String>>,
-}
-
-/// A router hash held by one or more engine blocks.
-#[derive(Debug, Clone, Copy)]
-struct Held {
-    /// Engine blocks (under any engine hash) holding it.
-    count: u32,
-    /// Whether it was reported to the index.
-    indexed: bool,
-    /// Its prefix family.
-    family: Option<BlockHash>,
 }
 
 /// The engine's blocks by engine hash, and the router hashes they hold.
@@ -165,15 +164,13 @@ impl EngineBlocks {
         self.held.clear();
     }
 
-    /// Every indexed router hash held, with its family, for a full sync.
+    /// Every indexed router hash held, with its family and best tier, for a
+    /// full sync.
     pub fn snapshot(&self) -> Vec<FamilyBlock> {
         self.held
             .iter()
             .filter(|(_, h)| h.indexed)
-            .map(|(&hash, h)| FamilyBlock {
-                hash,
-                family: h.family,
-            })
+            .map(|(&hash, h)| h.block(hash))
             .collect()
     }
 
@@ -201,7 +198,7 @@ impl EngineBlocks {
             });
         }
         if e.token_ids.is_empty() && !e.block_hashes.is_empty() {
-            return self.copied(e);
+            return self.copied(e, delta);
         }
         if e.token_ids.len() != e.block_hashes.len() * bs {
             return Err(Unmappable::TokenCount {
@@ -226,6 +223,7 @@ impl EngineBlocks {
             self.hasher
                 .continue_digests(parent.as_ref().map(|(d, _, _)| d), &e.token_ids, &keys);
         let start = parent.map_or(0, |(_, depth, _)| depth + 1);
+        let tier = Tier::from_medium(e.medium.as_deref());
         let mut family = parent.and_then(|(_, _, f)| f);
         let run = e.block_hashes.len();
         if let (Some((digest, _, _)), Some(_)) = (parent, branch_point(start, run)) {
@@ -254,23 +252,20 @@ impl EngineBlocks {
                     && !held.indexed
                 {
                     held.indexed = true;
-                    delta.stored.push(FamilyBlock { hash, family });
+                    delta.stored.push(held.block(hash));
                 }
                 continue;
             }
             let first = block.media.is_empty();
             block.media.push(e.medium.clone());
+            let held = self.held.entry(hash).or_insert(Held::new(family));
             if first {
-                let held = self.held.entry(hash).or_insert(Held {
-                    count: 0,
-                    indexed: false,
-                    family,
-                });
                 held.count += 1;
-                if indexed && !held.indexed {
-                    held.indexed = true;
-                    delta.stored.push(FamilyBlock { hash, family });
-                }
+            }
+            held.copy(hash, tier, true, delta);
+            if first && indexed && !held.indexed {
+                held.indexed = true;
+                delta.stored.push(held.block(hash));
             }
         }
         Ok(())
@@ -279,13 +274,18 @@ impl EngineBlocks {
     /// A `BlockStored` without tokens: known blocks copied to another
     /// medium (vLLM's offloading connector stores to the CPU while the GPU
     /// copy still exists). They are held already; the medium keeps them
-    /// held once the GPU copy is removed.
-    fn copied(&mut self, e: &BlockStored) -> Result<(), Unmappable> {
+    /// held once the GPU copy is removed (then reported on the CPU tier).
+    fn copied(&mut self, e: &BlockStored, delta: &mut BlockDelta) -> Result<(), Unmappable> {
+        let tier = Tier::from_medium(e.medium.as_deref());
         let mut unknown = 0;
         for engine in &e.block_hashes {
             match self.blocks.get_mut(engine) {
                 Some(block) if !block.media.contains(&e.medium) => {
-                    block.media.push(e.medium.clone())
+                    block.media.push(e.medium.clone());
+                    let hash = block.digest.external();
+                    if let Some(held) = self.held.get_mut(&hash) {
+                        held.copy(hash, tier, true, delta);
+                    }
                 }
                 Some(_) => {}
                 None => unknown += 1,
@@ -303,33 +303,40 @@ impl EngineBlocks {
             && !held.indexed
         {
             held.indexed = true;
-            delta.stored.push(FamilyBlock {
-                hash,
-                family: held.family,
-            });
+            delta.stored.push(held.block(hash));
         }
     }
 
     fn removed(&mut self, e: &BlockRemoved, delta: &mut BlockDelta) {
+        let tier = Tier::from_medium(e.medium.as_deref());
         for engine in &e.block_hashes {
             let Some(block) = self.blocks.get_mut(engine) else {
                 continue;
             };
+            let had = block.media.len();
             block.media.retain(|m| *m != e.medium);
-            if !block.media.is_empty() {
-                continue;
-            }
+            let present = block.media.len() < had;
+            let gone = block.media.is_empty();
             let hash = block.digest.external();
-            self.blocks.remove(engine);
-            if let Some(held) = self.held.get_mut(&hash) {
+            if gone {
+                self.blocks.remove(engine);
+            }
+            let Some(held) = self.held.get_mut(&hash) else {
+                continue;
+            };
+            if gone {
                 held.count -= 1;
                 if held.count == 0 {
                     let (indexed, family) = (held.indexed, held.family);
                     self.held.remove(&hash);
                     if indexed {
-                        delta.removed.push(FamilyBlock { hash, family });
+                        delta.removed.push(FamilyBlock::new(hash, family));
                     }
+                    continue;
                 }
+            }
+            if present {
+                held.copy(hash, tier, false, delta);
             }
         }
     }

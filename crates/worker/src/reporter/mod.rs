@@ -6,6 +6,7 @@
 
 mod args;
 mod engine_blocks;
+mod held;
 mod run;
 mod sequence;
 mod session;
