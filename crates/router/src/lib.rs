@@ -19,7 +19,7 @@
 //! * [`routing`]: the policies, pure: `cache_aware`, `round_robin`,
 //!   `least_loaded`, `power_of_two`, `consistent_hash`, bounded load; and
 //!   `decode`, the decode pick and skip-prefill rule of disaggregated
-//!   serving.
+//!   serving, and `prefill`, its prefill pick (`--pd-prefill-policy`).
 //! * `response_cache`: the optional cache of deterministic completions in
 //!   Valkey, asked by `proxy` before routing, replayed byte for byte.
 //! * `metrics_recorder`: the Prometheus recorder, installed once per process.

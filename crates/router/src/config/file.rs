@@ -52,6 +52,7 @@ pub(super) struct FileConfig {
     pub(super) batch_cost_tokens: Option<f64>,
     pub(super) uncached_weight: Option<f64>,
     pub(super) pd_skip_prefill_share: Option<f64>,
+    pub(super) pd_prefill_policy: Option<String>,
     #[serde(default)]
     pub(super) loras: Vec<String>,
     pub(super) scrape_metrics_interval: Option<String>,

@@ -33,7 +33,7 @@ use super::pd_bodies::{PdBodies, answer_params};
 use super::pd_plan::{PdPlan, disaggregated};
 use super::prompts::Chain;
 use super::{InFlightGuard, Proxy, ProxyError, forward, record_outcome};
-use crate::routing::RouteRequest;
+use crate::routing::{LeastPrefill, Policy, PrefillPolicy, RouteRequest};
 use crate::telemetry::{self, SPANS};
 use protocol::WorkerRole;
 use protocol::headers::{ORCA_REQUEST_HEADER, PREFILL_WORKER_HEADER};
@@ -90,7 +90,15 @@ impl Proxy {
             .pipelines()
             .get(model)
             .map_or(16, |p| p.hasher.block_size());
-        let lookup = match self.store.probe(model, &chain.hashes).await {
+        // Matched as exactly as the routing call matches (gap probes),
+        // among the decode candidates: what the decode pick and the skip
+        // decision weigh.
+        let decoders = |w: &state::WorkerInfo| w.role != WorkerRole::Prefill;
+        let lookup = match self
+            .store
+            .probe_with_gaps_among(model, &chain.hashes, decoders)
+            .await
+        {
             Ok(lookup) => lookup,
             Err(e) => {
                 tracing::debug!(error = %e, model, "no lookup for a disaggregated route; routing as usual");
@@ -134,7 +142,7 @@ impl Proxy {
                 if plan.skip { uncached(decode) } else { 0 },
             )
             .await;
-        let decode_guard = InFlightGuard::new(
+        let mut decode_guard = InFlightGuard::new(
             self.store.clone(),
             model,
             &decode.candidate.worker_id,
@@ -147,6 +155,11 @@ impl Proxy {
             self.prefill(model, chain, &plan, &bodies, out, &request, block_size)
                 .await
         };
+        if prefilled.is_none() && !plan.skip {
+            // No prefill worker did it: the decode worker computes the
+            // prompt, and its queue holds those tokens until its first byte.
+            decode_guard.add_prefill(uncached(decode));
+        }
         let path = match (&prefilled, plan.skip) {
             (Some(_), _) => "disaggregated",
             (None, true) => "skip_prefill",
@@ -190,7 +203,11 @@ impl Proxy {
         request: &RouteRequest,
         block_size: usize,
     ) -> Option<(Value, String)> {
-        let ranked: Vec<Target> = match self.atomic.as_ref() {
+        let atomic = self
+            .atomic
+            .as_ref()
+            .filter(|_| self.pd_prefill == PrefillPolicy::CacheAware);
+        let ranked: Vec<Target> = match atomic {
             Some(cfg) => {
                 let within = plan.prefill_ids();
                 match self
@@ -207,7 +224,7 @@ impl Proxy {
                     }
                 }
             }
-            None => self.order(self.policy.as_ref(), request, plan.prefill.clone()),
+            None => self.order(self.prefill_policy(), request, plan.prefill.clone()),
         };
         let body = bodies.prefill();
         let mut headers = out.headers.clone();
@@ -246,6 +263,15 @@ impl Proxy {
             "no prefill worker succeeded; the decode worker prefills"
         );
         None
+    }
+
+    /// What ranks prefill workers outside the atomic step: load alone
+    /// under `--pd-prefill-policy least_loaded`, else the router's policy.
+    pub(super) fn prefill_policy(&self) -> &dyn Policy {
+        match self.pd_prefill {
+            PrefillPolicy::LeastLoaded => &LeastPrefill,
+            PrefillPolicy::CacheAware => self.policy.as_ref(),
+        }
     }
 
     /// One prefill attempt: the params of its answer.

@@ -85,6 +85,9 @@ pub struct Proxy {
     /// `--pd-skip-prefill-share`: a decode worker holding more of a prompt
     /// than this share computes it without a prefill worker.
     pd_skip_share: f64,
+    /// `--pd-prefill-policy`: how a disaggregated request's prefill worker
+    /// is chosen.
+    pd_prefill: crate::routing::PrefillPolicy,
 }
 
 /// When a model's workers were last seen live, and their (id, url, role).
@@ -116,6 +119,7 @@ impl Proxy {
             known_for: std::time::Duration::from_secs(15),
             cache: None,
             pd_skip_share: 0.8,
+            pd_prefill: crate::routing::PrefillPolicy::default(),
         }
     }
 
@@ -130,6 +134,13 @@ impl Proxy {
     /// worker holds more than `share` of its prompt (default 0.8).
     pub fn with_pd_skip_prefill_share(mut self, share: f64) -> Self {
         self.pd_skip_share = share;
+        self
+    }
+
+    /// Chooses a disaggregated request's prefill worker by `policy`
+    /// (default: cache-aware).
+    pub fn with_pd_prefill_policy(mut self, policy: crate::routing::PrefillPolicy) -> Self {
+        self.pd_prefill = policy;
         self
     }
 
