@@ -1,11 +1,14 @@
 //! The run's report: `report.md`, `results.json` and SVG plots (hit rate
-//! and TTFT p50 over time per scenario) in the output directory.
+//! and TTFT p50 over time per scenario) in the output directory; and the
+//! prefill/decode comparison's table (`pd_table`).
 
 mod markdown;
+mod pd_table;
 mod plot;
 mod table;
 
 pub use markdown::render;
+pub use pd_table::pd_table;
 pub use plot::{LinePlot, Series, write_svg};
 pub use table::{around_table, cpu_table, main_table};
 
@@ -125,6 +128,7 @@ mod tests {
                 cached_tokens: Some(if i > 5 { 48 } else { 0 }),
                 completion_tokens: 4,
                 worker: Some(format!("sim-{}", i % 2)),
+                turn: 0,
             })
             .collect();
         let arm = ArmResult {
@@ -140,6 +144,8 @@ mod tests {
             around: Some(crate::metrics::around(&samples, 10.0, 60.0)),
             cpu: None,
             log_dir: None,
+            counters: None,
+            by_turn: None,
         };
         let r = RunReport {
             command: "loadtest run --scenario router-restart".into(),
