@@ -16,9 +16,8 @@ use indicatif::MultiProgress;
 use crate::cli::RunArgs;
 use crate::drive::DriveOptions;
 use crate::fleet::Arm;
-use crate::machine::Machine;
-use crate::report::{self, RunReport, ScenarioReport, main_table, pd_table};
-use crate::run::{build_plan, command_line, fleet_runner, fleet_settings};
+use crate::report::{self, ScenarioReport, main_table, pd_table};
+use crate::run::{build_plan, fleet_runner, fleet_settings, out_dir, report_now};
 use crate::scenario::Scenario;
 use protocol::WorkerRole;
 
@@ -124,12 +123,7 @@ pub async fn pd(args: PdArgs) -> anyhow::Result<PathBuf> {
     if plan.requests() == 0 {
         bail!("the workload has no requests (check --requests, --duration)");
     }
-    let out = run.out.clone().unwrap_or_else(|| {
-        let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S");
-        fleet::binaries::target_dir()
-            .join("loadtest")
-            .join(format!("pd-{stamp}"))
-    });
+    let out = out_dir(run.out.as_deref(), "pd-");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let drive = DriveOptions {
         model: run.model.clone(),
@@ -178,19 +172,11 @@ pub async fn pd(args: PdArgs) -> anyhow::Result<PathBuf> {
         bail!("no arm could be run");
     }
     let table = pd_table(&results);
-    let report = RunReport {
-        command: command_line(),
-        date: chrono::Local::now()
-            .format("%Y-%m-%d %H:%M:%S %z")
-            .to_string(),
-        machine: Machine::detect(),
-        workload: plan.description.clone(),
-        settings,
-        scenarios: vec![ScenarioReport {
-            scenario: Scenario::Steady,
-            arms: results,
-        }],
+    let steady = ScenarioReport {
+        scenario: Scenario::Steady,
+        arms: results,
     };
+    let report = report_now(&plan, settings, vec![steady]);
     report::write(&report, &out, window_s)?;
     let text = format!(
         "# Prefill/decode disaggregation against colocated workers\n\n\

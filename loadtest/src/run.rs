@@ -39,12 +39,7 @@ pub async fn run_report(args: RunArgs) -> anyhow::Result<(PathBuf, RunReport)> {
     if plan.requests() == 0 {
         bail!("the workload has no requests (check --requests, --duration, --limit)");
     }
-    let out = args.out.clone().unwrap_or_else(|| {
-        let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S");
-        fleet::binaries::target_dir()
-            .join("loadtest")
-            .join(stamp.to_string())
-    });
+    let out = out_dir(args.out.as_deref(), "");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let multi = MultiProgress::new();
     let drive = DriveOptions {
@@ -118,16 +113,7 @@ pub async fn run_report(args: RunArgs) -> anyhow::Result<(PathBuf, RunReport)> {
             });
         }
     }
-    let report = RunReport {
-        command: command_line(),
-        date: chrono::Local::now()
-            .format("%Y-%m-%d %H:%M:%S %z")
-            .to_string(),
-        machine: Machine::detect(),
-        workload: plan.description.clone(),
-        settings,
-        scenarios,
-    };
+    let report = report_now(&plan, settings, scenarios);
     let path = report::write(&report, &out, window_s)?;
     for s in &report.scenarios {
         println!("\n## {}\n\n{}", s.scenario.name(), main_table(&s.arms));
@@ -138,6 +124,35 @@ pub async fn run_report(args: RunArgs) -> anyhow::Result<(PathBuf, RunReport)> {
     }
     println!("\nreport: {}", path.display());
     Ok((path, report))
+}
+
+/// The report of a run of `plan` ending now, on this machine, by this
+/// process's command line.
+pub(crate) fn report_now(
+    plan: &Plan,
+    settings: Vec<(String, String)>,
+    scenarios: Vec<ScenarioReport>,
+) -> RunReport {
+    RunReport {
+        command: command_line(),
+        date: chrono::Local::now()
+            .format("%Y-%m-%d %H:%M:%S %z")
+            .to_string(),
+        machine: Machine::detect(),
+        workload: plan.description.clone(),
+        settings,
+        scenarios,
+    }
+}
+
+/// `--out`, else `target/loadtest/<name prefix><date>`.
+pub(crate) fn out_dir(out: Option<&std::path::Path>, prefix: &str) -> PathBuf {
+    out.map(std::path::Path::to_path_buf).unwrap_or_else(|| {
+        let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S");
+        fleet::binaries::target_dir()
+            .join("loadtest")
+            .join(format!("{prefix}{stamp}"))
+    })
 }
 
 /// The workload's plan, the sims' time scale, and the prompt cap applied.

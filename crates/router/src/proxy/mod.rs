@@ -18,7 +18,9 @@ mod forward;
 mod inflight;
 mod orca;
 mod pd_bodies;
+mod pd_pick;
 mod pd_plan;
+mod pd_steps;
 mod pick;
 mod prompts;
 mod ranking;
@@ -28,6 +30,7 @@ pub use cpu_pool::{CpuPool, PoolBusy};
 pub use error::ProxyError;
 pub use forward::Upstream;
 pub use inflight::InFlightGuard;
+pub use pd_pick::PREFILLER_HEADER;
 pub use pick::Pick;
 
 use std::collections::HashMap;
