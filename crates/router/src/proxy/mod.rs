@@ -6,7 +6,8 @@
 //! call that also counts the request in flight), and forward. A worker that
 //! fails before answering is replaced by the next in the ranking. Without
 //! Valkey, the last known workers are ranked by consistent hashing. A model
-//! with prefill and decode workers is served disaggregated (`disagg`).
+//! with prefill and decode workers is served disaggregated (`disagg`; the
+//! endpoint picker's two picks: `pd_pick`; what both share: `pd_steps`).
 
 mod assign;
 mod candidates;
