@@ -16,8 +16,8 @@ use indicatif::MultiProgress;
 use crate::cli::RunArgs;
 use crate::drive::DriveOptions;
 use crate::fleet::Arm;
-use crate::report::{self, ScenarioReport, main_table, pd_table};
-use crate::run::{build_plan, fleet_runner, fleet_settings, out_dir, report_now};
+use crate::report::{self, ScenarioReport, main_table, out_dir, pd_table, report_now};
+use crate::run::{build_plan, fleet_runner, fleet_settings};
 use crate::scenario::Scenario;
 use protocol::WorkerRole;
 

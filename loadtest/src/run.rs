@@ -13,7 +13,6 @@ use crate::fleet::{
     Arm, BalancerChoice, BalancerKind, ExternalRouter, FleetSpec, RouterCommon, SimSettings,
     default_tokenizer_dir,
 };
-use crate::machine::Machine;
 use crate::peers;
 use crate::report::{self, RunReport, ScenarioReport, around_table, main_table};
 use crate::runner::{self, Runner};
@@ -39,7 +38,7 @@ pub async fn run_report(args: RunArgs) -> anyhow::Result<(PathBuf, RunReport)> {
     if plan.requests() == 0 {
         bail!("the workload has no requests (check --requests, --duration, --limit)");
     }
-    let out = out_dir(args.out.as_deref(), "");
+    let out = report::out_dir(args.out.as_deref(), "");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let multi = MultiProgress::new();
     let drive = DriveOptions {
@@ -113,7 +112,7 @@ pub async fn run_report(args: RunArgs) -> anyhow::Result<(PathBuf, RunReport)> {
             });
         }
     }
-    let report = report_now(&plan, settings, scenarios);
+    let report = report::report_now(&plan, settings, scenarios);
     let path = report::write(&report, &out, window_s)?;
     for s in &report.scenarios {
         println!("\n## {}\n\n{}", s.scenario.name(), main_table(&s.arms));
@@ -124,35 +123,6 @@ pub async fn run_report(args: RunArgs) -> anyhow::Result<(PathBuf, RunReport)> {
     }
     println!("\nreport: {}", path.display());
     Ok((path, report))
-}
-
-/// The report of a run of `plan` ending now, on this machine, by this
-/// process's command line.
-pub(crate) fn report_now(
-    plan: &Plan,
-    settings: Vec<(String, String)>,
-    scenarios: Vec<ScenarioReport>,
-) -> RunReport {
-    RunReport {
-        command: command_line(),
-        date: chrono::Local::now()
-            .format("%Y-%m-%d %H:%M:%S %z")
-            .to_string(),
-        machine: Machine::detect(),
-        workload: plan.description.clone(),
-        settings,
-        scenarios,
-    }
-}
-
-/// `--out`, else `target/loadtest/<name prefix><date>`.
-pub(crate) fn out_dir(out: Option<&std::path::Path>, prefix: &str) -> PathBuf {
-    out.map(std::path::Path::to_path_buf).unwrap_or_else(|| {
-        let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S");
-        fleet::binaries::target_dir()
-            .join("loadtest")
-            .join(format!("{prefix}{stamp}"))
-    })
 }
 
 /// The workload's plan, the sims' time scale, and the prompt cap applied.
@@ -365,23 +335,6 @@ pub(crate) fn fleet_settings(
         s.push(("extra sim flags".into(), args.sim_args.join(" ")));
     }
     s
-}
-
-/// The process's command line, shell-quoted.
-pub(crate) fn command_line() -> String {
-    std::env::args()
-        .map(|a| {
-            if !a.is_empty()
-                && a.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c))
-            {
-                a
-            } else {
-                format!("'{}'", a.replace('\'', r"'\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// A `--peer` spec: `NAME=COMMAND`, or just the name of a known peer

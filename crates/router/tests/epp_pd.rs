@@ -22,10 +22,8 @@ use envoy::{
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
 use prefix_router::BodyMode;
 use serde_json::json;
-use support::{
-    Router, Valkey, args, free_port, metrics_text, post, tokenizer_dir, wait_counts, worker_blocks,
-    worker_counts,
-};
+use support::counts::{wait_counts, worker_counts};
+use support::{Router, Valkey, args, free_port, metrics_text, post, tokenizer_dir, worker_blocks};
 
 const MODEL: &str = "qwen3";
 const PREFILLER: &str = "x-prefiller-host-port";

@@ -15,10 +15,9 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use futures_util::StreamExt;
 use serde_json::json;
+use support::counts::wait_counts;
 use support::fake_worker::FakeWorker;
-use support::{
-    M, Router, Valkey, args, http, metrics_text, post, store, tokenizer_dir, wait_counts,
-};
+use support::{M, Router, Valkey, args, http, metrics_text, post, store, tokenizer_dir};
 
 async fn router(valkey: &Valkey, tune: impl Fn(&mut prefix_router::ServeArgs)) -> Router {
     let mut a = args();

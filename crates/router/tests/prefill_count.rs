@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::counts::wait_counts;
 use support::fake_worker::FakeWorker;
-use support::{M, Router, Valkey, args, http, post, tokenizer_dir, wait_counts};
+use support::{M, Router, Valkey, args, http, post, tokenizer_dir};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_requests_prefill_counts_until_its_first_byte() {

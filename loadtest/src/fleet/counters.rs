@@ -140,6 +140,25 @@ impl FleetCounters {
     }
 }
 
+impl super::Fleet {
+    /// What the sims (by role) and the routers counted so far.
+    pub async fn counters(&self) -> FleetCounters {
+        let roles = self.spec.arm.sim_roles.as_deref().unwrap_or_default();
+        let sims: Vec<(String, protocol::WorkerRole)> = self
+            .sims
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.url.clone(), roles.get(i).copied().unwrap_or_default()))
+            .collect();
+        let routers: Vec<String> = self
+            .router_ports
+            .iter()
+            .map(|p| format!("http://127.0.0.1:{p}"))
+            .collect();
+        FleetCounters::read(&self.http, &sims, &routers).await
+    }
+}
+
 async fn scrape(http: &reqwest::Client, base: &str) -> String {
     let url = format!("{}/metrics", base.trim_end_matches('/'));
     match http.get(&url).send().await {

@@ -289,23 +289,6 @@ impl Fleet {
         self.sims.iter().map(|s| s.id.clone()).collect()
     }
 
-    /// What the sims (by role) and the routers counted so far.
-    pub async fn counters(&self) -> FleetCounters {
-        let roles = self.spec.arm.sim_roles.as_deref().unwrap_or_default();
-        let sims: Vec<(String, protocol::WorkerRole)> = self
-            .sims
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.url.clone(), roles.get(i).copied().unwrap_or_default()))
-            .collect();
-        let routers: Vec<String> = self
-            .router_ports
-            .iter()
-            .map(|p| format!("http://127.0.0.1:{p}"))
-            .collect();
-        FleetCounters::read(&self.http, &sims, &routers).await
-    }
-
     /// The directory of logs and configuration files.
     pub fn dir(&self) -> &Path {
         &self.spec.dir

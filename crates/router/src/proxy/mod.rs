@@ -18,6 +18,7 @@ mod explain;
 mod forward;
 mod inflight;
 mod orca;
+mod outcome;
 mod pd_bodies;
 mod pd_pick;
 mod pd_plan;
@@ -49,7 +50,7 @@ use protocol::headers::{ORCA_REQUEST_HEADER, ORCA_RESPONSE_HEADER};
 use state::StateStore;
 use tracing::Instrument;
 
-use candidates::Target;
+use outcome::{decision, phase, record_outcome};
 use prompts::{Chain, Parsed, Prompts};
 use tokenize::ModelPipelines;
 
@@ -366,40 +367,5 @@ impl Proxy {
                 tracing::debug!(error = %e, "ORCA load not recorded");
             }
         });
-    }
-}
-
-/// How a decision went: `hit` (the chosen worker holds part of the prompt),
-/// `spill` (another worker held more, but load ruled it out), `miss`
-/// (nobody held any), `fallback` (Valkey unreachable).
-fn decision(ranked: &[Target], tracked: bool) -> &'static str {
-    let Some(first) = ranked.first() else {
-        return "no_worker";
-    };
-    if !tracked {
-        "fallback"
-    } else if ranked
-        .iter()
-        .any(|t| t.matched_blocks > first.matched_blocks)
-    {
-        "spill"
-    } else if first.matched_blocks > 0 {
-        "hit"
-    } else {
-        "miss"
-    }
-}
-
-/// Records the time of one routing phase since `since`.
-fn phase(name: &'static str, since: Instant) {
-    metrics::histogram!("prefix_router_route_phase_seconds", "phase" => name)
-        .record(since.elapsed().as_secs_f64());
-}
-
-fn record_outcome(model: &str, target: &Target, chain: &Chain) {
-    metrics::counter!("prefix_router_requests_total", "model" => model.to_owned()).increment(1);
-    if chain.prompt_tokens > 0 {
-        let ratio = target.candidate.cached_tokens as f64 / chain.prompt_tokens as f64;
-        metrics::histogram!("prefix_router_routed_prefix_ratio").record(ratio.min(1.0));
     }
 }
