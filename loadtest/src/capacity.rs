@@ -190,7 +190,7 @@ pub async fn capacity(a: CapacityArgs) -> anyhow::Result<PathBuf> {
     let path = out.join("capacity.md");
     std::fs::write(
         &path,
-        format!("# Capacity\n\n{}\n\n{text}", crate::run::command_line()),
+        format!("# Capacity\n\n{}\n\n{text}", crate::report::command_line()),
     )
     .with_context(|| format!("writing {}", path.display()))?;
     println!("{text}\nreport: {}", path.display());

@@ -29,6 +29,10 @@ pub enum Command {
     /// CPU per routed request of Valkey and the routers, and requests per
     /// core, for several prompt sizes at rising rates.
     Capacity(Box<crate::capacity::CapacityArgs>),
+    /// Prefill/decode disaggregation against colocated workers on a chat
+    /// or RAG workload: TTFT, time per output token, each role's hit rate,
+    /// skipped prefills (`pd.md`).
+    Pd(Box<crate::pd::PdArgs>),
     /// The fleet in front of two real vLLM CPU engines (scripts/real-vllm.sh
     /// installs them): router matches against the engines' cached tokens,
     /// cache reset and engine restart, RAG against round robin.

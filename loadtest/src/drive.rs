@@ -105,7 +105,7 @@ async fn run_session(
 ) -> Vec<Sample> {
     let mut out = Vec::with_capacity(session.turns.len());
     let mut conversation: Vec<Message> = Vec::new();
-    for turn in session.turns {
+    for (index, turn) in session.turns.into_iter().enumerate() {
         tokio::time::sleep_until((t0 + turn.at).into()).await;
         let (api, body) = body(&turn, &mut conversation, opts);
         let start_s = t0.elapsed().as_secs_f64();
@@ -114,7 +114,7 @@ async fn run_session(
             conversation.push(Message::new("assistant", o.answer.clone()));
         }
         tick(o.ok());
-        out.push(sample(start_s, &turn, o));
+        out.push(sample(start_s, index, &turn, o));
     }
     out
 }
@@ -142,7 +142,7 @@ fn body(
     (api, body)
 }
 
-fn sample(start_s: f64, turn: &Turn, o: Outcome) -> Sample {
+fn sample(start_s: f64, index: usize, turn: &Turn, o: Outcome) -> Sample {
     Sample {
         start_s,
         end_s: start_s + o.e2e.as_secs_f64(),
@@ -156,6 +156,7 @@ fn sample(start_s: f64, turn: &Turn, o: Outcome) -> Sample {
         completion_tokens: o.completion_tokens,
         worker: o.worker,
         error: o.error,
+        turn: index,
     }
 }
 

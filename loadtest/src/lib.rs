@@ -13,6 +13,8 @@
 //! * [`run`]: one run: arms, scenarios, the report's files.
 //! * [`capacity`]: runs at rising rates per prompt size; CPU per request
 //!   and requests per core of Valkey and the routers.
+//! * [`pd`]: prefill/decode disaggregation against colocated workers
+//!   (`loadtest pd`): the P/D arms, each role's counters, `pd.md`.
 //! * [`runner`]: drives one arm's fleet through a workload and a scenario.
 //! * [`fleet`]: a fleet of routers, sims and a balancer for one arm.
 //! * [`workload`]: synthetic, random, text and trace workloads.
@@ -28,7 +30,7 @@
 //! * [`machine`]: what the machine is, for the report.
 //! * [`real_engine`]: the fleet in front of real vLLM CPU engines.
 //!
-//! Within: `capacity`, `real_engine` → `run` → `runner` → `fleet`, `drive` → `client`;
+//! Within: `capacity`, `pd`, `real_engine` → `run` → `runner` → `fleet`, `drive` → `client`;
 //! `report` reads `metrics`.
 
 #![warn(missing_docs)]
@@ -41,6 +43,7 @@ pub mod drive;
 pub mod fleet;
 pub mod machine;
 pub mod metrics;
+pub mod pd;
 pub mod peers;
 pub mod real_engine;
 pub mod report;

@@ -28,6 +28,14 @@ impl Machine {
             memory: field(&read("/proc/meminfo"), "MemTotal").unwrap_or_else(|| "unknown".into()),
         }
     }
+
+    /// One line for a report.
+    pub fn summary(&self) -> String {
+        format!(
+            "Machine: {} cores, {}, Linux {}, {} memory.",
+            self.nproc, self.cpu_model, self.kernel, self.memory
+        )
+    }
 }
 
 /// Busy and total CPU ticks of the whole machine, all cores, from the first

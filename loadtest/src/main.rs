@@ -18,6 +18,10 @@ fn main() -> anyhow::Result<()> {
                 r = loadtest::capacity::capacity(*args) => r.map(|_| ()),
                 _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted; every process started was stopped")),
             },
+            Command::Pd(args) => tokio::select! {
+                r = loadtest::pd::pd(*args) => r.map(|_| ()),
+                _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted; every process started was stopped")),
+            },
             Command::RealEngine(args) => tokio::select! {
                 r = loadtest::real_engine::real_engine(*args) => r.map(|_| ()),
                 _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted; every process started was stopped")),

@@ -27,12 +27,23 @@ pub struct Sample {
     pub completion_tokens: u64,
     /// The worker that served it.
     pub worker: Option<String>,
+    /// Its turn in its session (0: the first; later chat turns resend the
+    /// earlier ones).
+    pub turn: usize,
 }
 
 impl Sample {
     /// Whether it succeeded.
     pub fn ok(&self) -> bool {
         self.error.is_none()
+    }
+
+    /// Time per output token after the first, milliseconds: streamed
+    /// answers of two tokens or more.
+    pub fn tpot_ms(&self) -> Option<f64> {
+        let ttft = self.ttft_ms?;
+        (self.completion_tokens > 1)
+            .then(|| (self.e2e_ms - ttft) / (self.completion_tokens - 1) as f64)
     }
 }
 
@@ -85,6 +96,8 @@ pub struct Summary {
     pub ttft_ms: Option<Percentiles>,
     /// End to end, milliseconds.
     pub e2e_ms: Option<Percentiles>,
+    /// Time per output token after the first, milliseconds.
+    pub tpot_ms: Option<Percentiles>,
     /// Successful requests per second of the run.
     pub req_per_s: f64,
     /// (Prompt + output) tokens of successful requests per second.
@@ -135,6 +148,7 @@ pub fn summarize(samples: &[Sample], workers: &[String]) -> Summary {
         hit_rate: (prompt > 0).then(|| cached as f64 / prompt as f64),
         ttft_ms: Percentiles::of(ok.iter().filter_map(|s| s.ttft_ms)),
         e2e_ms: Percentiles::of(ok.iter().map(|s| s.e2e_ms)),
+        tpot_ms: Percentiles::of(ok.iter().filter_map(|s| s.tpot_ms())),
         req_per_s: per_s(ok.len() as f64),
         tokens_per_s: per_s(tokens as f64),
         imbalance: imbalance(per_worker.values().copied()),
@@ -160,6 +174,26 @@ fn error_kind(e: &str) -> String {
         return format!("HTTP {}", rest.split(':').next().unwrap_or(rest));
     }
     e.split(':').next().unwrap_or(e).to_owned()
+}
+
+/// A multi-turn workload's measures split by turn: sessions' first turns
+/// against their later ones (which resend the earlier turns).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ByTurn {
+    /// First turns.
+    pub first: Summary,
+    /// Every later turn.
+    pub later: Summary,
+}
+
+/// `samples` split by turn; `None` when no session has a second turn.
+pub fn by_turn(samples: &[Sample]) -> Option<ByTurn> {
+    let (first, later): (Vec<Sample>, Vec<Sample>) =
+        samples.iter().cloned().partition(|s| s.turn == 0);
+    (!later.is_empty()).then(|| ByTurn {
+        first: summarize(&first, &[]),
+        later: summarize(&later, &[]),
+    })
 }
 
 /// The measures of one time window.
@@ -250,6 +284,7 @@ mod tests {
             cached_tokens: Some(cached),
             completion_tokens: 10,
             worker: Some(worker.into()),
+            turn: 0,
         }
     }
 
@@ -302,6 +337,8 @@ mod tests {
         assert_eq!(m.errors["transport"], 1);
         assert_eq!(m.hit_rate, Some(150.0 / 400.0));
         assert_eq!(m.ttft_ms.unwrap().p50, 20.0);
+        // (2 × ttft - ttft) / 9 tokens after the first.
+        assert_eq!(m.tpot_ms.unwrap().p50, 20.0 / 9.0);
         assert_eq!(m.duration_s, 4.5);
         assert!((m.req_per_s - 3.0 / 4.5).abs() < 1e-9);
         assert!((m.tokens_per_s - 430.0 / 4.5).abs() < 1e-9);
@@ -309,6 +346,20 @@ mod tests {
         assert!((m.imbalance.unwrap() - 1.5).abs() < 1e-9);
         assert_eq!(imbalance([]), None);
         assert_eq!(imbalance([0, 0]), None);
+    }
+
+    #[test]
+    fn later_turns_apart() {
+        let mut s = vec![
+            sample(0.0, "a", 100, 0, 50.0),
+            sample(1.0, "a", 200, 100, 10.0),
+        ];
+        assert!(by_turn(&s).is_none());
+        s[1].turn = 1;
+        let t = by_turn(&s).unwrap();
+        assert_eq!((t.first.requests, t.later.requests), (1, 1));
+        assert_eq!(t.later.ttft_ms.unwrap().p50, 10.0);
+        assert_eq!(t.later.hit_rate, Some(0.5));
     }
 
     #[test]

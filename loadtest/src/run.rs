@@ -13,7 +13,6 @@ use crate::fleet::{
     Arm, BalancerChoice, BalancerKind, ExternalRouter, FleetSpec, RouterCommon, SimSettings,
     default_tokenizer_dir,
 };
-use crate::machine::Machine;
 use crate::peers;
 use crate::report::{self, RunReport, ScenarioReport, around_table, main_table};
 use crate::runner::{self, Runner};
@@ -39,12 +38,7 @@ pub async fn run_report(args: RunArgs) -> anyhow::Result<(PathBuf, RunReport)> {
     if plan.requests() == 0 {
         bail!("the workload has no requests (check --requests, --duration, --limit)");
     }
-    let out = args.out.clone().unwrap_or_else(|| {
-        let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S");
-        fleet::binaries::target_dir()
-            .join("loadtest")
-            .join(stamp.to_string())
-    });
+    let out = report::out_dir(args.out.as_deref(), "");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let multi = MultiProgress::new();
     let drive = DriveOptions {
@@ -92,7 +86,8 @@ pub async fn run_report(args: RunArgs) -> anyhow::Result<(PathBuf, RunReport)> {
             arms: vec![result],
         });
     } else {
-        let (runner, arms) = fleet_runner(&args, time_scale, &out, drive)?;
+        let runner = fleet_runner(&args, time_scale, &out, drive)?;
+        let arms = parse_arms(&args)?;
         settings.extend(fleet_settings(&args, &runner, time_scale, input_cap));
         for &scenario in &args.scenario {
             let mut results = Vec::new();
@@ -117,16 +112,7 @@ pub async fn run_report(args: RunArgs) -> anyhow::Result<(PathBuf, RunReport)> {
             });
         }
     }
-    let report = RunReport {
-        command: command_line(),
-        date: chrono::Local::now()
-            .format("%Y-%m-%d %H:%M:%S %z")
-            .to_string(),
-        machine: Machine::detect(),
-        workload: plan.description.clone(),
-        settings,
-        scenarios,
-    };
+    let report = report::report_now(&plan, settings, scenarios);
     let path = report::write(&report, &out, window_s)?;
     for s in &report.scenarios {
         println!("\n## {}\n\n{}", s.scenario.name(), main_table(&s.arms));
@@ -140,7 +126,7 @@ pub async fn run_report(args: RunArgs) -> anyhow::Result<(PathBuf, RunReport)> {
 }
 
 /// The workload's plan, the sims' time scale, and the prompt cap applied.
-fn build_plan(args: &RunArgs) -> anyhow::Result<(Plan, f64, Option<usize>)> {
+pub(crate) fn build_plan(args: &RunArgs) -> anyhow::Result<(Plan, f64, Option<usize>)> {
     if args.workload == "trace" {
         let path = args.trace.clone().unwrap_or_else(|| {
             workspace_root().join("../shared/traces/mooncake_synthetic_trace.jsonl")
@@ -187,19 +173,8 @@ fn build_plan(args: &RunArgs) -> anyhow::Result<(Plan, f64, Option<usize>)> {
     }
 }
 
-/// The runner of launched fleets and the arms to compare.
-fn fleet_runner(
-    args: &RunArgs,
-    time_scale: f64,
-    out: &std::path::Path,
-    drive: DriveOptions,
-) -> anyhow::Result<(Runner, Vec<Arm>)> {
-    if args.routers == 0 || args.workers == 0 {
-        bail!("--routers and --workers must be positive");
-    }
-    if !(time_scale.is_finite() && time_scale > 0.0) {
-        bail!("--time-scale must be a positive number");
-    }
+/// The arms `--policies` names.
+fn parse_arms(args: &RunArgs) -> anyhow::Result<Vec<Arm>> {
     let peers = args
         .peers
         .iter()
@@ -213,6 +188,24 @@ fn fleet_runner(
     if arms.is_empty() {
         bail!("--policies is empty");
     }
+    Ok(arms)
+}
+
+/// The runner of launched fleets (its `base.arm` is a placeholder: each
+/// run names its arm).
+pub(crate) fn fleet_runner(
+    args: &RunArgs,
+    time_scale: f64,
+    out: &std::path::Path,
+    drive: DriveOptions,
+) -> anyhow::Result<Runner> {
+    if args.routers == 0 || args.workers == 0 {
+        bail!("--routers and --workers must be positive");
+    }
+    if !(time_scale.is_finite() && time_scale > 0.0) {
+        bail!("--time-scale must be a positive number");
+    }
+    let placeholder = Arm::parse("cache_aware", args.routers, args.isolated_ttl, &[])?;
     let bins =
         WorkspaceBinaries::locate(args.router_bin.clone(), args.sim_bin.clone(), &args.profile)?;
     let valkey = system_program(
@@ -240,7 +233,7 @@ fn fleet_runner(
     }
     let keep_data = args.valkey_restart == "aof";
     let base = FleetSpec {
-        arm: arms[0].clone(),
+        arm: placeholder,
         routers: RouterCommon {
             program: bins.router,
             token: TOKEN.into(),
@@ -276,11 +269,11 @@ fn fleet_runner(
         },
         out_dir: out.to_owned(),
     };
-    Ok((runner, arms))
+    Ok(runner)
 }
 
 /// The fleet's settings for the report.
-fn fleet_settings(
+pub(crate) fn fleet_settings(
     args: &RunArgs,
     runner: &Runner,
     time_scale: f64,
@@ -342,23 +335,6 @@ fn fleet_settings(
         s.push(("extra sim flags".into(), args.sim_args.join(" ")));
     }
     s
-}
-
-/// The process's command line, shell-quoted.
-pub(crate) fn command_line() -> String {
-    std::env::args()
-        .map(|a| {
-            if !a.is_empty()
-                && a.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c))
-            {
-                a
-            } else {
-                format!("'{}'", a.replace('\'', r"'\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// A `--peer` spec: `NAME=COMMAND`, or just the name of a known peer

@@ -13,9 +13,11 @@ use serde::Serialize;
 use crate::calibrate::{self, Overhead};
 use crate::client::Client;
 use crate::drive::{DriveOptions, drive};
-use crate::fleet::{Arm, Fleet, FleetSpec};
+use crate::fleet::{Arm, Fleet, FleetCounters, FleetSpec};
 use crate::machine::cpu_ticks;
-use crate::metrics::{AroundEvent, Sample, Summary, Window, around, summarize, windows};
+use crate::metrics::{
+    AroundEvent, ByTurn, Sample, Summary, Window, around, by_turn, summarize, windows,
+};
 
 /// Width of each side of the before/after comparison around an event.
 const AROUND_EVENT_S: f64 = 60.0;
@@ -76,6 +78,11 @@ pub struct ArmResult {
     pub cpu: Option<CpuPercent>,
     /// Logs of this run's processes, and its samples.
     pub log_dir: Option<PathBuf>,
+    /// For an arm with sim roles: what the sims and routers counted during
+    /// the workload.
+    pub counters: Option<FleetCounters>,
+    /// For a multi-turn workload: first turns against later ones.
+    pub by_turn: Option<ByTurn>,
 }
 
 /// Settings shared by every run.
@@ -168,6 +175,11 @@ impl Runner {
         };
         bar.set_message("");
         let workers = fleet.sim_ids();
+        let counted = arm.sim_roles.is_some();
+        let counters0 = match counted {
+            true => Some(fleet.counters().await),
+            false => None,
+        };
         let cpu0 = fleet.cpu();
         let own0 = proc_cpu_seconds(std::process::id()).unwrap_or(0.0);
         let ticks0 = cpu_ticks();
@@ -187,6 +199,10 @@ impl Runner {
                 100.0 * (b1 - b0) as f64 / (t1 - t0) as f64
             }
             _ => 0.0,
+        };
+        let counters = match counters0 {
+            Some(before) => Some(fleet.counters().await.since(&before)),
+            None => None,
         };
         fleet.stop().await;
         bar.finish();
@@ -227,6 +243,8 @@ impl Runner {
                 machine,
             }),
             log_dir: Some(dir),
+            counters,
+            by_turn: by_turn(&driven.samples),
             summary,
         })
     }
@@ -267,6 +285,8 @@ pub async fn run_target(
         around: None,
         cpu: None,
         log_dir: None,
+        counters: None,
+        by_turn: by_turn(&driven.samples),
         summary,
     })
 }

@@ -6,25 +6,18 @@
 
 use std::time::Duration;
 
-use fleet::binaries::which;
 use indicatif::{MultiProgress, ProgressDrawTarget};
-use loadtest::drive::DriveOptions;
-use loadtest::fleet::{
-    Arm, BalancerKind, FleetSpec, RouterCommon, SimSettings, default_tokenizer_dir,
-};
+use loadtest::fleet::Arm;
 use loadtest::machine::Machine;
 use loadtest::report::{self, RunReport, ScenarioReport};
-use loadtest::runner::Runner;
-use loadtest::scenario::{EventSettings, Scenario};
+use loadtest::scenario::Scenario;
 use loadtest::workload::{Api, SyntheticKind, SyntheticOptions, synthetic_plan};
 
 mod common;
-use common::binaries;
+use common::tiny_runner;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tiny_fleet_serves_a_short_workload() {
-    let bins = binaries();
-    let valkey = which("valkey-server").expect("valkey-server (run scripts/install-deps.sh)");
     let out = tempfile::tempdir().expect("tempdir");
     let plan = synthetic_plan(&SyntheticOptions {
         kind: SyntheticKind::Rag,
@@ -45,45 +38,7 @@ async fn tiny_fleet_serves_a_short_workload() {
     .expect("plan");
     assert_eq!(plan.requests(), 20);
     let arm = Arm::parse("cache_aware:1", 1, Duration::from_secs(60), &[]).expect("arm");
-    let runner = Runner {
-        base: FleetSpec {
-            arm: arm.clone(),
-            routers: RouterCommon {
-                program: bins.router,
-                token: "smoke-token".into(),
-                extra_args: vec![],
-                log_level: "warn".into(),
-            },
-            sim_program: bins.sim,
-            sims: SimSettings {
-                count: 2,
-                num_blocks: 2048,
-                time_scale: 0.05,
-                max_num_seqs: 64,
-                extra_args: vec![],
-            },
-            valkey_program: valkey,
-            valkey_aof: false,
-            valkey_cluster: false,
-            balancer: BalancerKind::Builtin,
-            model: "qwen3".into(),
-            tokenizer_dir: default_tokenizer_dir(),
-            dir: out.path().join("logs"),
-        },
-        drive: DriveOptions {
-            model: "qwen3".into(),
-            stream: true,
-        },
-        request_timeout: Duration::from_secs(20),
-        calibration_pairs: 5,
-        window_s: 1.0,
-        event_at: 0.5,
-        event: EventSettings {
-            down_for: Duration::ZERO,
-            valkey_keeps_data: false,
-        },
-        out_dir: out.path().to_owned(),
-    };
+    let runner = tiny_runner(out.path(), &arm, 2, 5);
     let multi = MultiProgress::with_draw_target(ProgressDrawTarget::hidden());
     let result = tokio::time::timeout(
         Duration::from_secs(60),

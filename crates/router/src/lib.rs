@@ -15,12 +15,14 @@
 //!   → forward, with retries, fallback and in-flight accounting; a model
 //!   with prefill and decode workers is served disaggregated (`disagg`:
 //!   decode pick and skip decision in `pd_plan`, prefill by the atomic
-//!   step over the prefill workers, bodies in `pd_bodies`).
+//!   step over the prefill workers, bodies in `pd_bodies`, the steps
+//!   shared with the endpoint picker's two picks in `pd_steps` and
+//!   `pd_pick`).
 //! * [`routing`]: the policies, pure: `cache_aware` (a hit weighted by the
 //!   KV tier it is held on), `round_robin`,
 //!   `least_loaded`, `power_of_two`, `consistent_hash`, bounded load; and
 //!   `decode`, the decode pick and skip-prefill rule of disaggregated
-//!   serving.
+//!   serving, and `prefill`, its prefill pick (`--pd-prefill-policy`).
 //! * `response_cache`: the optional cache of deterministic completions in
 //!   Valkey, asked by `proxy` before routing, replayed byte for byte.
 //! * `metrics_recorder`: the Prometheus recorder, installed once per process.

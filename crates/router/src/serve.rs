@@ -84,6 +84,7 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
             .with_cpu_pool(CpuPool::new(cfg.tokenize_threads, cfg.tokenize_queue))
             .with_known_for(cfg.ttls.worker_lease)
             .with_pd_skip_prefill_share(cfg.pd_skip_prefill_share)
+            .with_pd_prefill_policy(cfg.pd_prefill_policy)
             .with_response_cache(cache),
     )
 }

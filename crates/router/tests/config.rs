@@ -7,6 +7,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use clap::Parser;
+use prefix_router::routing::PrefillPolicy;
 use prefix_router::{ServeArgs, ServeConfig};
 
 #[derive(Parser)]
@@ -175,6 +176,17 @@ response_cache_max_bytes = 1000000
             typo.path().to_str().unwrap()
         ])
         .is_err()
+    );
+    // The prefill pick of disaggregated serving: cache-aware unless told.
+    let t = ["--internal-token", "t"];
+    let pick = |argv: &[&str]| resolve(&[&t[..], argv].concat()).map(|c| c.pd_prefill_policy);
+    assert_eq!(pick(&[]).unwrap(), PrefillPolicy::CacheAware);
+    let load = ["--pd-prefill-policy", "least_loaded"];
+    assert_eq!(pick(&load).unwrap(), PrefillPolicy::LeastLoaded);
+    let err = pick(&["--pd-prefill-policy", "round_robin"]).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("expected cache_aware or least_loaded"),
+        "{err:#}"
     );
     // Router ids are unique per process start.
     let a = resolve(&["--internal-token", "t"]).unwrap().router_id;

@@ -7,6 +7,7 @@
 mod support;
 
 #[path = "epp/envoy.rs"]
+#[allow(dead_code)] // shared by several test binaries, each using part of it
 mod envoy;
 
 use std::collections::{BTreeSet, HashMap};
@@ -14,8 +15,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use envoy::{
-    Envoy, common, destination, handed_back, immediate, modes, request_body, request_headers,
-    response_body, response_headers, subset,
+    Envoy, common, destination, exchange_duplex, handed_back, immediate, modes, request_body,
+    request_headers, response_body, response_headers, subset,
 };
 use envoy_types::pb::envoy::config::core::v3::Metadata;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
@@ -127,49 +128,15 @@ fn completion(prompt: &str) -> Vec<u8> {
     serde_json::to_vec(&json!({"model": MODEL, "prompt": prompt, "max_tokens": 4})).unwrap()
 }
 
-/// The full-duplex exchange of one request up to the pick: headers and
-/// body sent without waiting, then the headers answer with the destination
-/// and the body handed back.
+/// The destination of a full-duplex exchange of one request up to the pick
+/// (`envoy::exchange_duplex`).
 async fn pick_duplex(
     envoy: &mut Envoy,
     body: &[u8],
     config: bool,
     metadata: Option<Metadata>,
 ) -> Vec<String> {
-    let config = config
-        .then(|| {
-            modes(
-                BodySendMode::FullDuplexStreamed,
-                BodySendMode::FullDuplexStreamed,
-            )
-        })
-        .flatten();
-    envoy
-        .send(request_headers("/v1/completions", false, config, metadata))
-        .await;
-    let (first, rest) = body.split_at(body.len() / 2);
-    envoy.send(request_body(first, false)).await;
-    envoy.send(request_body(rest, true)).await;
-    let headers = envoy.recv().await;
-    assert!(
-        matches!(headers.response, Some(Response::RequestHeaders(_))),
-        "the headers are answered first: {headers:?}"
-    );
-    let chosen = destination(&headers);
-    let mut pieces = Vec::new();
-    loop {
-        let piece = envoy.recv().await;
-        pieces.push(piece);
-        if handed_back(&pieces).1 {
-            break;
-        }
-    }
-    assert_eq!(
-        handed_back(&pieces).0,
-        body,
-        "the body is handed back whole"
-    );
-    chosen
+    destination(&exchange_duplex(envoy, body, config, metadata).await)
 }
 
 async fn in_flight(f: &Fleet) -> HashMap<String, u64> {

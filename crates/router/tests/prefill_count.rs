@@ -8,40 +8,12 @@
 mod support;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::counts::wait_counts;
 use support::fake_worker::FakeWorker;
-use support::{M, Router, Valkey, args, get, http, post, tokenizer_dir};
-
-/// `/admin/workers`'s (in_flight, prefill_tokens) of worker `id`.
-async fn counts(r: &Router, id: &str) -> (u64, u64) {
-    let (_, v) = get(r, &format!("/admin/workers?model={M}")).await;
-    let w = v["workers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|w| w["worker_id"] == id)
-        .cloned()
-        .unwrap();
-    (
-        w["in_flight"].as_u64().unwrap(),
-        w["prefill_tokens"].as_u64().unwrap(),
-    )
-}
-
-/// Polls until worker `id`'s counts are `want` (or fails after 5 s).
-async fn wait_for(r: &Router, id: &str, want: (u64, u64), what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let now = counts(r, id).await;
-        if now == want {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what}: {now:?}, not {want:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use support::{M, Router, Valkey, args, http, post, tokenizer_dir};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_requests_prefill_counts_until_its_first_byte() {
@@ -75,7 +47,7 @@ async fn a_requests_prefill_counts_until_its_first_byte() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    wait_for(&r, "w0", (1, prompt_tokens), "while prefilling").await;
+    wait_counts(&r, M, "w0", |c| c == (1, prompt_tokens), "while prefilling").await;
     let (_, explain) = post(&r, "/admin/explain", &body).await;
     let row: &Value = &explain["candidates"][0];
     assert_eq!(row["prefill_tokens"], prompt_tokens, "{explain}");
@@ -86,13 +58,13 @@ async fn a_requests_prefill_counts_until_its_first_byte() {
     use futures_util::StreamExt;
     let first = stream.next().await.unwrap().unwrap();
     assert!(!first.is_empty());
-    wait_for(&r, "w0", (1, 0), "after the first byte").await;
+    wait_counts(&r, M, "w0", |c| c == (1, 0), "after the first byte").await;
 
     // The rest: nothing counts.
     w.release.send(()).unwrap();
     w.release.send(()).unwrap();
     while stream.next().await.is_some() {}
-    wait_for(&r, "w0", (0, 0), "after the end").await;
+    wait_counts(&r, M, "w0", |c| c == (0, 0), "after the end").await;
 
     // A second request of the same prompt, answered whole after a second:
     // the worker now holds its full blocks (claimed by the first), so only
@@ -107,7 +79,14 @@ async fn a_requests_prefill_counts_until_its_first_byte() {
             resp.await.unwrap().status().as_u16()
         })
     };
-    wait_for(&r, "w0", (1, prompt_tokens % 16), "the second request").await;
+    wait_counts(
+        &r,
+        M,
+        "w0",
+        |c| c == (1, prompt_tokens % 16),
+        "the second request",
+    )
+    .await;
     assert_eq!(second.await.unwrap(), 200);
-    wait_for(&r, "w0", (0, 0), "after the second").await;
+    wait_counts(&r, M, "w0", |c| c == (0, 0), "after the second").await;
 }

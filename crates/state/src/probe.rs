@@ -215,14 +215,28 @@ impl StateStore {
 
     /// [`probe`](Self::probe), then, as the routing call does, for the
     /// workers with the deepest match short of the chain's end, the blocks
-    /// between their last held indexed block and the next one, deepest
-    /// first (at most [`GAP_PROBE_BLOCKS`] into the chain), for a tip or
-    /// branch point they hold: what routing credits each worker with. One
-    /// extra lookup per probed block: for explain, not for routing.
+    /// between their last held indexed block and the next one (at most
+    /// [`GAP_PROBE_BLOCKS`] into the chain), for a tip or branch point they
+    /// hold: what routing credits each worker with. One extra lookup per
+    /// probed block, sent together.
     pub async fn probe_with_gaps(
         &self,
         model: &str,
         chain: &[BlockHash],
+    ) -> Result<PrefixProbe, StateError> {
+        self.probe_with_gaps_among(model, chain, |_| true).await
+    }
+
+    /// [`probe_with_gaps`](Self::probe_with_gaps), with the deepest match
+    /// taken among the workers `among` accepts alone: a pick restricted to
+    /// some workers (the decode workers of a disaggregated model) matches
+    /// them as exactly as the routing call matches the whole fleet. The
+    /// others keep their indexed match.
+    pub async fn probe_with_gaps_among(
+        &self,
+        model: &str,
+        chain: &[BlockHash],
+        among: impl Fn(&WorkerInfo) -> bool,
     ) -> Result<PrefixProbe, StateError> {
         let part = self.route_part(model, chain)?;
         let positions: Vec<usize> = indexed_positions(chain.len()).collect();
@@ -234,26 +248,29 @@ impl StateStore {
         }
         // The deepest match short of the tip: shallower ones cannot reach
         // its floor (route.lua's probe_gaps).
-        let Some(k) = held
-            .iter()
-            .copied()
+        let Some(k) = (0..held.len())
+            .filter(|&i| among(&probe.workers[i].info))
+            .map(|i| held[i])
             .filter(|&k| k > 0 && k < positions.len())
             .max()
         else {
             return Ok(probe);
         };
+        let waiting: Vec<usize> = (0..held.len())
+            .filter(|&i| held[i] == k && among(&probe.workers[i].info))
+            .collect();
         let lo = blocks_covered(k, chain.len());
         let hi = positions[k].min(GAP_PROBE_BLOCKS);
-        for q in (lo..hi).rev() {
-            let waiting: Vec<usize> = (0..held.len())
-                .filter(|&i| held[i] == k && probe.workers[i].matched_blocks <= q)
-                .collect();
-            if waiting.is_empty() {
-                break;
-            }
-            let found = self.lookup_chunk(&part, &chain[q..=q]).await?;
-            for i in waiting {
+        let gap = (lo..hi).map(|q| self.lookup_chunk(&part, &chain[q..=q]));
+        let found = futures_util::future::try_join_all(gap).await?;
+        // Deepest first: a worker is credited up to the deepest block of
+        // the gap it holds.
+        for (q, found) in (lo..hi).zip(found).rev() {
+            for &i in &waiting {
                 let w = &mut probe.workers[i];
+                if w.matched_blocks > q {
+                    continue;
+                }
                 let Some(f) = found
                     .workers
                     .iter()

@@ -15,6 +15,7 @@ use anyhow::{Context, bail};
 
 use super::sims::KvEndpoints;
 use super::template::fill;
+use protocol::WorkerRole;
 
 /// The routing policies `prefix-router serve --policy` accepts.
 pub const POLICIES: &[&str] = &[
@@ -202,6 +203,11 @@ pub struct Arm {
     pub kind: RouterKind,
     /// How many replicas sit behind the balancer.
     pub routers: usize,
+    /// Extra flags of this arm's routers (after the run's own).
+    pub router_args: Vec<String>,
+    /// The sims' prefill/decode roles, one per sim (their number replaces
+    /// the run's `--workers`); `None`: the run's sims, colocated.
+    pub sim_roles: Option<Vec<WorkerRole>>,
 }
 
 impl Arm {
@@ -251,6 +257,8 @@ impl Arm {
             label: format!("{name} ×{routers}"),
             kind,
             routers,
+            router_args: Vec::new(),
+            sim_roles: None,
         })
     }
 }

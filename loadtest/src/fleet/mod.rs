@@ -6,9 +6,11 @@
 //! command template, an [`Arm`]), `template` (filling in a template's
 //! placeholders), `routers` (each replica's command and companion), `sims`
 //! (the sim-workers, with or without KV events), `store` (Valkey),
-//! `balancer`/`tcp_proxy` (HAProxy or the builtin one), `cpu` ([`CpuUse`]).
+//! `balancer`/`tcp_proxy` (HAProxy or the builtin one), `cpu` ([`CpuUse`]),
+//! `counters` (what the sims and routers counted: [`FleetCounters`]).
 
 mod balancer;
+mod counters;
 mod cpu;
 mod kind;
 mod routers;
@@ -18,6 +20,7 @@ mod tcp_proxy;
 mod template;
 
 pub use balancer::{Balancer, BalancerChoice, BalancerKind};
+pub use counters::{FleetCounters, RoleCounters};
 pub use cpu::CpuUse;
 pub use kind::{Arm, Companion, ExternalRouter, LaunchContext, POLICIES, RouterKind, View};
 pub use routers::{RouterCommon, companion_spec, router_spec};
@@ -142,10 +145,21 @@ impl Fleet {
         let fleet_url = self.balancer.url();
         let spec = &self.spec;
         let kv_events = spec.arm.kind.sims_publish_kv_events();
-        for i in 0..spec.sims.count {
+        let count = spec
+            .arm
+            .sim_roles
+            .as_ref()
+            .map_or(spec.sims.count, Vec::len);
+        for i in 0..count {
+            let mut settings = spec.sims.clone();
+            if let Some(role) = spec.arm.sim_roles.as_ref().and_then(|r| r.get(i)) {
+                settings
+                    .extra_args
+                    .extend(["--role".into(), role.to_string()]);
+            }
             let sim = start_sim(
                 &spec.sim_program,
-                &spec.sims,
+                &settings,
                 i,
                 &spec.model,
                 &spec.tokenizer_dir,
@@ -194,13 +208,23 @@ impl Fleet {
             self.companions.push(companion);
             let spec = router_spec(
                 &self.spec.arm.kind,
-                &self.spec.routers,
+                &self.router_common(),
                 &ctx,
                 &self.spec.dir,
             );
             self.routers.push(spec.spawn()?);
         }
         Ok(())
+    }
+
+    /// What every replica of this arm shares: the run's router settings
+    /// and the arm's own flags after them.
+    fn router_common(&self) -> RouterCommon {
+        let mut common = self.spec.routers.clone();
+        common
+            .extra_args
+            .extend(self.spec.arm.router_args.iter().cloned());
+        common
     }
 
     /// Waits until every router answers its health route directly, then
@@ -296,7 +320,7 @@ impl Fleet {
             }
             let spec = router_spec(
                 &self.spec.arm.kind,
-                &self.spec.routers,
+                &self.router_common(),
                 &ctx,
                 &self.spec.dir,
             );

@@ -49,11 +49,7 @@ requests sharing a prefix reach different replicas with different views.
 pub fn render(r: &RunReport) -> String {
     let mut out = format!("# Load test, {}\n\n", r.date);
     out.push_str(&format!("Command:\n\n```sh\n{}\n```\n\n", r.command));
-    let m = &r.machine;
-    out.push_str(&format!(
-        "Machine: {} cores, {}, Linux {}, {} memory.\n\n",
-        m.nproc, m.cpu_model, m.kernel, m.memory
-    ));
+    out.push_str(&format!("{}\n\n", r.machine.summary()));
     out.push_str(&format!("Workload: {}\n\n", r.workload));
     let rows: Vec<Vec<String>> = r
         .settings

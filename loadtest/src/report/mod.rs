@@ -1,11 +1,14 @@
 //! The run's report: `report.md`, `results.json` and SVG plots (hit rate
-//! and TTFT p50 over time per scenario) in the output directory.
+//! and TTFT p50 over time per scenario) in the output directory; and the
+//! prefill/decode comparison's table (`pd_table`).
 
 mod markdown;
+mod pd_table;
 mod plot;
 mod table;
 
 pub use markdown::render;
+pub use pd_table::pd_table;
 pub use plot::{LinePlot, Series, write_svg};
 pub use table::{around_table, cpu_table, main_table};
 
@@ -18,6 +21,7 @@ use crate::machine::Machine;
 use crate::metrics::Window;
 use crate::runner::ArmResult;
 use crate::scenario::Scenario;
+use crate::workload::Plan;
 
 /// The results of every arm in one scenario.
 #[derive(Debug, Clone, Serialize)]
@@ -43,6 +47,52 @@ pub struct RunReport {
     pub settings: Vec<(String, String)>,
     /// One entry per scenario.
     pub scenarios: Vec<ScenarioReport>,
+}
+
+/// The report of a run of `plan` ending now, on this machine, by this
+/// process's command line.
+pub fn report_now(
+    plan: &Plan,
+    settings: Vec<(String, String)>,
+    scenarios: Vec<ScenarioReport>,
+) -> RunReport {
+    RunReport {
+        command: command_line(),
+        date: chrono::Local::now()
+            .format("%Y-%m-%d %H:%M:%S %z")
+            .to_string(),
+        machine: Machine::detect(),
+        workload: plan.description.clone(),
+        settings,
+        scenarios,
+    }
+}
+
+/// `--out`, else `target/loadtest/<name prefix><date>`.
+pub fn out_dir(out: Option<&std::path::Path>, prefix: &str) -> PathBuf {
+    out.map(std::path::Path::to_path_buf).unwrap_or_else(|| {
+        let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S");
+        fleet::binaries::target_dir()
+            .join("loadtest")
+            .join(format!("{prefix}{stamp}"))
+    })
+}
+
+/// The process's command line, shell-quoted.
+pub fn command_line() -> String {
+    std::env::args()
+        .map(|a| {
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c))
+            {
+                a
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// File names of a scenario's plots: (hit rate, TTFT).
@@ -125,6 +175,7 @@ mod tests {
                 cached_tokens: Some(if i > 5 { 48 } else { 0 }),
                 completion_tokens: 4,
                 worker: Some(format!("sim-{}", i % 2)),
+                turn: 0,
             })
             .collect();
         let arm = ArmResult {
@@ -140,6 +191,8 @@ mod tests {
             around: Some(crate::metrics::around(&samples, 10.0, 60.0)),
             cpu: None,
             log_dir: None,
+            counters: None,
+            by_turn: None,
         };
         let r = RunReport {
             command: "loadtest run --scenario router-restart".into(),

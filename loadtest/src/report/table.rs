@@ -4,7 +4,7 @@
 use crate::runner::ArmResult;
 
 /// Milliseconds, to 0.1 ms below 100 ms.
-fn ms(v: f64) -> String {
+pub(super) fn ms(v: f64) -> String {
     if v.abs() < 100.0 {
         format!("{v:.1}")
     } else {
@@ -12,7 +12,7 @@ fn ms(v: f64) -> String {
     }
 }
 
-fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
+pub(super) fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
     v.map(f).unwrap_or_else(|| "–".into())
 }
 
@@ -201,7 +201,7 @@ pub fn failures(arms: &[ArmResult]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::metrics::{Sample, summarize};
 
@@ -216,6 +216,7 @@ mod tests {
             cached_tokens: Some(25),
             completion_tokens: 4,
             worker: Some("sim-0".into()),
+            turn: 0,
         }];
         ArmResult {
             label: label.into(),
@@ -227,6 +228,8 @@ mod tests {
             around: None,
             cpu: None,
             log_dir: None,
+            counters: None,
+            by_turn: None,
         }
     }
 

@@ -28,3 +28,59 @@ pub fn binaries() -> WorkspaceBinaries {
         WorkspaceBinaries::locate(None, None, &profile).expect("building the fleet's binaries")
     }
 }
+
+/// A runner of tiny fleets for `arm`: `sims` sim-workers of 2,048 blocks at
+/// 1/20 of the modelled time behind the builtin balancer, logs under
+/// `out`, `calibration` pairs first.
+#[allow(dead_code)] // not every test binary runs a fleet
+pub fn tiny_runner(
+    out: &std::path::Path,
+    arm: &loadtest::fleet::Arm,
+    sims: usize,
+    calibration: usize,
+) -> loadtest::runner::Runner {
+    use loadtest::fleet::{BalancerKind, FleetSpec, RouterCommon, SimSettings};
+    use std::time::Duration;
+    let bins = binaries();
+    let valkey = fleet::binaries::which("valkey-server")
+        .expect("valkey-server (run scripts/install-deps.sh)");
+    loadtest::runner::Runner {
+        base: FleetSpec {
+            arm: arm.clone(),
+            routers: RouterCommon {
+                program: bins.router,
+                token: "tiny-fleet-token".into(),
+                extra_args: vec![],
+                log_level: "warn".into(),
+            },
+            sim_program: bins.sim,
+            sims: SimSettings {
+                count: sims,
+                num_blocks: 2048,
+                time_scale: 0.05,
+                max_num_seqs: 64,
+                extra_args: vec![],
+            },
+            valkey_program: valkey,
+            valkey_aof: false,
+            valkey_cluster: false,
+            balancer: BalancerKind::Builtin,
+            model: "qwen3".into(),
+            tokenizer_dir: loadtest::fleet::default_tokenizer_dir(),
+            dir: out.join("logs"),
+        },
+        drive: loadtest::drive::DriveOptions {
+            model: "qwen3".into(),
+            stream: true,
+        },
+        request_timeout: Duration::from_secs(20),
+        calibration_pairs: calibration,
+        window_s: 1.0,
+        event_at: 0.5,
+        event: loadtest::scenario::EventSettings {
+            down_for: Duration::ZERO,
+            valkey_keeps_data: false,
+        },
+        out_dir: out.to_owned(),
+    }
+}

@@ -127,6 +127,12 @@ pub struct ServeArgs {
     /// [default: 0.8].
     #[arg(long, env = "PREFIX_ROUTER_PD_SKIP_PREFILL_SHARE")]
     pub pd_skip_prefill_share: Option<f64>,
+    /// Disaggregated serving: how the prefill worker is chosen,
+    /// `cache_aware` (matched prefix against queued prefill) or
+    /// `least_loaded` (queued prefill alone, caches ignored)
+    /// [default: cache_aware].
+    #[arg(long, env = "PREFIX_ROUTER_PD_PREFILL_POLICY")]
+    pub pd_prefill_policy: Option<String>,
     /// A LoRA adapter `NAME=PATH` the engines serve for --model (repeatable):
     /// requests naming it are hashed with it, as vLLM does.
     #[arg(long = "lora", env = "PREFIX_ROUTER_LORAS", value_delimiter = ',')]

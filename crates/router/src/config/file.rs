@@ -54,6 +54,7 @@ pub(super) struct FileConfig {
     pub(super) tier_weight_cpu: Option<f64>,
     pub(super) tier_weight_disk: Option<f64>,
     pub(super) pd_skip_prefill_share: Option<f64>,
+    pub(super) pd_prefill_policy: Option<String>,
     #[serde(default)]
     pub(super) loras: Vec<String>,
     pub(super) scrape_metrics_interval: Option<String>,

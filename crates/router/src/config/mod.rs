@@ -100,6 +100,8 @@ pub struct ServeConfig {
     /// Disaggregated serving: the share of a prompt a decode worker must
     /// hold beyond which the prefill worker is skipped.
     pub pd_skip_prefill_share: f64,
+    /// Disaggregated serving: how the prefill worker is chosen.
+    pub pd_prefill_policy: crate::routing::PrefillPolicy,
     /// The endpoint picker's gRPC service, when run as `epp`.
     pub epp: Option<EppSettings>,
     /// The response cache; `None` when off.
@@ -232,6 +234,12 @@ impl ServeConfig {
         if !(0.0..=1.0).contains(&pd_skip_prefill_share) {
             bail!("--pd-skip-prefill-share must be within 0 and 1, got {pd_skip_prefill_share}");
         }
+        let pd_prefill_policy = match args.pd_prefill_policy.or(file.pd_prefill_policy) {
+            Some(p) => p
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--pd-prefill-policy: {e}"))?,
+            None => crate::routing::PrefillPolicy::default(),
+        };
         let max_connections = args
             .exposure
             .max_connections
@@ -334,6 +342,7 @@ impl ServeConfig {
             max_attempts: args.max_attempts.or(file.max_attempts).unwrap_or(3),
             cache_aware,
             pd_skip_prefill_share,
+            pd_prefill_policy,
             loras,
             models,
             scrape_metrics_interval: args.scrape_metrics_interval.or(file_duration(
@@ -378,6 +387,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("scrape_metrics_interval", &self.scrape_metrics_interval)
             .field("cache_aware", &self.cache_aware)
             .field("pd_skip_prefill_share", &self.pd_skip_prefill_share)
+            .field("pd_prefill_policy", &self.pd_prefill_policy)
             .field("epp", &self.epp)
             .field("response_cache", &self.response_cache)
             .finish()

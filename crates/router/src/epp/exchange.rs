@@ -278,14 +278,25 @@ impl Exchange {
                 "a chosen worker's URL has no host:port",
             ));
         }
+        let prefill = match pick.prefill_url() {
+            Some(url) => Some(endpoint_of(url).ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "no_ready_endpoint",
+                    "the chosen prefill worker's URL has no host:port",
+                )
+            })?),
+            None => None,
+        };
         tracing::debug!(
             worker = pick.worker_id(0),
             endpoints = %self.endpoints.join(","),
+            prefill = prefill.as_deref().unwrap_or(""),
             prompt_tokens = pick.prompt_tokens(),
             tracked = pick.tracked(),
             "picked"
         );
-        let answer = destination(phase, &self.endpoints);
+        let answer = destination(phase, &self.endpoints, prefill.as_deref());
         self.pick = Some(pick);
         metrics::counter!("prefix_router_epp_picks_total", "outcome" => "picked").increment(1);
         Ok(vec![answer])

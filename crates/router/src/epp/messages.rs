@@ -13,6 +13,7 @@ use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 
 use crate::api::ApiError;
+use crate::proxy::PREFILLER_HEADER;
 
 /// The header (and metadata key) that names the chosen endpoints.
 pub const DESTINATION_KEY: &str = "x-gateway-destination-endpoint";
@@ -64,13 +65,26 @@ pub fn proceed(phase: Phase) -> ProcessingResponse {
 /// protocol forbids two), with the route cache cleared so that the header
 /// is seen by routing. Sent as the answer to `phase`: the request's
 /// headers, or its body when that was buffered (then Envoy applies the
-/// header mutation before forwarding).
-pub fn destination(phase: Phase, endpoints: &[String]) -> ProcessingResponse {
+/// header mutation before forwarding). A disaggregated request's prefill
+/// worker (`ip:port`) goes in [`PREFILLER_HEADER`] for the decode worker's
+/// sidecar; without one, a client's own such header is removed, so that
+/// no client can point the sidecar at a host of its choosing.
+pub fn destination(
+    phase: Phase,
+    endpoints: &[String],
+    prefill: Option<&str>,
+) -> ProcessingResponse {
     let value = endpoints.join(",");
+    let mut set_headers = vec![header(DESTINATION_KEY, &value)];
+    let mut remove_headers = Vec::new();
+    match prefill {
+        Some(p) => set_headers.push(header(PREFILLER_HEADER, p)),
+        None => remove_headers.push(PREFILLER_HEADER.to_owned()),
+    }
     let common = CommonResponse {
         header_mutation: Some(HeaderMutation {
-            set_headers: vec![header(DESTINATION_KEY, &value)],
-            remove_headers: Vec::new(),
+            set_headers,
+            remove_headers,
         }),
         clear_route_cache: true,
         ..CommonResponse::default()

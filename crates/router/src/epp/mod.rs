@@ -4,7 +4,9 @@
 //! shared state, same atomic claim) and tells Envoy where to send the
 //! request, in the `x-gateway-destination-endpoint` header and the
 //! `envoy.lb` dynamic metadata (GIE's Endpoint Picker Protocol); Envoy
-//! forwards it itself.
+//! forwards it itself. A disaggregated model's request goes to its decode
+//! worker, and the prefill worker is named in `x-prefiller-host-port` for
+//! the decode worker's sidecar, as llm-d's P/D does (`proxy::pd_pick`).
 //!
 //! Layout (each uses only those above it):
 //!

@@ -28,14 +28,14 @@ use bytes::Bytes;
 use serde_json::Value;
 use tracing::Instrument;
 
-use super::candidates::{Target, targets};
+use super::candidates::Target;
 use super::pd_bodies::{PdBodies, answer_params};
 use super::pd_plan::{PdPlan, disaggregated};
+use super::pd_steps::{Planned, count_path, uncached};
 use super::prompts::Chain;
 use super::{InFlightGuard, Proxy, ProxyError, forward, record_outcome};
-use crate::routing::RouteRequest;
+use crate::routing::{LeastPrefill, Policy, PrefillPolicy};
 use crate::telemetry::{self, SPANS};
-use protocol::WorkerRole;
 use protocol::headers::{ORCA_REQUEST_HEADER, PREFILL_WORKER_HEADER};
 
 /// Largest prefill answer read: one token and the handshake, a few KiB.
@@ -85,26 +85,7 @@ impl Proxy {
         out: &Outgoing<'_>,
         started: Instant,
     ) -> Result<Option<Response>, ProxyError> {
-        let block_size = self
-            .prompts
-            .pipelines()
-            .get(model)
-            .map_or(16, |p| p.hasher.block_size());
-        let lookup = match self.store.probe(model, &chain.hashes).await {
-            Ok(lookup) => lookup,
-            Err(e) => {
-                tracing::debug!(error = %e, model, "no lookup for a disaggregated route; routing as usual");
-                return Ok(None);
-            }
-        };
-        let all = targets(&lookup, block_size);
-        self.remember(model, &all);
-        let request = RouteRequest {
-            prompt_tokens: chain.prompt_tokens,
-            prefix_key: chain.hashes.first().map_or(0, |h| h.0),
-        };
-        let cfg = self.atomic.unwrap_or_default();
-        let Some(plan) = PdPlan::new(&all, &cfg, &request, self.pd_skip_share) else {
+        let Some(planned) = self.pd_plan(model, chain, |_| true).await else {
             return Ok(None);
         };
         let body = out.body.clone();
@@ -115,44 +96,23 @@ impl Proxy {
         else {
             return Ok(None);
         };
+        let plan = &planned.plan;
         let Some(decode) = plan.decode.first() else {
             return Ok(None);
         };
-        // The decode worker is reserved first: other routers see its load
-        // while the prefill runs. Skipping the prefill, it computes the
-        // uncached prompt; else it receives the KV.
-        let uncached = |t: &Target| {
-            chain
-                .prompt_tokens
-                .saturating_sub(t.candidate.cached_tokens)
-        };
-        let counted = self
-            .assign_with(
-                model,
-                decode,
-                chain,
-                if plan.skip { uncached(decode) } else { 0 },
-            )
-            .await;
-        let decode_guard = InFlightGuard::new(
-            self.store.clone(),
-            model,
-            &decode.candidate.worker_id,
-            counted,
-        );
+        let mut decode_guard = self.reserve_decode(model, chain, plan, decode).await;
         tracing::debug!(model, decode = %decode.candidate.worker_id, why = %plan.why, "disaggregated route");
         let prefilled = if plan.skip {
             None
         } else {
-            self.prefill(model, chain, &plan, &bodies, out, &request, block_size)
-                .await
+            self.prefill(model, chain, &planned, &bodies, out).await
         };
-        let path = match (&prefilled, plan.skip) {
-            (Some(_), _) => "disaggregated",
-            (None, true) => "skip_prefill",
-            (None, false) => "decode_only",
-        };
-        metrics::counter!("prefix_router_pd_requests_total", "path" => path).increment(1);
+        if prefilled.is_none() && !plan.skip {
+            // No prefill worker did it: the decode worker computes the
+            // prompt, and its queue holds those tokens until its first byte.
+            decode_guard.add_prefill(uncached(chain, decode));
+        }
+        count_path(prefilled.is_some(), plan.skip);
         metrics::histogram!("prefix_router_route_seconds").record(started.elapsed().as_secs_f64());
         let params = prefilled.as_ref().map(|(p, _)| p.clone());
         let body = self
@@ -163,7 +123,7 @@ impl Proxy {
             .decode(
                 model,
                 chain,
-                &plan,
+                plan,
                 decode_guard,
                 body,
                 out,
@@ -179,36 +139,15 @@ impl Proxy {
     /// Runs the prefill on the best prefill worker that succeeds: the
     /// params its answer gives the decode worker, and its id; `None` when
     /// none did (the decode worker then computes the prompt).
-    #[allow(clippy::too_many_arguments)]
     async fn prefill(
         &self,
         model: &str,
         chain: &Chain,
-        plan: &PdPlan,
+        planned: &Planned,
         bodies: &PdBodies,
         out: &Outgoing<'_>,
-        request: &RouteRequest,
-        block_size: usize,
     ) -> Option<(Value, String)> {
-        let ranked: Vec<Target> = match self.atomic.as_ref() {
-            Some(cfg) => {
-                let within = plan.prefill_ids();
-                match self
-                    .route_and_claim(model, chain, cfg, request, block_size, &within)
-                    .await
-                {
-                    Ok(ranked) => ranked
-                        .into_iter()
-                        .filter(|t| t.role == WorkerRole::Prefill)
-                        .collect(),
-                    Err(e) => {
-                        tracing::warn!(error = %e, model, "prefill pick failed; the decode worker prefills");
-                        return None;
-                    }
-                }
-            }
-            None => self.order(self.policy.as_ref(), request, plan.prefill.clone()),
-        };
+        let ranked = self.rank_prefill(model, chain, planned).await?;
         let body = bodies.prefill();
         let mut headers = out.headers.clone();
         if !headers.contains_key(ORCA_REQUEST_HEADER) {
@@ -246,6 +185,15 @@ impl Proxy {
             "no prefill worker succeeded; the decode worker prefills"
         );
         None
+    }
+
+    /// What ranks prefill workers outside the atomic step: load alone
+    /// under `--pd-prefill-policy least_loaded`, else the router's policy.
+    pub(super) fn prefill_policy(&self) -> &dyn Policy {
+        match self.pd_prefill {
+            PrefillPolicy::LeastLoaded => &LeastPrefill,
+            PrefillPolicy::CacheAware => self.policy.as_ref(),
+        }
     }
 
     /// One prefill attempt: the params of its answer.
@@ -302,9 +250,7 @@ impl Proxy {
                     let tokens = if prefilled {
                         0
                     } else {
-                        chain
-                            .prompt_tokens
-                            .saturating_sub(target.candidate.cached_tokens)
+                        uncached(chain, target)
                     };
                     let counted = self.assign_with(model, target, chain, tokens).await;
                     InFlightGuard::new(self.store.clone(), model, worker, counted)

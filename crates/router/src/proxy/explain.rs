@@ -5,12 +5,13 @@
 use serde_json::{Value, json};
 
 use super::candidates::targets;
-use super::pd_plan::PdPlan;
+use super::pd_plan::{PdPlan, disaggregated};
 use super::{Endpoint, Proxy, ProxyError};
 use crate::routing::{
     CacheAware, Candidate, RouteRequest, batch_requests, capacity, effective_tokens,
     queued_requests, shared_tokens, within,
 };
+use protocol::WorkerRole;
 
 impl Proxy {
     /// The routing decision for `body` (a completions or chat request,
@@ -85,21 +86,38 @@ impl Proxy {
             };
             json!({ "worker_id": c.worker_id, "reason": reason })
         });
-        let disaggregation = PdPlan::new(&all, &cfg, &request, self.pd_skip_share).map(|plan| {
-            // The prefill pick: the policy among the prefill workers alone,
-            // as the atomic step restricted to them makes it.
+        // The decode workers matched as serving matches them (gap probes
+        // among them alone); the prefill workers as the atomic step does.
+        let mut pd_all = all.clone();
+        if disaggregated(all.iter().map(|t| t.role)) {
+            let decoders = |w: &state::WorkerInfo| w.role != WorkerRole::Prefill;
+            let lookup = self
+                .store
+                .probe_with_gaps_among(&model, &chain.hashes, decoders)
+                .await?;
+            for d in targets(&lookup, block_size) {
+                if let Some(t) = pd_all.iter_mut().find(|t| {
+                    t.role != WorkerRole::Prefill && t.candidate.worker_id == d.candidate.worker_id
+                }) {
+                    *t = d;
+                }
+            }
+        }
+        let disaggregation = PdPlan::new(&pd_all, &cfg, &request, self.pd_skip_share).map(|plan| {
+            // The prefill pick: the prefill policy among the prefill
+            // workers alone, as the atomic step restricted to them makes it.
             let prefill: Vec<Candidate> =
                 plan.prefill.iter().map(|t| t.candidate.clone()).collect();
             let among = shared_tokens(&cfg, &prefill);
             let pick = self
-                .policy
+                .prefill_policy()
                 .rank(&request, &prefill)
                 .first()
                 .map(|&i| (&plan.prefill[i], scorer.cost(&request, &prefill[i], among)));
             if let Some(d) = plan.decode.first() {
                 chosen = Some(json!({ "worker_id": d.candidate.worker_id, "reason": plan.why }));
             }
-            plan.explain(pick, self.pd_skip_share)
+            plan.explain(pick, self.pd_skip_share, self.pd_prefill)
         });
         let mut explained = json!({
             "model": model,

@@ -51,6 +51,23 @@ impl InFlightGuard {
         self.release(InFlight::prefill_tokens(-tokens));
     }
 
+    /// The worker now prefills `tokens` more than were counted (a decode
+    /// worker left to compute the prompt itself when no prefill worker
+    /// could): they count until the first byte, as a request's own do.
+    pub fn add_prefill(&mut self, tokens: u64) {
+        let Some(counted) = self.counted.as_mut() else {
+            return;
+        };
+        let tokens = i64::try_from(tokens).unwrap_or(i64::MAX);
+        if tokens == 0 {
+            return;
+        }
+        counted.prefill_tokens = counted.prefill_tokens.saturating_add(tokens);
+        self.release(InFlight::prefill_tokens(tokens));
+    }
+
+    /// Applies `delta` to the worker's counts, off the request path (a
+    /// release, or an addition).
     fn release(&self, delta: InFlight) {
         let (store, model, worker) = (
             self.store.clone(),

@@ -6,7 +6,8 @@
 //! call that also counts the request in flight), and forward. A worker that
 //! fails before answering is replaced by the next in the ranking. Without
 //! Valkey, the last known workers are ranked by consistent hashing. A model
-//! with prefill and decode workers is served disaggregated (`disagg`).
+//! with prefill and decode workers is served disaggregated (`disagg`; the
+//! endpoint picker's two picks: `pd_pick`; what both share: `pd_steps`).
 
 mod assign;
 mod candidates;
@@ -17,8 +18,11 @@ mod explain;
 mod forward;
 mod inflight;
 mod orca;
+mod outcome;
 mod pd_bodies;
+mod pd_pick;
 mod pd_plan;
+mod pd_steps;
 mod pick;
 mod prompts;
 mod ranking;
@@ -28,6 +32,7 @@ pub use cpu_pool::{CpuPool, PoolBusy};
 pub use error::ProxyError;
 pub use forward::Upstream;
 pub use inflight::InFlightGuard;
+pub use pd_pick::PREFILLER_HEADER;
 pub use pick::Pick;
 
 use std::collections::HashMap;
@@ -45,7 +50,7 @@ use protocol::headers::{ORCA_REQUEST_HEADER, ORCA_RESPONSE_HEADER};
 use state::StateStore;
 use tracing::Instrument;
 
-use candidates::Target;
+use outcome::{decision, phase, record_outcome};
 use prompts::{Chain, Parsed, Prompts};
 use tokenize::ModelPipelines;
 
@@ -85,6 +90,9 @@ pub struct Proxy {
     /// `--pd-skip-prefill-share`: a decode worker holding more of a prompt
     /// than this share computes it without a prefill worker.
     pd_skip_share: f64,
+    /// `--pd-prefill-policy`: how a disaggregated request's prefill worker
+    /// is chosen.
+    pd_prefill: crate::routing::PrefillPolicy,
 }
 
 /// When a model's workers were last seen live, and their (id, url, role).
@@ -116,6 +124,7 @@ impl Proxy {
             known_for: std::time::Duration::from_secs(15),
             cache: None,
             pd_skip_share: 0.8,
+            pd_prefill: crate::routing::PrefillPolicy::default(),
         }
     }
 
@@ -130,6 +139,13 @@ impl Proxy {
     /// worker holds more than `share` of its prompt (default 0.8).
     pub fn with_pd_skip_prefill_share(mut self, share: f64) -> Self {
         self.pd_skip_share = share;
+        self
+    }
+
+    /// Chooses a disaggregated request's prefill worker by `policy`
+    /// (default: cache-aware).
+    pub fn with_pd_prefill_policy(mut self, policy: crate::routing::PrefillPolicy) -> Self {
+        self.pd_prefill = policy;
         self
     }
 
@@ -351,40 +367,5 @@ impl Proxy {
                 tracing::debug!(error = %e, "ORCA load not recorded");
             }
         });
-    }
-}
-
-/// How a decision went: `hit` (the chosen worker holds part of the prompt),
-/// `spill` (another worker held more, but load ruled it out), `miss`
-/// (nobody held any), `fallback` (Valkey unreachable).
-fn decision(ranked: &[Target], tracked: bool) -> &'static str {
-    let Some(first) = ranked.first() else {
-        return "no_worker";
-    };
-    if !tracked {
-        "fallback"
-    } else if ranked
-        .iter()
-        .any(|t| t.matched_blocks > first.matched_blocks)
-    {
-        "spill"
-    } else if first.matched_blocks > 0 {
-        "hit"
-    } else {
-        "miss"
-    }
-}
-
-/// Records the time of one routing phase since `since`.
-fn phase(name: &'static str, since: Instant) {
-    metrics::histogram!("prefix_router_route_phase_seconds", "phase" => name)
-        .record(since.elapsed().as_secs_f64());
-}
-
-fn record_outcome(model: &str, target: &Target, chain: &Chain) {
-    metrics::counter!("prefix_router_requests_total", "model" => model.to_owned()).increment(1);
-    if chain.prompt_tokens > 0 {
-        let ratio = target.candidate.cached_tokens as f64 / chain.prompt_tokens as f64;
-        metrics::histogram!("prefix_router_routed_prefix_ratio").record(ratio.min(1.0));
     }
 }

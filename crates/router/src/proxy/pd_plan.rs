@@ -6,7 +6,9 @@
 use serde_json::{Value, json};
 
 use super::candidates::Target;
-use crate::routing::{CacheAwareConfig, Candidate, RouteRequest, decode_cost, rank_decode};
+use crate::routing::{
+    CacheAwareConfig, Candidate, PrefillPolicy, RouteRequest, decode_cost, rank_decode,
+};
 use protocol::WorkerRole;
 
 /// How a disaggregated request goes, before its prefill worker is chosen.
@@ -100,7 +102,12 @@ impl PdPlan {
     /// Explain's view of the plan, with the prefill worker the cache-aware
     /// policy would choose among [`prefill`](Self::prefill) (`None` when
     /// skipped).
-    pub fn explain(&self, prefill_pick: Option<(&Target, f64)>, share: f64) -> Value {
+    pub fn explain(
+        &self,
+        prefill_pick: Option<(&Target, f64)>,
+        share: f64,
+        policy: PrefillPolicy,
+    ) -> Value {
         let decode = self.decode.first().map(|d| {
             json!({
                 "worker_id": d.candidate.worker_id,
@@ -116,8 +123,13 @@ impl PdPlan {
                 "matched_tokens": p.candidate.cached_tokens,
                 "prefill_tokens": p.candidate.prefill_tokens,
                 "score_tokens": cost,
-                "reason": "cache-aware among the prefill workers: matched prefix against \
-                           the prefill queued on each",
+                "policy": policy.name(),
+                "reason": match policy {
+                    PrefillPolicy::CacheAware => "cache-aware among the prefill workers: \
+                        matched prefix against the prefill queued on each",
+                    PrefillPolicy::LeastLoaded => "the least prefill queued among the prefill \
+                        workers, caches ignored (--pd-prefill-policy least_loaded)",
+                },
             })
         });
         let ranking: Vec<Value> = self
@@ -192,7 +204,7 @@ mod tests {
         assert_eq!(plan.prefill_ids(), ["p"]);
         let plan = PdPlan::new(&all, &cfg, &req(2000), 0.8).unwrap();
         assert!(!plan.skip, "{}", plan.why);
-        let e = plan.explain(Some((&all[0], 1000.0)), 0.8);
+        let e = plan.explain(Some((&all[0], 1000.0)), 0.8, PrefillPolicy::CacheAware);
         assert_eq!(e["prefill"]["worker_id"], "p");
         assert_eq!(e["decode"]["worker_id"], "d1");
         assert_eq!(e["decode_ranking"].as_array().unwrap().len(), 2);

@@ -1,5 +1,7 @@
 //! [`Proxy::pick`]: the routing decision without the forwarding, for a
-//! gateway that sends the request itself (the endpoint picker).
+//! gateway that sends the request itself (the endpoint picker); for a
+//! disaggregated model, the decode worker and the prefill worker
+//! (`pd_pick`).
 
 use std::time::Instant;
 
@@ -8,6 +10,8 @@ use bytes::Bytes;
 use tracing::Instrument;
 
 use super::candidates::Target;
+use super::pd_pick::{PdPicked, PrefillLeg};
+use super::pd_steps::uncached;
 use super::prompts::{Chain, Parsed};
 use super::ranking::UrlFilter;
 use super::{Endpoint, InFlightGuard, Proxy, ProxyError, decision, record_outcome};
@@ -26,6 +30,9 @@ pub struct Pick {
     /// Which of `ranked` the count is on.
     counted_on: usize,
     guard: InFlightGuard,
+    /// For a disaggregated model: the prefill half (`ranked` are then
+    /// decode workers).
+    pd: Option<PrefillLeg>,
 }
 
 impl Pick {
@@ -57,9 +64,40 @@ impl Pick {
         self.tracked
     }
 
-    /// The response's first bytes came: the worker's prefill of it is over.
+    /// The prefill worker's base URL, when the request is disaggregated
+    /// and not skipped: the decode worker's sidecar sends it the prefill.
+    pub fn prefill_url(&self) -> Option<&str> {
+        let target = self.pd.as_ref()?.target.as_ref()?;
+        Some(target.url.as_str())
+    }
+
+    /// The response's first bytes came: the worker's prefill of it is
+    /// over, and so is a prefill worker's part.
     pub fn first_byte(&mut self) {
         self.guard.first_byte();
+        if let Some(leg) = self.pd.as_mut() {
+            leg.guard = None;
+        }
+    }
+
+    /// A disaggregated pick: `ranked` decode workers, the first counted by
+    /// `guard`, and the prefill half.
+    pub(super) fn disaggregated(
+        model: &str,
+        chain: Chain,
+        ranked: Vec<Target>,
+        guard: InFlightGuard,
+        leg: PrefillLeg,
+    ) -> Pick {
+        Pick {
+            model: model.to_owned(),
+            chain,
+            ranked,
+            tracked: true,
+            counted_on: 0,
+            guard,
+            pd: Some(leg),
+        }
     }
 }
 
@@ -90,6 +128,22 @@ impl Proxy {
         let Parsed { model, chain, .. } = self.read(endpoint, body).await?;
         let span = tracing::Span::current();
         span.record("model", model.as_str());
+        let chain = if endpoint != Endpoint::Other && self.may_disaggregate(&model) {
+            match self.pick_disaggregated(&model, chain, allowed).await {
+                PdPicked::Picked(pick) => {
+                    if let Some(first) = pick.ranked.first() {
+                        span.record("worker", first.candidate.worker_id.as_str());
+                        record_outcome(&model, first, &pick.chain);
+                    }
+                    metrics::histogram!("prefix_router_route_seconds")
+                        .record(started.elapsed().as_secs_f64());
+                    return Ok(*pick);
+                }
+                PdPicked::Not(chain) => chain,
+            }
+        } else {
+            chain
+        };
         let (mut ranked, tracked) = self
             .rank_within(&model, &chain, allowed)
             .instrument(tracing::info_span!(target: SPANS, "valkey"))
@@ -117,6 +171,7 @@ impl Proxy {
             tracked,
             counted_on: 0,
             guard,
+            pd: None,
         })
     }
 
@@ -130,10 +185,18 @@ impl Proxy {
         let Some(target) = pick.ranked.get(index) else {
             return;
         };
-        let counted = if pick.tracked {
-            self.assign(&pick.model, target, &pick.chain).await
-        } else {
-            None
+        let counted = match (&pick.pd, pick.tracked) {
+            (_, false) => None,
+            (None, true) => self.assign(&pick.model, target, &pick.chain).await,
+            // A decode worker computes the prompt only without a prefill.
+            (Some(leg), true) => {
+                let tokens = match leg.target {
+                    Some(_) => 0,
+                    None => uncached(&pick.chain, target),
+                };
+                self.assign_with(&pick.model, target, &pick.chain, tokens)
+                    .await
+            }
         };
         pick.guard = InFlightGuard::new(
             self.store.clone(),

@@ -11,6 +11,7 @@ mod consistent_hash;
 mod decode;
 mod least_loaded;
 mod power_of_two;
+mod prefill;
 mod round_robin;
 
 pub use bounded_load::{DEFAULT_LOAD_SLACK, capacity, within};
@@ -22,6 +23,7 @@ pub use consistent_hash::ConsistentHash;
 pub use decode::{decode_cost, rank_decode, skip_prefill};
 pub use least_loaded::LeastLoaded;
 pub use power_of_two::PowerOfTwo;
+pub use prefill::{LeastPrefill, PrefillPolicy};
 pub use round_robin::RoundRobin;
 
 use std::sync::Arc;

@@ -239,3 +239,63 @@ pub fn immediate(answer: &ProcessingResponse) -> (i32, Json) {
     let body: Json = serde_json::from_slice(&r.body).expect("a JSON error body");
     (r.status.as_ref().unwrap().code, body)
 }
+
+/// The full-duplex exchange of one completion up to the pick: headers and
+/// body sent without waiting (Envoy's modes named in the first message when
+/// `config`), then the headers' answer, which carries the destination, is
+/// returned once the body is handed back whole.
+pub async fn exchange_duplex(
+    envoy: &mut Envoy,
+    body: &[u8],
+    config: bool,
+    metadata: Option<Metadata>,
+) -> ProcessingResponse {
+    let config = config
+        .then(|| {
+            modes(
+                BodySendMode::FullDuplexStreamed,
+                BodySendMode::FullDuplexStreamed,
+            )
+        })
+        .flatten();
+    envoy
+        .send(request_headers("/v1/completions", false, config, metadata))
+        .await;
+    let (first, rest) = body.split_at(body.len() / 2);
+    envoy.send(request_body(first, false)).await;
+    envoy.send(request_body(rest, true)).await;
+    let headers = envoy.recv().await;
+    assert!(
+        matches!(headers.response, Some(Response::RequestHeaders(_))),
+        "the headers are answered first: {headers:?}"
+    );
+    let mut pieces = Vec::new();
+    loop {
+        let piece = envoy.recv().await;
+        pieces.push(piece);
+        if handed_back(&pieces).1 {
+            break;
+        }
+    }
+    assert_eq!(
+        handed_back(&pieces).0,
+        body,
+        "the body is handed back whole"
+    );
+    headers
+}
+
+/// The value a header mutation of `answer` sets for `name`, if any, and
+/// whether it removes `name`.
+pub fn header_set(answer: &ProcessingResponse, name: &str) -> (Option<String>, bool) {
+    let Some(mutation) = common(answer).and_then(|c| c.header_mutation.as_ref()) else {
+        return (None, false);
+    };
+    let set = mutation
+        .set_headers
+        .iter()
+        .filter_map(|h| h.header.as_ref())
+        .find(|h| h.key == name)
+        .map(|h| String::from_utf8(h.raw_value.clone()).unwrap());
+    (set, mutation.remove_headers.iter().any(|h| h == name))
+}

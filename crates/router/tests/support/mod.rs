@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub mod counts;
 pub mod fake_worker;
 
 pub mod reporter_process;
