@@ -14,7 +14,7 @@ use std::time::Duration;
 use protocol::Tier;
 use protocol::hashing::BlockHash;
 use protocol::index::{digest_bucket, digests_hex, tiered_digests};
-use state::{ScriptName, ScriptSet, StateStore, StateTtls, TierBlocks, WorkerHeartbeat};
+use state::{ScriptName, StateStore, StateTtls, TierBlocks, WorkerHeartbeat};
 use support::{Valkey, raw_state, store};
 
 const M: &str = "m";
@@ -233,18 +233,8 @@ async fn a_full_sync_leaves_every_entry_on_the_snapshots_tier() {
 /// Calls `script` of the library on the model's part, with `args` after
 /// the base (as `StateStore` would, without its retries and patching).
 async fn call_script(v: &Valkey, script: ScriptName, args: &[&[u8]]) -> Vec<i64> {
-    let mut c = redis::Client::open(v.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let (base, ids) = (format!("{NS}:{{{M}}}"), format!("{NS}:{{{M}}}:ids"));
-    let mut all: Vec<&[u8]> = vec![base.as_bytes()];
-    all.extend_from_slice(args);
-    ScriptSet::new()
-        .call(&mut c, script, &[&ids], &all)
-        .await
-        .unwrap()
+    let mut c = v.client().get_multiplexed_async_connection().await.unwrap();
+    support::call_script(&mut c, NS, M, script, args).await
 }
 
 /// Stages and commits `blocks` (with `tiers`) for `w` without patching.
