@@ -15,7 +15,9 @@ use proptest::prelude::*;
 use protocol::Tier;
 use protocol::hashing::BlockHash;
 use protocol::index::{digests_hex, tiered_digests};
-use state::{BatchLimits, ConnectionSettings, StateError, StateStore, StateTtls, WorkerHeartbeat};
+use state::{
+    BatchLimits, ConnectionSettings, ScriptName, StateError, StateStore, StateTtls, WorkerHeartbeat,
+};
 use support::{Valkey, raw_state};
 
 const MODEL: &str = "model-a";
@@ -40,6 +42,11 @@ enum Op {
     ExpireLease(usize),
     Deregister(usize),
     Gc,
+    /// A full sync committed but not patched yet (tiered or not): the ops
+    /// after it run while its patch is under way.
+    SyncUnpatched(usize, Vec<usize>, bool),
+    /// One step (budget 2) of a worker's patch under way.
+    PatchStep(usize),
 }
 
 fn hashes() -> impl Strategy<Value = Vec<usize>> {
@@ -59,6 +66,17 @@ fn op() -> impl Strategy<Value = Op> {
         1 => w.clone().prop_map(Op::ExpireLease),
         1 => w.prop_map(Op::Deregister),
         1 => Just(Op::Gc),
+    ]
+}
+
+/// `op()`, plus syncs left unpatched and patch steps: reports, claims and
+/// evictions then land while a patch is under way.
+fn op_mid_patch() -> impl Strategy<Value = Op> {
+    let w = 0..WORKERS.len();
+    prop_oneof![
+        6 => op(),
+        2 => (w.clone(), hashes(), any::<bool>()).prop_map(|(w, h, t)| Op::SyncUnpatched(w, h, t)),
+        2 => w.prop_map(Op::PatchStep),
     ]
 }
 
@@ -82,11 +100,29 @@ fn snapshot_tier(i: usize) -> Tier {
     Tier::ALL[i % 3]
 }
 
+/// A worker's set after a full sync of `list` (on `tiers`): the snapshot,
+/// confirmed (a hash listed twice keeps its first tier), and the
+/// speculative entries it does not list.
+fn synced(set: &mut BTreeMap<BlockHash, Kind>, list: &[BlockHash], tiers: &[Tier]) {
+    let mut next: BTreeMap<BlockHash, Kind> = BTreeMap::new();
+    for (h, t) in list.iter().zip(tiers) {
+        next.entry(*h).or_insert(Kind::Confirmed(*t));
+    }
+    for (h, k) in set.iter() {
+        if *k == Kind::Speculative && !next.contains_key(h) {
+            next.insert(*h, Kind::Speculative);
+        }
+    }
+    *set = next;
+}
+
 /// The model: live workers' incarnation and block set; dead incarnations.
 #[derive(Default)]
 struct Model {
     live: BTreeMap<usize, (String, BTreeMap<BlockHash, Kind>)>,
     dead: BTreeSet<String>,
+    /// Live workers whose committed sync is still being patched.
+    patching: BTreeSet<usize>,
 }
 
 fn long_ttls() -> StateTtls {
@@ -110,17 +146,16 @@ fn tiny_limits() -> BatchLimits {
 }
 
 fn new_store(v: &Valkey, ttls: StateTtls) -> StateStore {
-    StateStore::new(
-        ConnectionSettings::new(&v.url()),
-        PREFIX,
-        "router-1",
-        ttls,
-        tiny_limits(),
-    )
-    .unwrap()
+    // Routing-lane calls (lookups) get a deadline a loaded machine meets.
+    let settings = ConnectionSettings {
+        hot_timeout: Duration::from_secs(2),
+        ..ConnectionSettings::new(&v.url())
+    };
+    StateStore::new(settings, PREFIX, "router-1", ttls, tiny_limits()).unwrap()
 }
 
 struct Harness {
+    conn: redis::aio::MultiplexedConnection,
     store: StateStore,
     short_lease: StateStore,
     model: Model,
@@ -192,6 +227,19 @@ impl Harness {
             }
             Op::Evict(w, hs) => {
                 let r = self.store.evict(MODEL, WORKERS[*w], &self.pick(hs)).await;
+                // Mid-patch, the count is of the forward entries removed: a
+                // target block the patch has not written yet has none.
+                let r = match r {
+                    Ok(_) if self.model.patching.contains(w) => {
+                        let set = &self.model.live[w].1;
+                        let mut seen = BTreeSet::new();
+                        Ok(hs
+                            .iter()
+                            .filter(|&&i| set.contains_key(&self.hashes[i]) && seen.insert(i))
+                            .count() as u64)
+                    }
+                    r => r,
+                };
                 let expected = self.model.live.get_mut(w).map(|(_, set)| {
                     let mut n = 0;
                     for &i in hs {
@@ -210,18 +258,10 @@ impl Harness {
                     .map(|&i| if *tiered { snapshot_tier(i) } else { Tier::Gpu })
                     .collect();
                 let r = self.sync_in_chunks(*w, &list, &tiers, *chunks).await;
+                // A commit first finishes the patch under way.
+                self.model.patching.remove(w);
                 let expected = self.model.live.get_mut(w).map(|(_, set)| {
-                    // A hash listed twice keeps its first tier.
-                    let mut next: BTreeMap<BlockHash, Kind> = BTreeMap::new();
-                    for (h, t) in list.iter().zip(&tiers) {
-                        next.entry(*h).or_insert(Kind::Confirmed(*t));
-                    }
-                    for (h, k) in set.iter() {
-                        if *k == Kind::Speculative && !next.contains_key(h) {
-                            next.insert(*h, Kind::Speculative);
-                        }
-                    }
-                    *set = next;
+                    synced(set, &list, &tiers);
                     set.len() as u64
                 });
                 check_result(r, expected);
@@ -231,6 +271,7 @@ impl Harness {
                     self.heartbeat(true, *w).await;
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     let (idx, _) = self.model.live.remove(w).unwrap();
+                    self.model.patching.remove(w);
                     self.model.dead.insert(idx);
                 }
             }
@@ -239,6 +280,7 @@ impl Harness {
                 // An expired, not yet collected worker is still deregistrable,
                 // so only a live one must report true.
                 if let Some((idx, _)) = self.model.live.remove(w) {
+                    self.model.patching.remove(w);
                     assert!(r);
                     self.model.dead.insert(idx);
                 }
@@ -247,7 +289,55 @@ impl Harness {
                 self.store.gc(MODEL, 10_000).await.unwrap();
                 self.model.dead.clear();
             }
+            Op::SyncUnpatched(w, hs, tiered) => self.sync_unpatched(*w, hs, *tiered).await,
+            Op::PatchStep(w) => {
+                if self.model.patching.contains(w) {
+                    let idx = self.model.live[w].0.clone();
+                    let done: (u8, u64) = self
+                        .script(ScriptName::SyncPatch, &[idx.as_bytes(), b"2"])
+                        .await;
+                    if done.0 == 1 {
+                        self.model.patching.remove(w);
+                    }
+                }
+            }
         }
+    }
+
+    /// Runs `script` with `args` after the base (KEYS[1] = ids).
+    async fn script<T: redis::FromRedisValue>(&self, script: ScriptName, args: &[&[u8]]) -> T {
+        let mut c = self.conn.clone();
+        support::call_script(&mut c, PREFIX, MODEL, script, args).await
+    }
+
+    /// Stages and commits a snapshot for `w` (a live worker not already
+    /// patching one) and leaves its patch to PatchStep.
+    async fn sync_unpatched(&mut self, w: usize, hs: &[usize], tiered: bool) {
+        if !self.model.live.contains_key(&w) || self.model.patching.contains(&w) {
+            return;
+        }
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = format!("mid-{w}-{n}");
+        let list = self.pick(hs);
+        let tiers: Vec<Tier> = hs
+            .iter()
+            .map(|&i| if tiered { snapshot_tier(i) } else { Tier::Gpu })
+            .collect();
+        self.store
+            .sync_stage_in_families(MODEL, WORKERS[w], &id, &list, None, Some(&tiers))
+            .await
+            .unwrap();
+        let r: (u8, u64, u64) = self
+            .script(
+                ScriptName::SyncCommit,
+                &[WORKERS[w].as_bytes(), id.as_bytes(), b"600000"],
+            )
+            .await;
+        assert_eq!(r.0, 1, "committed");
+        self.model.patching.insert(w);
+        let (_, set) = self.model.live.get_mut(&w).unwrap();
+        synced(set, &list, &tiers);
     }
 
     async fn sync_in_chunks(
@@ -294,6 +384,46 @@ impl Harness {
         );
         let live_idx: BTreeSet<String> = self.model.live.values().map(|(i, _)| i.clone()).collect();
         for (w, (idx, set)) in &self.model.live {
+            let patching = self.model.patching.contains(w);
+            // Only the target's tiers are kept while a patch is under way,
+            // and no one's after it.
+            let st: bool =
+                redis::Commands::exists(&mut v.conn(), format!("{PREFIX}:{{{MODEL}}}:st:{idx}"))
+                    .unwrap();
+            assert!(
+                !st || patching,
+                "st:{idx} outlived its sync (after {after:?})"
+            );
+            if patching {
+                // Mid-patch the entries are not the target's yet; the
+                // digests already are.
+                let confirmed = set.iter().filter_map(|(h, k)| match k {
+                    Kind::Confirmed(t) => Some((*h, *t)),
+                    Kind::Speculative => None,
+                });
+                let want = digests_hex(&tiered_digests(confirmed));
+                let have: BTreeMap<String, String> = redis::Commands::hgetall(
+                    &mut v.conn(),
+                    format!("{PREFIX}:{{{MODEL}}}:dg:{idx}"),
+                )
+                .unwrap();
+                let got: String = (0..256)
+                    .map(|b| {
+                        have.get(&format!("{b:02x}"))
+                            .cloned()
+                            .unwrap_or_else(|| "0".repeat(16))
+                    })
+                    .collect();
+                let differ: Vec<usize> = (0..256)
+                    .filter(|b| got[16 * b..16 * b + 16] != want[16 * b..16 * b + 16])
+                    .collect();
+                assert!(
+                    differ.is_empty(),
+                    "digests of {} mid-patch differ in buckets {differ:x?} after {after:?}",
+                    WORKERS[*w]
+                );
+                continue;
+            }
             let got: BTreeMap<String, char> = raw
                 .forward
                 .iter()
@@ -343,9 +473,18 @@ impl Harness {
                 .model
                 .live
                 .iter()
-                .filter_map(|(w, (_, set))| {
+                .filter_map(|(w, (idx, set))| {
+                    // Mid-patch, a speculative entry the patch has not
+                    // promoted yet still reads as the GPU.
+                    let unpromoted = self.model.patching.contains(w)
+                        && raw
+                            .forward
+                            .get(&h.to_hex())
+                            .and_then(|m| m.get(idx))
+                            .is_some_and(|(k, _)| *k == 's');
                     let tier = match set.get(h)? {
                         Kind::Speculative => Tier::Gpu,
+                        Kind::Confirmed(_) if unpromoted => Tier::Gpu,
                         Kind::Confirmed(t) => *t,
                     };
                     let one = state::TierBlocks {
@@ -369,20 +508,23 @@ fn check_result(got: Result<u64, StateError>, expected: Option<u64>) {
     }
 }
 
-#[test]
-fn random_operation_sequences_match_the_model() {
+/// Runs `cases` random sequences of `ops` from a flushed Valkey, checking
+/// the model after every step; then finishes every patch under way and
+/// checks again (the entries are then the model's).
+fn run_sequences(cases: u32, ops: impl Strategy<Value = Op>) {
     let valkey = Valkey::start();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let config = ProptestConfig {
-        cases: 48,
+        cases,
         failure_persistence: None,
         ..ProptestConfig::default()
     };
-    proptest!(config, |(ops in prop::collection::vec(op(), 1..40))| {
+    proptest!(config, |(ops in prop::collection::vec(ops, 1..40))| {
         rt.block_on(async {
             let _: () = redis::cmd("FLUSHALL").query(&mut valkey.conn()).unwrap();
             let short = StateTtls { worker_lease: Duration::from_millis(1), ..long_ttls() };
             let mut h = Harness {
+                conn: valkey.client().get_multiplexed_async_connection().await.unwrap(),
                 store: new_store(&valkey, long_ttls()),
                 short_lease: new_store(&valkey, short),
                 model: Model::default(),
@@ -392,6 +534,25 @@ fn random_operation_sequences_match_the_model() {
                 h.apply(op).await;
                 h.check(&valkey, op).await;
             }
+            for w in h.model.patching.clone() {
+                while h.model.patching.contains(&w) {
+                    h.apply(&Op::PatchStep(w)).await;
+                }
+                h.check(&valkey, &Op::PatchStep(w)).await;
+            }
         });
     });
+}
+
+#[test]
+fn random_operation_sequences_match_the_model() {
+    run_sequences(48, op());
+}
+
+/// Reports, claims and evictions while a committed sync is patched (a
+/// hash listed twice in one report included) keep the digests equal to
+/// the target's, tiers included, and the patch ends on the model's entries.
+#[test]
+fn operations_during_a_patch_match_the_model() {
+    run_sequences(64, op_mid_patch());
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use protocol::Tier;
 use protocol::hashing::BlockHash;
 use protocol::index::{digest_bucket, digests_hex, tiered_digests};
-use state::{ScriptName, ScriptSet, StateStore, StateTtls, TierBlocks, WorkerHeartbeat};
+use state::{ScriptName, StateStore, StateTtls, TierBlocks, WorkerHeartbeat};
 use support::{Valkey, raw_state, store};
 
 const M: &str = "m";
@@ -233,18 +233,8 @@ async fn a_full_sync_leaves_every_entry_on_the_snapshots_tier() {
 /// Calls `script` of the library on the model's part, with `args` after
 /// the base (as `StateStore` would, without its retries and patching).
 async fn call_script(v: &Valkey, script: ScriptName, args: &[&[u8]]) -> Vec<i64> {
-    let mut c = redis::Client::open(v.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let (base, ids) = (format!("{NS}:{{{M}}}"), format!("{NS}:{{{M}}}:ids"));
-    let mut all: Vec<&[u8]> = vec![base.as_bytes()];
-    all.extend_from_slice(args);
-    ScriptSet::new()
-        .call(&mut c, script, &[&ids], &all)
-        .await
-        .unwrap()
+    let mut c = v.client().get_multiplexed_async_connection().await.unwrap();
+    support::call_script(&mut c, NS, M, script, args).await
 }
 
 /// Stages and commits `blocks` (with `tiers`) for `w` without patching.
@@ -372,4 +362,121 @@ async fn routing_prefers_a_gpu_hit_to_a_cpu_hit_and_a_cpu_hit_to_none() {
     let idx = idx_of(&v, "cpu");
     assert_eq!(letter(&v, &idx, chain[40]), Some('h'));
     assert_eq!(letter(&v, &idx, chain[63]), Some('h'));
+}
+
+/// 16 hashes in each of the digest buckets 00, 5a and ff (00: a tier
+/// term's first byte is 0, so a lone tier change there looks like a block
+/// of its bucket to the repair's one-block shortcut), low bytes spread.
+fn crowded() -> Vec<BlockHash> {
+    [0x00u64, 0x5a, 0xff]
+        .iter()
+        .flat_map(|b| {
+            (1..=16u64).map(move |i| {
+                let low = (i ^ (b << 8)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 8;
+                BlockHash((b << 56) | low)
+            })
+        })
+        .collect()
+}
+
+/// What a random fleet state and worker truth over `crowded` hold: per
+/// hash, nothing, a claim, or a confirmed entry on a tier.
+fn holding() -> impl proptest::strategy::Strategy<Value = Vec<Option<Option<Tier>>>> {
+    use proptest::prelude::*;
+    let one = prop_oneof![
+        3 => Just(None),
+        1 => Just(Some(None)),
+        4 => prop::sample::select(Tier::ALL.to_vec()).prop_map(|t| Some(Some(t))),
+    ];
+    prop::collection::vec(one, 48)
+}
+
+#[test]
+fn a_repair_of_random_tier_and_membership_drift_ends_equal() {
+    use proptest::prelude::*;
+    let v = Valkey::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cfg = ProptestConfig {
+        cases: 48,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let blocks = crowded();
+    proptest!(cfg, |(fleet in holding(), truth in holding())| {
+        rt.block_on(async {
+            let _: () = redis::cmd("FLUSHALL").query(&mut v.conn()).unwrap();
+            let s = store(&v, NS, "r1", ttls());
+            register(&s, "w").await;
+            let idx = idx_of(&v, "w");
+            // The fleet's view: claims and confirmed entries per tier.
+            for (h, held) in blocks.iter().zip(&fleet) {
+                match held {
+                    Some(None) => {
+                        s.claim(M, "w", &[*h]).await.unwrap();
+                    }
+                    Some(Some(t)) => {
+                        s.stored_on(M, "w", &[*h], *t).await.unwrap();
+                    }
+                    None => {}
+                }
+            }
+            // The worker's truth: confirmed blocks on their tiers.
+            let worker: BTreeMap<BlockHash, Tier> = blocks
+                .iter()
+                .zip(&truth)
+                .filter_map(|(h, t)| Some((*h, (*t)??)))
+                .collect();
+            let digests = digests_of(&worker);
+            let Some(differing) = s.sync_check(M, "w", &digests).await.unwrap() else {
+                return;
+            };
+            let (listed, tiers): (Vec<BlockHash>, Vec<Tier>) =
+                worker.iter().map(|(h, t)| (*h, *t)).unzip();
+            s.sync_repair_in_families(M, "w", &differing, &listed, None, Some(&tiers))
+                .await
+                .unwrap();
+            assert_eq!(
+                s.sync_check(M, "w", &digests).await.unwrap(),
+                None,
+                "fleet {fleet:?}, worker {worker:?}"
+            );
+            for h in &blocks {
+                let got = letter(&v, &idx, *h);
+                match worker.get(h) {
+                    Some(t) => assert_eq!(got, Some(t.entry_kind()), "{h}"),
+                    // Live claims stay, as in a full sync.
+                    None => assert!(matches!(got, None | Some('s')), "{h}: {got:?}"),
+                }
+            }
+        });
+    });
+}
+
+#[tokio::test]
+async fn a_syncing_workers_tiers_are_the_targets_for_the_route_and_the_lookup() {
+    let v = Valkey::start();
+    let s = store(&v, NS, "r1", ttls());
+    s.router_lease(M, Duration::from_secs(120)).await.unwrap();
+    register(&s, "w").await;
+    let chain = spread(80, 8);
+    s.stored_on(M, "w", &chain, Tier::Gpu).await.unwrap();
+    // A snapshot committed, not patched: the first 16 blocks on the GPU,
+    // 16 on the CPU, 16 on disk (each ending at an indexed block), the
+    // last 32 gone.
+    let tiers: Vec<Tier> = (0..48).map(|i| Tier::ALL[i / 16]).collect();
+    commit_unpatched(&v, &s, "w", &chain[..48], &tiers).await;
+    let want = TierBlocks {
+        gpu: 16,
+        cpu: 16,
+        disk: 16,
+    };
+    let exact = s.probe_with_gaps(M, &chain).await.unwrap();
+    assert_eq!(exact.workers[0].by_tier(), want, "lookup");
+    let cfg = prefix_router::routing::CacheAwareConfig::default();
+    let o = s
+        .route_and_claim(M, &chain, &cfg.route_params(80 * 16, 16, 3), &[])
+        .await
+        .unwrap();
+    assert_eq!(o.lookup.workers[0].by_tier(), want, "route");
+    assert_eq!(o.prefill_tokens, 32 * 16, "the prompt beyond every tier");
 }

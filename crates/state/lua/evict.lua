@@ -6,7 +6,7 @@
 -- that leaves one medium but stays on another as stored on that one.
 -- Confirmed ones leaving the membership are XORed out of its digests with
 -- their tier (dg:<idx>; during a sync, those leaving the target s:<idx>,
--- with the target's tier from st:<idx>).
+-- with the target's tier from st:<idx>). A hash listed twice counts once.
 -- Returns the number of entries removed, or the error "ERR unknown worker".
 -- Complexity: O(n) for n hashes: one membership probe for the batch, then a
 -- forward read and write per held hash. Callers send at most 64 per call.
@@ -16,7 +16,7 @@ local now = now_ms()
 local idx = live_idx(ARGV[2], now)
 if not idx then return redis.error_reply('ERR unknown worker') end
 local ws = worker_state(idx)
-local hashes = { unpack(ARGV, 3) }
+local hashes = unique_args(3)
 local member = set_call('SMISMEMBER', reverse_key(idx), hashes)
 local in_target = ws.syncing and set_call('SMISMEMBER', sync_target_key(idx), hashes)
 local target_kinds = ws.syncing and set_call('HMGET', target_tier_key(idx), hashes)

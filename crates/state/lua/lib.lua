@@ -276,6 +276,22 @@ local function check_hashes(first)
   return nil
 end
 
+-- ARGV[first..], each hash once (in first-seen order). Scripts that probe
+-- the sync target once per batch (stored, evict) need it: a hash listed
+-- twice would be judged twice against the same stale probe, and its
+-- digest term toggled twice (in and straight back out).
+local function unique_args(first)
+  local out, seen = {}, {}
+  for i = first, #ARGV do
+    local h = ARGV[i]
+    if not seen[h] then
+      seen[h] = true
+      out[#out + 1] = h
+    end
+  end
+  return out
+end
+
 -- One call for a whole list (no-op when empty): SADD/SREM/SMISMEMBER.
 local function set_call(cmd, key, list)
   if #list == 0 then return {} end

@@ -12,7 +12,7 @@
 -- Digests (dg:<idx>) follow the confirmed membership and its tiers: a
 -- joining hash is XORed in with the tier, a tier change swaps the two
 -- tiers' terms; during a sync, against the target s:<idx> and its tiers
--- st:<idx>, which take the new tier too.
+-- st:<idx>, which take the new tier too. A hash listed twice counts once.
 -- Returns {inserted, promoted, refreshed}, or the error "ERR unknown worker".
 -- Complexity: O(n) for n hashes; one forward read and write per hash (one
 -- bucket key, one entry search), set and digest updates batched. Callers
@@ -27,7 +27,7 @@ if not idx then return redis.error_reply('ERR unknown worker') end
 local ws = worker_state(idx)
 local exp = expiry_s(now, tonumber(ARGV[3]))
 local inserted, promoted, refreshed = 0, 0, 0
-local hashes = { unpack(ARGV, 5) }
+local hashes = unique_args(5)
 local in_target = ws.syncing and set_call('SMISMEMBER', sync_target_key(idx), hashes)
 local target_kinds = ws.syncing and set_call('HMGET', target_tier_key(idx), hashes)
 local joined = {}

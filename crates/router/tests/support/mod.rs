@@ -376,6 +376,28 @@ pub fn worker_blocks(valkey: &Valkey, prefix: &str, model: &str, worker: &str) -
         .unwrap_or_default()
 }
 
+/// Calls `script` of the state library on `model` under `prefix` over
+/// `conn`, with `args` after the base (as `StateStore` would, without its
+/// retries and patching).
+pub async fn call_script<T: redis::FromRedisValue>(
+    conn: &mut redis::aio::MultiplexedConnection,
+    prefix: &str,
+    model: &str,
+    script: state::ScriptName,
+    args: &[&[u8]],
+) -> T {
+    let (base, ids) = (
+        format!("{prefix}:{{{model}}}"),
+        format!("{prefix}:{{{model}}}:ids"),
+    );
+    let mut all: Vec<&[u8]> = vec![base.as_bytes()];
+    all.extend_from_slice(args);
+    state::ScriptSet::new()
+        .call(conn, script, &[&ids], &all)
+        .await
+        .expect("script call")
+}
+
 /// Reads every forward bucket and reverse set of `model` under `prefix`.
 pub fn raw_state(valkey: &Valkey, prefix: &str, model: &str) -> RawState {
     let mut conn = valkey.conn();
