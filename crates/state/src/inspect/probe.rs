@@ -10,7 +10,7 @@ use redis::Value;
 use super::InspectError;
 use super::codes::{Code, Issue};
 use super::conn::{Reader, bytes, int, is_error, pairs, score, text, time_ms};
-use super::format::parse_value;
+use super::format::{ViewField, parse_value, view_field};
 use super::rules::{
     self, EntryFacts, IncarnationFacts, KeyFacts, Known, ViewFieldFacts, WorkerIdFacts,
 };
@@ -167,11 +167,18 @@ impl Probe {
                 4
             }
             Probe::ViewField { field } => {
-                let (idx, router) = field.split_once(':').unwrap_or((field, ""));
+                // A prefill count (`p<idx>:<router>`) names its incarnation
+                // after the `p`.
+                let (idx, router) = match view_field(field) {
+                    ViewField::InFlight(i, r) | ViewField::PrefillTokens(i, r) => {
+                        (i.to_string(), r)
+                    }
+                    _ => (String::new(), String::new()),
+                };
                 pipe.cmd("HGET").arg(k(ModelKey::View)).arg(field);
-                pipe.cmd("ZSCORE").arg(k(ModelKey::Leases)).arg(idx);
-                pipe.cmd("SISMEMBER").arg(k(ModelKey::Purge)).arg(idx);
-                pipe.cmd("ZSCORE").arg(k(ModelKey::Routers)).arg(router);
+                pipe.cmd("ZSCORE").arg(k(ModelKey::Leases)).arg(&idx);
+                pipe.cmd("SISMEMBER").arg(k(ModelKey::Purge)).arg(&idx);
+                pipe.cmd("ZSCORE").arg(k(ModelKey::Routers)).arg(&router);
                 4
             }
             Probe::Router { router } => {
@@ -383,6 +390,37 @@ impl Findings {
                 subject: subject.to_owned(),
                 probe: probe.clone(),
             });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The re-check of a prefill count asks about its incarnation (`18`),
+    /// not `p18`: else a count whose incarnation is being purged would be
+    /// confirmed as one of an unknown incarnation.
+    #[test]
+    fn a_prefill_count_is_rechecked_against_its_incarnation() {
+        let keys = KeySpace::new("it").unwrap();
+        let mk = ModelKeys::new(&keys, "m");
+        for field in ["p18:router-1", "18:router-1"] {
+            let mut pipe = redis::pipe();
+            let probe = Probe::ViewField {
+                field: field.to_owned(),
+            };
+            assert_eq!(probe.push(&keys, Some(&mk), Some("m"), &mut pipe), 4);
+            let packed = String::from_utf8(pipe.get_packed_pipeline()).unwrap();
+            assert!(
+                packed.contains("ZSCORE\r\n$13\r\nit:{m}:leases\r\n$2\r\n18\r\n"),
+                "{packed:?}"
+            );
+            assert!(
+                packed.contains("SISMEMBER\r\n$12\r\nit:{m}:purge\r\n$2\r\n18\r\n"),
+                "{packed:?}"
+            );
+            assert!(packed.contains("$8\r\nrouter-1\r\n"), "{packed:?}");
         }
     }
 }
