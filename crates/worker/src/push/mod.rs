@@ -32,10 +32,12 @@
 //! };
 //! let pusher = Pusher::start(client, PusherConfig::new(identity), source);
 //! let handle = pusher.handle();
-//! // A block and its prefix family: the hash of its chain's first block.
+//! // A block, its prefix family (the hash of its chain's first block) and
+//! // the best medium it is held on.
 //! let block = FamilyBlock {
 //!     hash: BlockHash(0x7219_bff9_b083_37ef),
 //!     family: Some(BlockHash(0x0c3e_12aa_9f00_7d21)),
+//!     tier: protocol::Tier::Gpu,
 //! };
 //! handle.stored(&[block]); // from BlockStored
 //! handle.evicted(&[block]); // from BlockRemoved
