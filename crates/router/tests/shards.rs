@@ -24,7 +24,7 @@ use state::{
     BatchLimits, ConnectionSettings, InFlight, Sharding, StateStore, StateTtls, WorkerHeartbeat,
     part_names,
 };
-use support::Valkey;
+use support::{Valkey, register_in};
 
 const M: &str = "m";
 const BLOCKS: u64 = 40;
@@ -62,15 +62,6 @@ fn sharded_store(url: &str, shards: usize) -> StateStore {
     })
     .unwrap();
     s
-}
-
-async fn register(s: &StateStore, id: &str) {
-    let hb = WorkerHeartbeat {
-        worker_id: id.into(),
-        url: format!("http://127.0.0.1:9/{id}"),
-        load: None,
-    };
-    s.heartbeat(M, &hb).await.unwrap();
 }
 
 async fn store_chain(s: &StateStore, worker: &str, chain: &[BlockHash]) {
@@ -124,8 +115,8 @@ fn shard_digests(blocks: &[FamilyBlock], shards: usize) -> Vec<String> {
 
 /// The scenario both deployments run. `flush` empties every server.
 async fn scenario(s: &StateStore, shards: usize, flush: impl Fn()) {
-    register(s, "w1").await;
-    register(s, "w2").await;
+    register_in(s, "w1").await;
+    register_in(s, "w2").await;
     // In-flight counts count while this router's lease lives (every part).
     s.router_lease(M, Duration::from_secs(120)).await.unwrap();
     // Thirty prefix families, alternately held by w1 and w2.
@@ -227,7 +218,7 @@ async fn scenario(s: &StateStore, shards: usize, flush: impl Fn()) {
     // Valkey loses everything: one heartbeat and one sync bring it back.
     flush();
     assert_eq!(matched(s, &chains[2], "w1").await, 0);
-    register(s, "w1").await;
+    register_in(s, "w1").await;
     let (hashes, families) = split_families(&w1);
     s.sync_in_families(M, "w1", &hashes, Some(&families), None)
         .await
@@ -340,7 +331,7 @@ async fn a_sharded_model_spreads_over_a_valkey_cluster() {
 async fn batched_counts_and_prefill_releases_survive_reconciliation() {
     let valkey = Valkey::start();
     let s = sharded_store(&valkey.url(), 3);
-    register(&s, "w1").await;
+    register_in(&s, "w1").await;
     s.router_lease(M, Duration::from_secs(120)).await.unwrap();
     // Two requests on two families.
     let chains: Vec<Vec<BlockHash>> = (1..=12).map(chain).collect();

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use protocol::hashing::BlockHash;
-use state::{StateStore, StateTtls, WorkerHeartbeat};
-use support::{Valkey, raw_state, store};
+use state::{StateStore, StateTtls};
+use support::{Valkey, raw_state, register_in, store};
 
 const M: &str = "m";
 
@@ -22,15 +22,6 @@ fn ttls() -> StateTtls {
         patch_stall: Duration::from_millis(300),
         ..StateTtls::default()
     }
-}
-
-async fn register(s: &StateStore, id: &str) {
-    let hb = WorkerHeartbeat {
-        worker_id: id.into(),
-        url: "http://127.0.0.1:9".into(),
-        load: None,
-    };
-    s.heartbeat(M, &hb).await.unwrap();
 }
 
 async fn holds(s: &StateStore, h: BlockHash) -> bool {
@@ -44,7 +35,7 @@ async fn holds(s: &StateStore, h: BlockHash) -> bool {
 async fn sync_heals_entries_whose_eviction_report_was_lost() {
     let v = Valkey::start();
     let s = store(&v, "sy", "r1", ttls());
-    register(&s, "w").await;
+    register_in(&s, "w").await;
     let hs: Vec<BlockHash> = (1..=4).map(BlockHash).collect();
     s.stored(M, "w", &hs).await.unwrap();
     // The worker evicted blocks 3 and 4, but the report never arrived.
@@ -115,7 +106,7 @@ fn observer(s: StateStore, done: Arc<AtomicBool>) -> tokio::task::JoinHandle<(us
 async fn a_retried_last_chunk_and_commit_change_nothing() {
     let v = Valkey::start();
     let s = store(&v, "sy", "r1", ttls());
-    register(&s, "w").await;
+    register_in(&s, "w").await;
     let hs: Vec<BlockHash> = (1..=6).map(BlockHash).collect();
     s.sync_stage(M, "w", "snap-r", &hs[..3]).await.unwrap();
     s.sync_stage(M, "w", "snap-r", &hs[3..]).await.unwrap();
@@ -135,7 +126,7 @@ async fn a_retried_last_chunk_and_commit_change_nothing() {
 async fn worker_with_old_set() -> (Valkey, StateStore, Vec<BlockHash>) {
     let v = Valkey::start();
     let s = store(&v, "sy", "r1", ttls());
-    register(&s, "w").await;
+    register_in(&s, "w").await;
     let (old, new) = old_and_new();
     for c in old.chunks(50_000) {
         s.stored(M, "w", c).await.unwrap();
@@ -235,7 +226,7 @@ async fn digests_follow_every_change_and_an_unchanged_worker_syncs_by_one_check(
     use rand::{Rng, SeedableRng};
     let v = Valkey::start();
     let s = store(&v, "sy", "r1", ttls());
-    register(&s, "w").await;
+    register_in(&s, "w").await;
     let idx: String = redis::Commands::hget(&mut v.conn(), format!("sy:{{{M}}}:ids"), "w").unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     // A small universe, so that operations overlap: claims of confirmed
@@ -329,8 +320,8 @@ async fn a_repair_syncs_only_the_differing_buckets() {
     use rand::{Rng, SeedableRng};
     let v = Valkey::start();
     let s = store(&v, "sy", "r1", ttls());
-    register(&s, "w").await;
-    register(&s, "w2").await;
+    register_in(&s, "w").await;
+    register_in(&s, "w2").await;
     let idx: String = redis::Commands::hget(&mut v.conn(), format!("sy:{{{M}}}:ids"), "w").unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
     let fleet: Vec<BlockHash> = (0..2000).map(|_| BlockHash(rng.random())).collect();

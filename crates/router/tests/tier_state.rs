@@ -14,8 +14,8 @@ use std::time::Duration;
 use protocol::Tier;
 use protocol::hashing::BlockHash;
 use protocol::index::{digest_bucket, digests_hex, tiered_digests};
-use state::{ScriptName, StateStore, StateTtls, TierBlocks, WorkerHeartbeat};
-use support::{Valkey, raw_state, store};
+use state::{ScriptName, StateStore, StateTtls, TierBlocks};
+use support::{Valkey, raw_state, register_in, store};
 
 const M: &str = "m";
 const NS: &str = "ti";
@@ -26,15 +26,6 @@ fn ttls() -> StateTtls {
         router_lease: Duration::from_secs(120),
         ..StateTtls::default()
     }
-}
-
-async fn register(s: &StateStore, id: &str) {
-    let hb = WorkerHeartbeat {
-        worker_id: id.into(),
-        url: format!("http://127.0.0.1:9/{id}"),
-        load: None,
-    };
-    s.heartbeat(M, &hb).await.unwrap();
 }
 
 /// Hashes spread over the key space (and so over digest buckets).
@@ -83,7 +74,7 @@ fn digests_of(blocks: &BTreeMap<BlockHash, Tier>) -> String {
 async fn an_entry_follows_its_blocks_best_tier_until_the_last_copy_goes() {
     let v = Valkey::start();
     let s = store(&v, NS, "r1", ttls());
-    register(&s, "w").await;
+    register_in(&s, "w").await;
     let idx = idx_of(&v, "w");
     let h = spread(1, 1)[0];
     let mut worker = BTreeMap::new();
@@ -128,7 +119,7 @@ async fn an_entry_follows_its_blocks_best_tier_until_the_last_copy_goes() {
 async fn a_lost_demotion_is_found_by_the_next_check_and_repaired() {
     let v = Valkey::start();
     let s = store(&v, NS, "r1", ttls());
-    register(&s, "w").await;
+    register_in(&s, "w").await;
     let idx = idx_of(&v, "w");
     let blocks = spread(300, 2);
     s.stored(M, "w", &blocks).await.unwrap();
@@ -184,7 +175,7 @@ async fn a_lost_demotion_is_found_by_the_next_check_and_repaired() {
 async fn a_full_sync_leaves_every_entry_on_the_snapshots_tier() {
     let v = Valkey::start();
     let s = store(&v, NS, "r1", ttls());
-    register(&s, "w").await;
+    register_in(&s, "w").await;
     let blocks = spread(120, 3);
     let tier = |i: usize| Tier::ALL[i % 3];
     let tiers: Vec<Tier> = (0..blocks.len()).map(tier).collect();
@@ -262,7 +253,7 @@ async fn commit_unpatched(
 async fn reports_during_a_sync_keep_their_tier_through_the_patch() {
     let v = Valkey::start();
     let s = store(&v, NS, "r1", ttls());
-    register(&s, "w").await;
+    register_in(&s, "w").await;
     let blocks = spread(40, 4);
     s.stored(M, "w", &blocks).await.unwrap();
     // A snapshot with every block on the CPU is committed, not patched yet.
@@ -298,7 +289,7 @@ async fn routing_prefers_a_gpu_hit_to_a_cpu_hit_and_a_cpu_hit_to_none() {
     let s = store(&v, NS, "r1", ttls());
     s.router_lease(M, Duration::from_secs(120)).await.unwrap();
     for w in ["gpu", "cpu", "none"] {
-        register(&s, w).await;
+        register_in(&s, w).await;
     }
     let chain = spread(64, 5);
     s.stored_on(M, "gpu", &chain, Tier::Gpu).await.unwrap();
@@ -406,7 +397,7 @@ fn a_repair_of_random_tier_and_membership_drift_ends_equal() {
         rt.block_on(async {
             let _: () = redis::cmd("FLUSHALL").query(&mut v.conn()).unwrap();
             let s = store(&v, NS, "r1", ttls());
-            register(&s, "w").await;
+            register_in(&s, "w").await;
             let idx = idx_of(&v, "w");
             // The fleet's view: claims and confirmed entries per tier.
             for (h, held) in blocks.iter().zip(&fleet) {
@@ -457,7 +448,7 @@ async fn a_syncing_workers_tiers_are_the_targets_for_the_route_and_the_lookup() 
     let v = Valkey::start();
     let s = store(&v, NS, "r1", ttls());
     s.router_lease(M, Duration::from_secs(120)).await.unwrap();
-    register(&s, "w").await;
+    register_in(&s, "w").await;
     let chain = spread(80, 8);
     s.stored_on(M, "w", &chain, Tier::Gpu).await.unwrap();
     // A snapshot committed, not patched: the first 16 blocks on the GPU,

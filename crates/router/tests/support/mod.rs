@@ -300,6 +300,17 @@ pub async fn register(r: &Router, id: &str) {
     assert_eq!(st, 200, "{resp}");
 }
 
+/// Registers (or renews) worker `id` of [`M`] through the store itself, at
+/// a URL of its own.
+pub async fn register_in(s: &StateStore, id: &str) {
+    let hb = state::WorkerHeartbeat {
+        worker_id: id.into(),
+        url: format!("http://127.0.0.1:9/{id}"),
+        load: None,
+    };
+    s.heartbeat(M, &hb).await.expect("heartbeat");
+}
+
 /// The raw maps of one model, read straight from Valkey.
 #[derive(Debug, Default, PartialEq, Eq, Clone)]
 pub struct RawState {
