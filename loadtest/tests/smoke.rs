@@ -1,6 +1,7 @@
-//! One short end-to-end run: a tiny fleet (Valkey, one router behind the
-//! builtin balancer, two sim-workers) serves ~20 RAG requests; every one
-//! succeeds, the workers report cache hits, and the report is written.
+//! One short end-to-end run: a tiny fleet (Valkey, one router on one async
+//! thread behind the builtin balancer, two sim-workers) serves ~20 RAG
+//! requests; every one succeeds, the workers report cache hits, and the
+//! report is written.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
 
@@ -38,7 +39,14 @@ async fn tiny_fleet_serves_a_short_workload() {
     .expect("plan");
     assert_eq!(plan.requests(), 20);
     let arm = Arm::parse("cache_aware:1", 1, Duration::from_secs(60), &[]).expect("arm");
-    let runner = tiny_runner(out.path(), &arm, 2, 5);
+    let mut runner = tiny_runner(out.path(), &arm, 2, 5);
+    // The router relays its streams on a single async thread here; the
+    // other tests run the default (one per core).
+    runner
+        .base
+        .routers
+        .extra_args
+        .extend(["--async-threads".into(), "1".into()]);
     let multi = MultiProgress::with_draw_target(ProgressDrawTarget::hidden());
     let result = tokio::time::timeout(
         Duration::from_secs(60),

@@ -57,5 +57,5 @@ pub use config::{
 pub use metrics_recorder::metrics_handle;
 pub use protocol::headers::WORKER_HEADER;
 pub use response_cache::{CACHE_HEADER, Settings as ResponseCacheSettings};
-pub use serve::{run, serve_on, serve_with, wait_for_signal};
+pub use serve::{run, runtime, serve_on, serve_with, wait_for_signal};
 pub use telemetry::{OtlpSettings, TelemetryGuard, init as init_telemetry};

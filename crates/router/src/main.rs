@@ -36,17 +36,17 @@ fn main() -> anyhow::Result<()> {
     };
     let _telemetry = prefix_router::init_telemetry(otlp.as_ref())?;
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let runtime = tokio::runtime::Runtime::new()?;
     match cli.command {
         Command::Serve(args) => {
             let cfg = ServeConfig::resolve(*args)?;
-            runtime.block_on(prefix_router::run(cfg))
+            prefix_router::runtime(&cfg)?.block_on(prefix_router::run(cfg))
         }
         Command::Epp(args) => {
             let cfg = ServeConfig::resolve_epp(*args)?;
-            runtime.block_on(prefix_router::run(cfg))
+            prefix_router::runtime(&cfg)?.block_on(prefix_router::run(cfg))
         }
         Command::Reporter(args) => {
+            let runtime = tokio::runtime::Runtime::new()?;
             let cfg = args.into_config().map_err(anyhow::Error::msg)?;
             runtime.block_on(async {
                 let metrics = prefix_router::metrics_handle()
@@ -58,6 +58,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Inspect(args) => {
             use std::io::Write;
+            let runtime = tokio::runtime::Runtime::new()?;
             let mut out = std::io::stdout().lock();
             let result = runtime.block_on(state::inspect::run(&args, &mut out));
             let _ = out.flush();

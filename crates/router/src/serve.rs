@@ -89,6 +89,19 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
     )
 }
 
+/// The async runtime `cfg` asks for: a single thread for
+/// `--async-threads 1` (no wake-ups between threads), else that many workers.
+pub fn runtime(cfg: &ServeConfig) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = if cfg.async_threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(cfg.async_threads);
+        b
+    };
+    builder.enable_all().build()
+}
+
 /// Serves until SIGINT/SIGTERM, then ends this router's leases.
 pub async fn run(cfg: ServeConfig) -> anyhow::Result<()> {
     let listener = TcpListener::bind(cfg.listen)

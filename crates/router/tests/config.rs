@@ -188,6 +188,16 @@ response_cache_max_bytes = 1000000
         format!("{err:#}").contains("expected cache_aware or least_loaded"),
         "{err:#}"
     );
+    // The async threads: one per core unless told; never none.
+    let threads = |argv: &[&str]| resolve(&[&t[..], argv].concat()).map(|c| c.async_threads);
+    let cores = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(threads(&[]).unwrap(), cores);
+    assert_eq!(threads(&["--async-threads", "1"]).unwrap(), 1);
+    let err = threads(&["--async-threads", "0"]).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("--async-threads must be positive"),
+        "{err:#}"
+    );
     // Router ids are unique per process start.
     let a = resolve(&["--internal-token", "t"]).unwrap().router_id;
     let b = resolve(&["--internal-token", "t"]).unwrap().router_id;

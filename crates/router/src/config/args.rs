@@ -178,6 +178,14 @@ pub struct ExposureArgs {
     /// state is written [default: 1000000].
     #[arg(long, env = "PREFIX_ROUTER_MAX_PROMPT_TOKENS")]
     pub max_prompt_tokens: Option<u64>,
+    /// Threads that serve connections and relay responses [default: one
+    /// per core]. 1 runs them on a single thread, which costs less CPU per
+    /// request (no wake-ups between threads: 14% less per streamed request,
+    /// docs/benchmarks.md); a router then serves about one core's worth of
+    /// relaying, so run more routers instead. Tokenizing and hashing keep
+    /// their own threads either way.
+    #[arg(long, env = "PREFIX_ROUTER_ASYNC_THREADS")]
+    pub async_threads: Option<usize>,
     /// Threads that tokenize and hash large prompts (over 64 KiB), off the
     /// async workers; smaller ones have a lane of their own [default: half
     /// the cores, at least 1].

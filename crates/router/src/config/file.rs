@@ -38,6 +38,7 @@ pub(super) struct FileConfig {
     pub(super) max_body_bytes: Option<usize>,
     pub(super) client_timeout: Option<String>,
     pub(super) idle_timeout: Option<String>,
+    pub(super) async_threads: Option<usize>,
     pub(super) tokenize_threads: Option<usize>,
     pub(super) tokenize_queue: Option<usize>,
     pub(super) max_connections: Option<usize>,

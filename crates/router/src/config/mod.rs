@@ -69,6 +69,8 @@ pub struct ServeConfig {
     pub client_timeout: Duration,
     /// Longest idle wait between a client's requests.
     pub idle_timeout: Duration,
+    /// Threads that serve connections (the async runtime's workers).
+    pub async_threads: usize,
     /// Threads that tokenize and hash prompts.
     pub tokenize_threads: usize,
     /// Prompts that may wait for a tokenizing thread.
@@ -248,6 +250,14 @@ impl ServeConfig {
         if max_connections == 0 {
             bail!("--max-connections must be positive");
         }
+        let async_threads = args
+            .exposure
+            .async_threads
+            .or(file.async_threads)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
+        if async_threads == 0 {
+            bail!("--async-threads must be positive");
+        }
         let own = [Some(listen), internal_listen];
         let own: Vec<SocketAddr> = own.into_iter().flatten().collect();
         if let Some(w) = workers
@@ -318,6 +328,7 @@ impl ServeConfig {
                 .or(file_duration(file.idle_timeout, "idle_timeout")?)
                 .unwrap_or(Duration::from_secs(60)),
             max_connections,
+            async_threads,
             tokenize_threads: args
                 .exposure
                 .tokenize_threads
