@@ -29,7 +29,9 @@ const METHOD: &str = "\
   the p99s. It includes the balancer, the router and the extra hop.
 * **CPU**: user + system time of each process during the workload
   (`/proc/<pid>/stat`), in % of one core; *machine* is the busy share of
-  all cores (`/proc/stat`), other programs included.
+  all cores (`/proc/stat`), other programs included. *ms/req* is that CPU
+  time over the requests completed. HAProxy relays the same bytes as the
+  routers without routing them: its ms/req is what relaying alone costs.
 * Time series: requests bucketed by send time; the vertical line is the
   scenario's event.
 

@@ -130,7 +130,9 @@ pub fn main_table(arms: &[ArmResult]) -> String {
 }
 
 /// CPU use during the workload, % of one core, and per request: the CPU
-/// time of Valkey and of all routers divided by the requests completed.
+/// time of Valkey, of all routers and of HAProxy divided by the requests
+/// completed. HAProxy relays the same bytes as the routers without routing
+/// them, so its time per request is what relaying alone costs.
 pub fn cpu_table(arms: &[ArmResult]) -> String {
     let header = [
         "policy",
@@ -143,6 +145,7 @@ pub fn cpu_table(arms: &[ArmResult]) -> String {
         "routers ms/req",
         "sims (all)",
         "haproxy",
+        "haproxy ms/req",
         "loadtest",
         "machine (all cores)",
     ];
@@ -171,6 +174,7 @@ pub fn cpu_table(arms: &[ArmResult]) -> String {
                 per_request(c.routers),
                 format!("{:.0}%", c.sims),
                 format!("{:.0}%", c.balancer),
+                per_request(c.balancer),
                 format!("{:.0}%", c.loadtest),
                 format!("{:.0}%", c.machine),
             ])
@@ -204,6 +208,7 @@ pub fn failures(arms: &[ArmResult]) -> String {
 pub(super) mod tests {
     use super::*;
     use crate::metrics::{Sample, summarize};
+    use crate::runner::CpuPercent;
 
     pub(crate) fn arm(label: &str) -> ArmResult {
         let samples = vec![Sample {
@@ -247,5 +252,33 @@ pub(super) mod tests {
         assert!(lines[2].ends_with("| – | – |"));
         assert_eq!(cpu_table(&[arm("x")]), "");
         assert_eq!(failures(&[arm("x")]), "");
+    }
+
+    #[test]
+    fn cpu_per_request_is_cpu_time_over_requests() {
+        let mut a = arm("cache_aware ×4");
+        a.summary.req_per_s = 31.2;
+        a.cpu = Some(CpuPercent {
+            routers: 12.1,
+            router_max: 3.3,
+            valkey: 6.0,
+            valkey_primaries: None,
+            valkey_spread: None,
+            sims: 12.7,
+            balancer: 4.7,
+            loadtest: 5.7,
+            machine: 20.6,
+        });
+        let t = cpu_table(&[a]);
+        let lines: Vec<&str> = t.lines().collect();
+        let columns: Vec<&str> = lines[0].split(" | ").collect();
+        let values: Vec<&str> = lines[2].split(" | ").collect();
+        let value = |name: &str| values[columns.iter().position(|c| *c == name).unwrap()];
+        // 10 ms of a second per % of a core, over 31.2 requests a second.
+        assert_eq!(value("routers ms/req"), "3.88");
+        assert_eq!(value("valkey ms/req"), "1.92");
+        assert_eq!(value("haproxy ms/req"), "1.51");
+        assert_eq!(value("haproxy"), "5%");
+        assert_eq!(value("of which primaries ms/req"), "-");
     }
 }
