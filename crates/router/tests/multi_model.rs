@@ -77,7 +77,13 @@ async fn each_model_goes_to_its_workers_with_its_own_hashes() {
     let mut a = args();
     a.config = Some(file.path().to_owned());
     let router = Router::start(&valkey.url(), a).await;
-    let probe = store(&valkey, "pr", "test-probe", StateTtls::default());
+    // The stub workers never heartbeat: their leases must outlast the test
+    // (it took 17 s on a loaded machine, past the default lease).
+    let ttls = StateTtls {
+        worker_lease: std::time::Duration::from_secs(120),
+        ..StateTtls::default()
+    };
+    let probe = store(&valkey, "pr", "test-probe", ttls);
     let wa = FakeWorker::start("wa").await;
     let wb = FakeWorker::start("wb").await;
     register(&probe, "qwen-a", &wa).await;
