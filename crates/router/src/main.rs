@@ -1,5 +1,6 @@
 //! The `prefix-router` binary.
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 use prefix_router::{EppArgs, ServeArgs, ServeConfig};
 use state::inspect::InspectArgs;
@@ -39,11 +40,15 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
             let cfg = ServeConfig::resolve(*args)?;
-            prefix_router::runtime(&cfg)?.block_on(prefix_router::run(cfg))
+            prefix_router::runtime(&cfg)
+                .context("starting the async runtime")?
+                .block_on(prefix_router::run(cfg))
         }
         Command::Epp(args) => {
             let cfg = ServeConfig::resolve_epp(*args)?;
-            prefix_router::runtime(&cfg)?.block_on(prefix_router::run(cfg))
+            prefix_router::runtime(&cfg)
+                .context("starting the async runtime")?
+                .block_on(prefix_router::run(cfg))
         }
         Command::Reporter(args) => {
             let runtime = tokio::runtime::Runtime::new()?;

@@ -38,6 +38,7 @@ worker_lease = "20s"
 scrape_metrics_interval = "2s"
 response_cache_ttl = "30s"
 response_cache_max_bytes = 1000000
+async_threads = 3
 "#
     )
     .unwrap();
@@ -49,6 +50,7 @@ response_cache_max_bytes = 1000000
         std::env::set_var("PREFIX_ROUTER_WORKER_LEASE", "30s");
         std::env::set_var("PREFIX_ROUTER_SCRAPE_METRICS_INTERVAL", "3s");
         std::env::set_var("PREFIX_ROUTER_RESPONSE_CACHE_MAX_ENTRY_BYTES", "5000");
+        std::env::set_var("PREFIX_ROUTER_ASYNC_THREADS", "2");
     }
     let cfg = resolve(&[
         "--config",
@@ -72,6 +74,7 @@ response_cache_max_bytes = 1000000
     assert_eq!(cfg.ttls.confirmed, Duration::from_secs(600), "default");
     assert_eq!(cfg.workers[0].id, "a");
     assert_eq!(cfg.internal_token.as_deref(), Some("file-token"));
+    assert_eq!(cfg.async_threads, 2, "env over file");
     assert_eq!(
         cfg.scrape_metrics_interval,
         Some(Duration::from_secs(3)),
@@ -93,11 +96,14 @@ response_cache_max_bytes = 1000000
         "45s",
         "--response-cache-max-entry-bytes",
         "6000",
+        "--async-threads",
+        "1",
     ])
     .unwrap();
     let cache = flagged.response_cache.clone().unwrap();
     assert_eq!(cache.ttl, Duration::from_secs(45), "flag over file");
     assert_eq!(cache.max_entry_bytes, 6000, "flag over env");
+    assert_eq!(flagged.async_threads, 1, "flag over env");
     assert_eq!(
         flagged.scrape_metrics_interval,
         Some(Duration::from_millis(250)),
@@ -108,6 +114,7 @@ response_cache_max_bytes = 1000000
         std::env::remove_var("PREFIX_ROUTER_WORKER_LEASE");
         std::env::remove_var("PREFIX_ROUTER_SCRAPE_METRICS_INTERVAL");
         std::env::remove_var("PREFIX_ROUTER_RESPONSE_CACHE_MAX_ENTRY_BYTES");
+        std::env::remove_var("PREFIX_ROUTER_ASYNC_THREADS");
     }
     let from_file = resolve(&["--config", &path]).unwrap();
     assert_eq!(
@@ -119,6 +126,7 @@ response_cache_max_bytes = 1000000
         from_file.scrape_metrics_interval,
         Some(Duration::from_secs(2))
     );
+    assert_eq!(from_file.async_threads, 3, "from the file");
 
     // No token anywhere: refused, unless explicitly allowed.
     let err = resolve(&[]).unwrap_err().to_string();

@@ -174,7 +174,12 @@ pub fn cpu_table(arms: &[ArmResult]) -> String {
                 per_request(c.routers),
                 format!("{:.0}%", c.sims),
                 format!("{:.0}%", c.balancer),
-                per_request(c.balancer),
+                // The builtin balancer runs inside the load test: not measured.
+                if c.balancer > 0.0 {
+                    per_request(c.balancer)
+                } else {
+                    "-".to_owned()
+                },
                 format!("{:.0}%", c.loadtest),
                 format!("{:.0}%", c.machine),
             ])
@@ -269,7 +274,7 @@ pub(super) mod tests {
             loadtest: 5.7,
             machine: 20.6,
         });
-        let t = cpu_table(&[a]);
+        let t = cpu_table(std::slice::from_ref(&a));
         let lines: Vec<&str> = t.lines().collect();
         let columns: Vec<&str> = lines[0].split(" | ").collect();
         let values: Vec<&str> = lines[2].split(" | ").collect();
@@ -280,5 +285,13 @@ pub(super) mod tests {
         assert_eq!(value("haproxy ms/req"), "1.51");
         assert_eq!(value("haproxy"), "5%");
         assert_eq!(value("of which primaries ms/req"), "-");
+        // The builtin balancer: no HAProxy to measure.
+        let mut builtin = arm("x");
+        builtin.summary.req_per_s = 31.2;
+        builtin.cpu = a.cpu.map(|c| CpuPercent { balancer: 0.0, ..c });
+        let t = cpu_table(&[builtin]);
+        let values: Vec<&str> = t.lines().nth(2).unwrap().split(" | ").collect();
+        let at = columns.iter().position(|c| *c == "haproxy ms/req").unwrap();
+        assert_eq!(values[at], "-");
     }
 }

@@ -101,41 +101,40 @@ pub fn check_depth(bytes: &[u8], max: usize) -> Result<(), ApiError> {
     let mut depth = 0usize;
     let mut in_string = false;
     let mut escaped = false;
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        // Eight bytes at a time while none of them can change the state
-        // (a long token-id prompt is almost all digits and commas).
+    for chunk in bytes.chunks(8) {
+        // A word none of whose bytes can change the state is skipped whole
+        // (a long token-id prompt is almost all digits and commas); any
+        // other is read byte by byte, never re-read.
         if !escaped
-            && let Some(word) = bytes.get(i..i + 8)
-            && let Ok(word) = <[u8; 8]>::try_from(word)
+            && let Ok(word) = <[u8; 8]>::try_from(chunk)
             && quiet(u64::from_le_bytes(word), in_string)
         {
-            i += 8;
             continue;
         }
-        i += 1;
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > max {
-                    return Err(ApiError::bad_request(format!(
-                        "invalid JSON body: nested deeper than {max} levels"
-                    )));
+        for &b in chunk {
+            if in_string {
+                if escaped {
+                    escaped = false;
+                } else if b == b'\\' {
+                    escaped = true;
+                } else if b == b'"' {
+                    in_string = false;
                 }
+                continue;
             }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
+            match b {
+                b'"' => in_string = true,
+                b'[' | b'{' => {
+                    depth += 1;
+                    if depth > max {
+                        return Err(ApiError::bad_request(format!(
+                            "invalid JSON body: nested deeper than {max} levels"
+                        )));
+                    }
+                }
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
         }
     }
     Ok(())

@@ -180,7 +180,7 @@ pub struct ExposureArgs {
     pub max_prompt_tokens: Option<u64>,
     /// Threads that serve connections and relay responses [default: one
     /// per core]. 1 runs them on a single thread, which costs less CPU per
-    /// request (no wake-ups between threads: 14% less per streamed request,
+    /// request (no wake-ups between threads: 11% less per streamed request,
     /// docs/benchmarks.md); a router then serves about one core's worth of
     /// relaying, so run more routers instead. Tokenizing and hashing keep
     /// their own threads either way.

@@ -1,4 +1,10 @@
-//! Defaults that depend on the machine: the connection cap and the router id.
+//! Defaults that depend on the machine: thread counts, the connection cap
+//! and the router id.
+
+/// The cores this process may use (2 when that is unknown).
+pub(super) fn cores() -> usize {
+    std::thread::available_parallelism().map_or(2, usize::from)
+}
 
 /// Half the process's open-file limit (the other half is for the workers'
 /// side of proxied requests, Valkey and logs), at most 10,000, at least 64.

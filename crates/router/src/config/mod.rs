@@ -3,6 +3,7 @@
 
 mod args;
 mod costs;
+mod debug;
 mod defaults;
 mod epp;
 mod file;
@@ -25,7 +26,7 @@ use anyhow::{Context, bail};
 
 use crate::forward_paths::ForwardPaths;
 
-use defaults::{default_max_connections, default_router_id};
+use defaults::{cores, default_max_connections, default_router_id};
 use file::{FileConfig, file_duration, load_file};
 
 use state::{BatchLimits, ConnectionSettings, ModelLimits, Sharding, StateTtls};
@@ -254,7 +255,7 @@ impl ServeConfig {
             .exposure
             .async_threads
             .or(file.async_threads)
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
+            .unwrap_or_else(cores);
         if async_threads == 0 {
             bail!("--async-threads must be positive");
         }
@@ -333,9 +334,7 @@ impl ServeConfig {
                 .exposure
                 .tokenize_threads
                 .or(file.tokenize_threads)
-                .unwrap_or_else(|| {
-                    (std::thread::available_parallelism().map_or(2, usize::from) / 2).max(1)
-                })
+                .unwrap_or_else(|| (cores() / 2).max(1))
                 .max(1),
             tokenize_queue: args
                 .exposure
@@ -363,44 +362,5 @@ impl ServeConfig {
             epp: None,
             response_cache,
         })
-    }
-}
-
-impl std::fmt::Debug for ServeConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServeConfig")
-            .field("listen", &self.listen)
-            .field("internal_listen", &self.internal_listen)
-            .field("valkey", &protocol::redact_url(&self.valkey.url))
-            .field("valkey_hot_timeout", &self.valkey.hot_timeout)
-            .field("sharding", &self.sharding)
-            .field("key_prefix", &self.key_prefix)
-            .field("workers", &self.workers)
-            .field("model", &self.model)
-            .field("tokenizer_dir", &self.tokenizer_dir)
-            .field(
-                "internal_token",
-                &self.internal_token.as_ref().map(|_| "<redacted>"),
-            )
-            .field("router_id", &self.router_id)
-            .field("ttls", &self.ttls)
-            .field("limits", &self.limits)
-            .field("gc_interval", &self.gc_interval)
-            .field("max_body_bytes", &self.max_body_bytes)
-            .field("client_timeout", &self.client_timeout)
-            .field("max_prompt_tokens", &self.max_prompt_tokens)
-            .field("policy", &self.policy)
-            .field("block_size", &self.block_size)
-            .field("hash_seed", &self.hash_seed)
-            .field("max_attempts", &self.max_attempts)
-            .field("loras", &self.loras)
-            .field("models", &self.models)
-            .field("scrape_metrics_interval", &self.scrape_metrics_interval)
-            .field("cache_aware", &self.cache_aware)
-            .field("pd_skip_prefill_share", &self.pd_skip_prefill_share)
-            .field("pd_prefill_policy", &self.pd_prefill_policy)
-            .field("epp", &self.epp)
-            .field("response_cache", &self.response_cache)
-            .finish()
     }
 }
