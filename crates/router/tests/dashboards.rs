@@ -209,14 +209,7 @@ async fn every_metric_the_dashboard_and_the_rules_use_is_exported() {
     // With the response cache on, as its panel needs.
     a.response_cache.response_cache_ttl = Some(Duration::from_secs(60));
     let router = Router::start(&valkey.url(), a).await;
-    let engine = Sim::start(&[
-        "--worker-id",
-        "engine-0",
-        "--kv-events-endpoint",
-        "tcp://127.0.0.1:0",
-        "--kv-events-replay-endpoint",
-        "tcp://127.0.0.1:0",
-    ]);
+    let engine = Sim::engine("engine-0", (0, 0), &[]);
     let metrics_port = free_port();
     let mut rep = reporter(&engine, &router, metrics_port);
     let deadline = Instant::now() + Duration::from_secs(30);

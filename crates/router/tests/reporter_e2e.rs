@@ -22,7 +22,7 @@ use std::time::Duration;
 use harness::{MODEL, Sim, completion, prompt, tokenizer_dir};
 use serde_json::json;
 use support::reporter_process::Reporter;
-use support::{Router, TOKEN, Valkey, args, free_port, http};
+use support::{Router, Valkey, args, free_port, http};
 
 /// How long a convergence may take on 2 busy cores running debug builds
 /// (a deadline for polling, not a latency bound).
@@ -45,37 +45,18 @@ fn engine(worker: &str, ports: (u16, u16, u16)) -> Sim {
 
 /// [`engine`] with `extra` flags.
 fn engine_with(worker: &str, ports: (u16, u16, u16), extra: &[&str]) -> Sim {
-    let (kv, replay) = (
-        format!("tcp://127.0.0.1:{}", ports.0),
-        format!("tcp://127.0.0.1:{}", ports.1),
-    );
     let http_port = ports.2.to_string();
-    let mut flags = vec!["--worker-id", worker, "--port", &http_port];
+    let mut flags = vec!["--port", &http_port];
     flags.extend(SIM_FLAGS);
     flags.extend(extra);
-    flags.extend([
-        "--kv-events-endpoint",
-        &kv,
-        "--kv-events-replay-endpoint",
-        &replay,
-    ]);
-    Sim::start(&flags)
+    Sim::engine(worker, (ports.0, ports.1), &flags)
 }
 
 /// A sim that pushes to the fleet itself, with a 2 s sync period.
 fn pushing(worker: &str, router: &Router) -> Sim {
-    let url = router.url("");
-    let mut flags = vec![
-        "--worker-id",
-        worker,
-        "--fleet-url",
-        &url,
-        "--internal-token",
-        TOKEN,
-    ];
-    flags.extend(SIM_FLAGS);
+    let mut flags = SIM_FLAGS.to_vec();
     flags.extend(["--sync-interval", "2s"]);
-    Sim::start(&flags)
+    Sim::pushing(worker, &router.url(""), &flags)
 }
 
 /// The hashes the shared state holds for `worker`'s live incarnation.
@@ -269,7 +250,7 @@ async fn blocks_offloaded_to_the_cpu_tier_stay_in_the_index() {
     let _reporter = reporter("zmq-cpu", &sim, &router, ports);
     serve(&sim, &["alpha", "beta", "gamma", "delta"]).await;
     let held = converged(&valkey, "zmq-cpu", &sim, "after offloading").await;
-    let on_cpu = harness::hex_set(&sim.state().await["cpu_hashes"]);
+    let on_cpu = sim.cpu_cached().await;
     assert!(
         !on_cpu.is_empty(),
         "the GPU evicted nothing to the CPU tier"

@@ -187,7 +187,7 @@ fn fleet_tiers(valkey: &Valkey, worker: &str) -> BTreeMap<String, char> {
 /// What the sim's cache says each indexed block's entry must be: `h` on
 /// its CPU tier, `c` on its GPU.
 async fn sim_tiers(sim: &Sim) -> BTreeMap<String, char> {
-    let on_cpu = harness::hex_set(&sim.state().await["cpu_hashes"]);
+    let on_cpu = sim.cpu_cached().await;
     sim.indexed()
         .await
         .into_iter()
@@ -280,18 +280,9 @@ async fn cpu_hit_after_gpu_eviction(valkey: &Valkey, r: &Router, sim: &Sim, work
 async fn a_prefix_the_gpu_evicted_to_the_cpu_stays_a_cpu_hit_by_push() {
     let valkey = Valkey::start();
     let r = router(&valkey).await;
-    let url = r.url("");
-    let mut flags = vec![
-        "--worker-id",
-        "pushing",
-        "--fleet-url",
-        &url,
-        "--internal-token",
-        TOKEN,
-    ];
-    flags.extend(SIM_FLAGS);
+    let mut flags = SIM_FLAGS.to_vec();
     flags.extend(["--sync-interval", "2s"]);
-    let sim = Sim::start(&flags);
+    let sim = Sim::pushing("pushing", &r.url(""), &flags);
     cpu_hit_after_gpu_eviction(&valkey, &r, &sim, "pushing").await;
 }
 
@@ -300,19 +291,7 @@ async fn a_prefix_the_gpu_evicted_to_the_cpu_stays_a_cpu_hit_by_reporter() {
     let valkey = Valkey::start();
     let r = router(&valkey).await;
     let ports = (free_port(), free_port());
-    let (kv, replay) = (
-        format!("tcp://127.0.0.1:{}", ports.0),
-        format!("tcp://127.0.0.1:{}", ports.1),
-    );
-    let mut flags = vec!["--worker-id", "engine"];
-    flags.extend(SIM_FLAGS);
-    flags.extend([
-        "--kv-events-endpoint",
-        &kv,
-        "--kv-events-replay-endpoint",
-        &replay,
-    ]);
-    let sim = Sim::start(&flags);
+    let sim = Sim::engine("engine", ports, &SIM_FLAGS);
     let _reporter = Reporter::start("engine", MODEL, &sim.base, &r, ports);
     cpu_hit_after_gpu_eviction(&valkey, &r, &sim, "engine").await;
 }

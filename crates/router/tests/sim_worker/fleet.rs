@@ -29,19 +29,9 @@ async fn fleet(worker_lease: Option<Duration>) -> Fleet {
 impl Fleet {
     /// A sim reporting to this fleet as `worker_id`.
     fn sim(&self, worker_id: &str, extra: &[&str]) -> Sim {
-        let url = self.router.url("");
-        let mut flags = vec![
-            "--fleet-url",
-            &url,
-            "--internal-token",
-            TOKEN,
-            "--worker-id",
-            worker_id,
-            "--time-scale",
-            "0.02",
-        ];
+        let mut flags = vec!["--time-scale", "0.02"];
         flags.extend_from_slice(extra);
-        Sim::start(&flags)
+        Sim::pushing(worker_id, &self.router.url(""), &flags)
     }
 
     /// The hashes the shared state holds for `worker`'s live incarnation.

@@ -56,6 +56,43 @@ impl Sim {
         }
     }
 
+    /// A sim that reports its cache to the fleet at `fleet_url` itself, as
+    /// `worker`, with `extra` flags.
+    #[allow(dead_code)] // not every test binary starts one
+    pub fn pushing(worker: &str, fleet_url: &str, extra: &[&str]) -> Sim {
+        let mut flags = vec![
+            "--worker-id",
+            worker,
+            "--fleet-url",
+            fleet_url,
+            "--internal-token",
+            crate::support::TOKEN,
+        ];
+        flags.extend_from_slice(extra);
+        Sim::start(&flags)
+    }
+
+    /// A vLLM-like engine that pushes nothing: it publishes KV events and
+    /// replays them on loopback ports `kv` and `replay` (0: any), for a
+    /// reporter to read; `extra` flags on top.
+    #[allow(dead_code)] // not every test binary starts one
+    pub fn engine(worker: &str, (kv, replay): (u16, u16), extra: &[&str]) -> Sim {
+        let (kv, replay) = (
+            format!("tcp://127.0.0.1:{kv}"),
+            format!("tcp://127.0.0.1:{replay}"),
+        );
+        let mut flags = vec![
+            "--worker-id",
+            worker,
+            "--kv-events-endpoint",
+            &kv,
+            "--kv-events-replay-endpoint",
+            &replay,
+        ];
+        flags.extend_from_slice(extra);
+        Sim::start(&flags)
+    }
+
     /// `<base><path>`.
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
@@ -80,6 +117,12 @@ impl Sim {
     /// anchors and the ends of stored runs (`protocol::index`).
     pub async fn indexed(&self) -> BTreeSet<String> {
         hex_set(&self.state().await["indexed_hashes"])
+    }
+
+    /// The hashes the sim holds on its CPU tier now (hex).
+    #[allow(dead_code)] // not every test binary has a CPU tier
+    pub async fn cpu_cached(&self) -> BTreeSet<String> {
+        hex_set(&self.state().await["cpu_hashes"])
     }
 
     /// `POST /sim/faults`; returns the faults now in force.
