@@ -8,6 +8,9 @@
 //! Valkey, the last known workers are ranked by consistent hashing. A model
 //! with prefill and decode workers is served disaggregated (`disagg`; the
 //! endpoint picker's two picks: `pd_pick`; what both share: `pd_steps`).
+//! Body fields only the router sets are taken out of a client's request
+//! as it is read (`router_fields`); headers only the router sets
+//! (`protocol::headers::RESERVED`) as it is sent (`forward`).
 
 mod assign;
 mod candidates;
@@ -26,6 +29,7 @@ mod pd_steps;
 mod pick;
 mod prompts;
 mod ranking;
+mod router_fields;
 mod worker_gauges;
 
 pub use cpu_pool::{CpuPool, PoolBusy};
@@ -233,7 +237,9 @@ impl Proxy {
             model,
             chain,
             streamed,
+            without_router_fields,
         } = self.read(endpoint, &body).await?;
+        let body = without_router_fields.unwrap_or(body);
         tracing::Span::current().record("model", model.as_str());
         // Ask non-streamed completions for vLLM's load report (ORCA),
         // unless the client asked itself.

@@ -19,6 +19,7 @@ use tokenize::{
     Resolved, TokenizeError,
 };
 
+use super::router_fields::{present, without_router_fields};
 use super::{Endpoint, ProxyError, phase};
 use crate::telemetry::SPANS;
 
@@ -35,6 +36,9 @@ pub(super) struct Parsed {
     pub(super) chain: Chain,
     /// Whether the answer is streamed.
     pub(super) streamed: bool,
+    /// The body to forward in place of the client's when it carried fields
+    /// only the router sets (`router_fields`); `None`: the client's as sent.
+    pub(super) without_router_fields: Option<bytes::Bytes>,
 }
 
 /// The fields of a body that routing reads; the rest is only checked to be
@@ -51,6 +55,9 @@ struct Fields {
     /// Completions only (a chat body is rendered from its own parse).
     #[serde(default)]
     prompt: Option<PromptField>,
+    /// Whether the client sent a field only the router sets.
+    #[serde(default, rename = "kv_transfer_params", deserialize_with = "present")]
+    router_only: bool,
 }
 
 impl Fields {
@@ -118,13 +125,31 @@ impl Prompts {
     }
 
     /// The routed model, the prompt's chain and whether the response is
-    /// streamed.
+    /// streamed, read from the body without the fields only the router
+    /// sets (and that body, when the client sent any).
     pub(super) fn parse(&self, endpoint: Endpoint, body: &[u8]) -> Result<Parsed, ProxyError> {
         if body.is_empty() {
             return Err(ProxyError::InvalidRequest("\"model\" is required".into()));
         }
-        let mut fields: Fields = serde_json::from_slice(body)
+        let fields: Fields = serde_json::from_slice(body)
             .map_err(|e| ProxyError::InvalidRequest(format!("invalid JSON body: {e}")))?;
+        if !fields.router_only {
+            return self.parse_fields(endpoint, fields, body);
+        }
+        let cleaned = without_router_fields(body)?;
+        let fields: Fields = serde_json::from_slice(&cleaned)
+            .map_err(|e| ProxyError::InvalidRequest(format!("invalid JSON body: {e}")))?;
+        let mut parsed = self.parse_fields(endpoint, fields, &cleaned)?;
+        parsed.without_router_fields = Some(cleaned);
+        Ok(parsed)
+    }
+
+    fn parse_fields(
+        &self,
+        endpoint: Endpoint,
+        mut fields: Fields,
+        body: &[u8],
+    ) -> Result<Parsed, ProxyError> {
         let model = match fields.model.take() {
             Value::String(m) => m,
             _ => return Err(ProxyError::InvalidRequest("\"model\" is required".into())),
@@ -137,6 +162,7 @@ impl Prompts {
             model: resolved.route_model.to_owned(),
             chain,
             streamed: fields.stream == true,
+            without_router_fields: None,
         })
     }
 
