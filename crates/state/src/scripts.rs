@@ -43,6 +43,8 @@ pub enum ScriptName {
     SyncStage,
     /// Swap a staged snapshot in.
     SyncCommit,
+    /// Abort a staged snapshot whose chunk was refused.
+    SyncAbort,
     /// Apply a committed snapshot in bounded steps.
     SyncPatch,
     /// Compare a snapshot's digests with the membership's.
@@ -71,7 +73,7 @@ pub enum ScriptName {
 
 impl ScriptName {
     /// Every script, in a fixed order.
-    pub const ALL: [ScriptName; 19] = [
+    pub const ALL: [ScriptName; 20] = [
         ScriptName::Heartbeat,
         ScriptName::Deregister,
         ScriptName::Claim,
@@ -79,6 +81,7 @@ impl ScriptName {
         ScriptName::Evict,
         ScriptName::SyncStage,
         ScriptName::SyncCommit,
+        ScriptName::SyncAbort,
         ScriptName::SyncPatch,
         ScriptName::SyncCheck,
         ScriptName::SyncRepair,
@@ -103,6 +106,7 @@ impl ScriptName {
             ScriptName::Evict => "evict.lua",
             ScriptName::SyncStage => "sync_stage.lua",
             ScriptName::SyncCommit => "sync_commit.lua",
+            ScriptName::SyncAbort => "sync_abort.lua",
             ScriptName::SyncPatch => "sync_patch.lua",
             ScriptName::SyncCheck => "sync_check.lua",
             ScriptName::SyncRepair => "sync_repair.lua",
@@ -127,6 +131,7 @@ impl ScriptName {
             ScriptName::Evict => include_str!("../lua/evict.lua"),
             ScriptName::SyncStage => include_str!("../lua/sync_stage.lua"),
             ScriptName::SyncCommit => include_str!("../lua/sync_commit.lua"),
+            ScriptName::SyncAbort => include_str!("../lua/sync_abort.lua"),
             ScriptName::SyncPatch => include_str!("../lua/sync_patch.lua"),
             ScriptName::SyncCheck => include_str!("../lua/sync_check.lua"),
             ScriptName::SyncRepair => include_str!("../lua/sync_repair.lua"),
