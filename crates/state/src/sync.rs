@@ -316,12 +316,14 @@ impl StateStore {
             staged = self
                 .run(Lane::Bulk, ScriptName::SyncStage, model, &args)
                 .await
-                .map_err(|e| match aborted(unknown_worker(e, model, worker_id), sync_id) {
-                    StateError::Script { detail, .. } if detail.contains("sync too large") => {
-                        too_large(max + 1, max)
-                    }
-                    other => other,
-                })?;
+                .map_err(
+                    |e| match aborted(unknown_worker(e, model, worker_id), sync_id) {
+                        StateError::Script { detail, .. } if detail.contains("sync too large") => {
+                            too_large(max + 1, max)
+                        }
+                        other => other,
+                    },
+                )?;
         }
         Ok(staged)
     }
