@@ -32,7 +32,12 @@ local KEYS, ARGV, BASE = {}, {}, ''
 local sbyte, sfind, ssub, HEX
 
 -- Binds one call's KEYS and ARGV, checks the KEYS contract, runs `body`.
-local function enter(keys, args, body)
+local bridge_write_gap
+
+-- Every function's entry: sets KEYS, ARGV and BASE, checks KEYS[1]; a
+-- function that writes (`writes`) first bridges a write gap
+-- (bridge_write_gap, below).
+local function enter(keys, args, body, writes)
   if not HEX then
     sbyte, sfind, ssub, HEX = string.byte, string.find, string.sub, {}
     for b = 0, 255 do HEX[b] = string.format('%02x', b) end
@@ -41,6 +46,7 @@ local function enter(keys, args, body)
   if KEYS[1] ~= BASE .. ':ids' then
     return redis.error_reply('ERR KEYS[1] must be ' .. BASE .. ':ids')
   end
+  if writes then bridge_write_gap() end
   return body()
 end
 

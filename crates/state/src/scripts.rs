@@ -2,7 +2,7 @@
 //! library (`FUNCTION LOAD`) and called with `FCALL`.
 //!
 //! A library defines the helpers (`lib.lua`, `lib_view.lua`,
-//! `lib_routing.lua`) once per
+//! `lib_leases.lua`, `lib_routing.lua`) once per
 //! load rather than once per call (an `EVALSHA` script runs its whole
 //! prelude on every call), and it
 //! lives in the functions' own small Lua heap. Its name and its functions'
@@ -22,6 +22,8 @@ const PRELUDE: &str = concat!(
     include_str!("../lua/lib.lua"),
     "\n",
     include_str!("../lua/lib_view.lua"),
+    "\n",
+    include_str!("../lua/lib_leases.lua"),
     "\n",
     include_str!("../lua/lib_routing.lua")
 );
@@ -199,8 +201,9 @@ impl ScriptSet {
             let _ = writeln!(
                 code,
                 "redis.register_function{{ function_name = '{function}', \
-                 callback = function(keys, args) return enter(keys, args, script_{}) end{flags} }}",
-                name.stem()
+                 callback = function(keys, args) return enter(keys, args, script_{}, {}) end{flags} }}",
+                name.stem(),
+                !name.read_only()
             );
             functions.push(function);
         }
