@@ -114,7 +114,7 @@ impl Proxy {
     ) -> Self {
         Proxy {
             store,
-            prompts: Prompts::new(pipelines, u64::MAX),
+            prompts: Prompts::new(pipelines, None),
             pool: CpuPool::new(
                 (std::thread::available_parallelism().map_or(2, usize::from) / 2).max(1),
                 64,
@@ -161,7 +161,8 @@ impl Proxy {
     }
 
     /// Refuses prompts of more than `max` tokens with
-    /// [`ProxyError::PromptTooLong`] (unlimited unless set). Tokenizing and
+    /// [`ProxyError::PromptTooLong`] (unless set: each model's context
+    /// length from its files, else 1,000,000). Tokenizing and
     /// hashing cost time and memory in the prompt's length, and the claim
     /// writes one entry per block: a limit keeps one request from holding a
     /// router or flooding the shared state.
