@@ -55,8 +55,8 @@ pub struct StoredBody<'a> {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub families: Option<Cow<'a, [Option<BlockHash>]>>,
     /// The best medium the worker now holds these blocks on, as a KV
-    /// event's label or a tier name ([`Tier::from_medium`]: an unknown
-    /// label is disk). Absent: the GPU, as every report before tiers. A
+    /// event's label or a tier name ([`Tier::from_label`]; a label it does
+    /// not know is refused). Absent: the GPU, as every report before tiers. A
     /// block that leaves the GPU but stays on the CPU is reported again
     /// here with `"cpu"` (not evicted), and with `"gpu"` once back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -94,7 +94,8 @@ pub struct SyncBody<'a> {
     /// a head block. Absent: the fleet writes every block to every shard.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub families: Option<Cow<'a, [Option<BlockHash>]>>,
-    /// Each block's best medium ([`Tier`]), in the same order. Absent: all
+    /// Each block's best medium ([`Tier`]), in the same order, by the rule
+    /// of [`Tier::from_label`] (an unknown label is refused). Absent: all
     /// on the GPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tiers: Option<Cow<'a, [Tier]>>,
@@ -318,13 +319,21 @@ mod tests {
         let s: StoredBody<'_> =
             serde_json::from_str(r#"{"worker_id":"w","block_hashes":[1],"medium":"CPU"}"#).unwrap();
         assert_eq!(s.medium, Some(Tier::Cpu));
-        let s: StoredBody<'_> =
-            serde_json::from_str(r#"{"worker_id":"w","block_hashes":[1],"medium":"lmcache"}"#)
-                .unwrap();
+        let s: StoredBody<'_> = serde_json::from_str(
+            r#"{"worker_id":"w","block_hashes":[1],"medium":"LocalDiskBackend"}"#,
+        )
+        .unwrap();
         assert_eq!(s.medium, Some(Tier::Disk));
+        for medium in ["2", r#""lmcache""#, r#""weird""#] {
+            let body = format!(r#"{{"worker_id":"w","block_hashes":[1],"medium":{medium}}}"#);
+            assert!(
+                serde_json::from_str::<StoredBody<'_>>(&body).is_err(),
+                "{body}"
+            );
+        }
         assert!(
-            serde_json::from_str::<StoredBody<'_>>(
-                r#"{"worker_id":"w","block_hashes":[1],"medium":2}"#
+            serde_json::from_str::<SyncBody<'_>>(
+                r#"{"worker_id":"w","active_hashes":[1,2],"tiers":["gpu","weird"]}"#,
             )
             .is_err()
         );

@@ -3,10 +3,24 @@
 //! local CPU backend) or anything slower (LMCache's disk and remote tiers).
 //!
 //! vLLM labels its KV events with a `medium` string (absent on a GPU
-//! event); engines and connectors spell it differently. Every label maps to
-//! a tier, none is refused: a label this build does not know is taken as
-//! the slowest tier, [`Tier::Disk`], so that a new connector's blocks count
-//! as a cheap hit rather than as a full one or as none.
+//! event); engines and connectors spell it differently. One rule,
+//! [`Tier::from_label`], reads every label, in the push API (`medium` of
+//! `/internal/stored`, `tiers` of `/internal/sync`) and in the reporter's
+//! KV events alike, in any case and with surrounding spaces ignored:
+//!
+//! * GPU: absent or empty, `gpu…` (vLLM's `GPU`), `cuda…` (`cuda:0`);
+//! * CPU: the tier name `cpu`, any label containing `cpu` (vLLM's
+//!   offloading connector's `CPU`, `cpu_pinned`, LMCache's
+//!   `LocalCPUBackend`), or starting with `host`;
+//! * disk: the tier name `disk`, any label containing `disk` (LMCache's
+//!   `LocalDiskBackend`), or starting with `nvme`, `ssd`, `gds` or
+//!   `remote` (LMCache's remote backends: slower than the host's memory).
+//!
+//! Anything else is no tier: the push API refuses it (a 400 naming the
+//! label), and the reporter, which must not stop on a connector newer than
+//! this build, takes it as the slowest tier, [`Tier::Disk`]
+//! ([`Tier::from_medium`]), so that its blocks count as a cheap hit rather
+//! than as a full one or as none.
 
 use std::fmt;
 
@@ -28,19 +42,30 @@ impl Tier {
     /// Every tier, fastest first.
     pub const ALL: [Tier; 3] = [Tier::Gpu, Tier::Cpu, Tier::Disk];
 
-    /// The tier of a KV event's `medium`: absent, `GPU`, `cuda` (any case)
-    /// are the GPU; `CPU`, `cpu_pinned`, `host` (any case, and labels
-    /// starting with them) the CPU; anything else, disk.
-    pub fn from_medium(medium: Option<&str>) -> Tier {
-        let Some(m) = medium else { return Tier::Gpu };
-        let m = m.trim().to_ascii_lowercase();
-        if m.is_empty() || m == "gpu" || m.starts_with("cuda") || m.starts_with("gpu") {
-            Tier::Gpu
-        } else if m.starts_with("cpu") || m.starts_with("host") {
-            Tier::Cpu
+    /// The tier a label names by the module's rule; `None` for a label
+    /// the rule does not know.
+    pub fn from_label(label: &str) -> Option<Tier> {
+        let m = label.trim().to_ascii_lowercase();
+        if m.is_empty() || m.starts_with("gpu") || m.starts_with("cuda") {
+            Some(Tier::Gpu)
+        } else if m.contains("cpu") || m.starts_with("host") {
+            Some(Tier::Cpu)
+        } else if m.contains("disk")
+            || ["nvme", "ssd", "gds", "remote"]
+                .iter()
+                .any(|p| m.starts_with(p))
+        {
+            Some(Tier::Disk)
         } else {
-            Tier::Disk
+            None
         }
+    }
+
+    /// The tier of a KV event's `medium` as the reporter takes it: absent
+    /// is the GPU, a label by [`from_label`](Self::from_label), and a label
+    /// the rule does not know the slowest tier, disk.
+    pub fn from_medium(medium: Option<&str>) -> Tier {
+        medium.map_or(Tier::Gpu, |m| Tier::from_label(m).unwrap_or(Tier::Disk))
     }
 
     /// The wire name: `gpu`, `cpu` or `disk`.
@@ -86,11 +111,16 @@ impl Serialize for Tier {
 }
 
 impl<'de> Deserialize<'de> for Tier {
-    /// Any string, by [`Tier::from_medium`] (an engine's label is as good as
-    /// a tier name); a value of another JSON type is an error.
+    /// A label by [`Tier::from_label`] (an engine's label is as good as a
+    /// tier name); a label the rule does not know, or a value of another
+    /// JSON type, is an error.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let s = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        Ok(Tier::from_medium(Some(&s)))
+        Tier::from_label(&s).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown tier {s:?}: gpu, cpu, disk or an engine's medium label (GPU, CPU, cpu_pinned, LocalCPUBackend, LocalDiskBackend, …)"
+            ))
+        })
     }
 }
 
@@ -99,35 +129,49 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_label_has_a_tier() {
+    fn the_rule_reads_tier_names_and_engine_labels() {
         for (label, tier) in [
-            (None, Tier::Gpu),
-            (Some("GPU"), Tier::Gpu),
-            (Some("gpu"), Tier::Gpu),
-            (Some("cuda:0"), Tier::Gpu),
-            (Some(""), Tier::Gpu),
-            (Some("CPU"), Tier::Cpu),
-            (Some("cpu_pinned"), Tier::Cpu),
-            (Some("Host"), Tier::Cpu),
-            (Some("disk"), Tier::Disk),
-            (Some("LocalDiskBackend"), Tier::Disk),
-            (Some("nvme"), Tier::Disk),
+            ("GPU", Some(Tier::Gpu)),
+            ("gpu", Some(Tier::Gpu)),
+            ("cuda:0", Some(Tier::Gpu)),
+            ("", Some(Tier::Gpu)),
+            (" CPU ", Some(Tier::Cpu)),
+            ("cpu_pinned", Some(Tier::Cpu)),
+            ("Host", Some(Tier::Cpu)),
+            ("LocalCPUBackend", Some(Tier::Cpu)),
+            ("disk", Some(Tier::Disk)),
+            ("LocalDiskBackend", Some(Tier::Disk)),
+            ("LMCache-disk", Some(Tier::Disk)),
+            ("nvme0", Some(Tier::Disk)),
+            ("RemoteBackend", Some(Tier::Disk)),
+            ("weird", None),
+            ("lmcache", None),
+            ("tpu", None),
         ] {
-            assert_eq!(Tier::from_medium(label), tier, "{label:?}");
+            assert_eq!(Tier::from_label(label), tier, "{label:?}");
+            // The reporter: the same rule, an unknown label as disk.
+            assert_eq!(
+                Tier::from_medium(Some(label)),
+                tier.unwrap_or(Tier::Disk),
+                "{label:?}"
+            );
         }
+        assert_eq!(Tier::from_medium(None), Tier::Gpu);
         for t in Tier::ALL {
             assert_eq!(Tier::from_entry_kind(t.entry_kind()), Some(t));
-            assert_eq!(Tier::from_medium(Some(t.as_str())), t);
+            assert_eq!(Tier::from_label(t.as_str()), Some(t));
         }
         assert_eq!(Tier::from_entry_kind('s'), None);
         assert!(Tier::Gpu < Tier::Cpu && Tier::Cpu < Tier::Disk);
     }
 
     #[test]
-    fn json_takes_any_string_and_refuses_other_types() {
+    fn json_takes_known_labels_and_refuses_the_rest() {
         let t: Tier = serde_json::from_str(r#""LMCache-disk""#).unwrap();
         assert_eq!(t, Tier::Disk);
         assert_eq!(serde_json::to_string(&Tier::Cpu).unwrap(), r#""cpu""#);
+        let e = serde_json::from_str::<Tier>(r#""weird""#).unwrap_err();
+        assert!(e.to_string().contains("unknown tier \"weird\""), "{e}");
         assert!(serde_json::from_str::<Tier>("3").is_err());
         assert!(serde_json::from_str::<Tier>("null").is_err());
     }

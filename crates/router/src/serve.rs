@@ -78,15 +78,17 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
     let atomic = (policy.name() == "cache_aware").then_some(cache_aware);
     let cache = (cfg.response_cache.clone())
         .map(|s| ResponseCache::new(store.clone(), s, cfg.valkey.hot_timeout));
-    Ok(
-        Proxy::new(store, pipelines, policy, atomic, upstream, cfg.max_attempts)
-            .with_max_prompt_tokens(cfg.max_prompt_tokens)
-            .with_cpu_pool(CpuPool::new(cfg.tokenize_threads, cfg.tokenize_queue))
-            .with_known_for(cfg.ttls.worker_lease)
-            .with_pd_skip_prefill_share(cfg.pd_skip_prefill_share)
-            .with_pd_prefill_policy(cfg.pd_prefill_policy)
-            .with_response_cache(cache),
-    )
+    let proxy = Proxy::new(store, pipelines, policy, atomic, upstream, cfg.max_attempts);
+    let proxy = match cfg.max_prompt_tokens {
+        Some(max) => proxy.with_max_prompt_tokens(max),
+        None => proxy,
+    };
+    Ok(proxy
+        .with_cpu_pool(CpuPool::new(cfg.tokenize_threads, cfg.tokenize_queue))
+        .with_known_for(cfg.ttls.worker_lease)
+        .with_pd_skip_prefill_share(cfg.pd_skip_prefill_share)
+        .with_pd_prefill_policy(cfg.pd_prefill_policy)
+        .with_response_cache(cache))
 }
 
 /// The async runtime `cfg` asks for: a single thread for

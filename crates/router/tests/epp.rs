@@ -594,15 +594,7 @@ async fn trailers_end_a_body_in_either_mode() {
     envoy.close().await;
     // Buffered: the whole body comes without its end mark when trailers
     // follow; it is routed, not refused as cut.
-    let mut envoy = Envoy::open(f.pickers[1].1).await;
-    let config = modes(BodySendMode::Buffered, BodySendMode::None);
-    envoy
-        .send(request_headers("/v1/completions", false, config, None))
-        .await;
-    assert!(matches!(
-        envoy.recv().await.response,
-        Some(Response::RequestHeaders(_))
-    ));
+    let mut envoy = envoy::open_buffered(f.pickers[1].1).await;
     envoy.send(request_body(&body, false)).await;
     let answer = envoy.recv().await;
     assert!(matches!(answer.response, Some(Response::RequestBody(_))));

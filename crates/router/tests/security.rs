@@ -256,7 +256,7 @@ fn internal_listen_is_configured_like_the_other_flags() {
     let cfg = resolve(&base).unwrap();
     assert_eq!(cfg.internal_listen, None, "off by default");
     assert_eq!(cfg.client_timeout, Duration::from_secs(30));
-    assert_eq!(cfg.max_prompt_tokens, 1_000_000);
+    assert_eq!(cfg.max_prompt_tokens, None, "each model's context length");
     let cfg = resolve(
         &[
             &base[..],
@@ -274,7 +274,7 @@ fn internal_listen_is_configured_like_the_other_flags() {
     .unwrap();
     assert_eq!(cfg.internal_listen.unwrap().to_string(), "127.0.0.1:9100");
     assert_eq!(cfg.client_timeout, Duration::from_secs(5));
-    assert_eq!(cfg.max_prompt_tokens, 4096);
+    assert_eq!(cfg.max_prompt_tokens, Some(4096));
     // From the file, with the same names.
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("r.toml");
@@ -286,7 +286,7 @@ fn internal_listen_is_configured_like_the_other_flags() {
     let cfg = resolve(&["--config", file.to_str().unwrap()]).unwrap();
     assert_eq!(cfg.internal_listen.unwrap().port(), 9101);
     assert_eq!(cfg.client_timeout, Duration::from_secs(2));
-    assert_eq!(cfg.max_prompt_tokens, 10);
+    assert_eq!(cfg.max_prompt_tokens, Some(10));
     // The same address twice, a zero limit or timeout: refused.
     for bad in [
         &[

@@ -85,9 +85,27 @@ async fn explain_shows_tiered_hits_and_the_gpu_holder_wins() {
     bad["medium"] = json!(3);
     let (st, err) = post(&r, "/internal/stored", &bad).await;
     assert_eq!(st, 400, "{err}");
-    // So is a snapshot whose tiers do not match its hashes one for one.
+    // So is a label the tier rule does not know (protocol::Tier::from_label).
+    bad["medium"] = json!("weird");
+    let (st, err) = post(&r, "/internal/stored", &bad).await;
+    assert_eq!(st, 400, "{err}");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown tier \"weird\""),
+        "{err}"
+    );
+    // So is a snapshot whose tiers do not match its hashes one for one, or
+    // name a tier the rule does not know.
     let sync =
         json!({"worker_id": "cold", "model": MODEL, "active_hashes": hashes, "tiers": ["cpu"]});
+    let (st, err) = post(&r, "/internal/sync", &sync).await;
+    assert_eq!(st, 400, "{err}");
+    let mut weird: Vec<&str> = vec!["gpu"; blocks];
+    weird[1] = "weird";
+    let sync =
+        json!({"worker_id": "cold", "model": MODEL, "active_hashes": hashes, "tiers": weird});
     let (st, err) = post(&r, "/internal/sync", &sync).await;
     assert_eq!(st, 400, "{err}");
     let (_, e) = post(&r, "/admin/explain", &body).await;

@@ -22,6 +22,9 @@ async fn fleet(
     let mut a = args();
     a.model = Some(M.into());
     a.tokenizer_dir = Some(tokenizer_dir());
+    // Debug builds on 2 shared cores tokenize a large prompt for longer
+    // than the default lease: the worker must outlast it.
+    a.worker_lease = Some(Duration::from_secs(600));
     configure(&mut a);
     let r = Router::start(&valkey.url(), a).await;
     let worker = FakeWorker::start("w0").await;
@@ -73,6 +76,80 @@ async fn a_prompt_over_the_limit_is_refused_before_it_is_tokenized_in_full() {
     assert!(counted > 1_000 && counted < 100_000, "{message}");
     assert_eq!(worker.hits(), 0);
     assert_eq!(in_flight(&r).await, 0);
+}
+
+/// The two numbers of a 413's message: (tokens counted, limit).
+fn counted_and_max(body: &Value) -> (u64, u64) {
+    let message = body["error"]["message"].as_str().unwrap();
+    let numbers: Vec<u64> = message
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    (numbers[0], numbers[1])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_the_limit_is_the_models_context_and_a_huge_prompt_is_refused_by_its_length() {
+    // No --max-prompt-tokens: the Qwen3 files' context, 131,072 tokens
+    // (tokenizer_config.json's model_max_length).
+    let (_v, r, worker) = fleet(|_| {}).await;
+    let prompt = "hello ".repeat(10_500_000 / 6);
+    let (status, body) = complete(&r, &prompt).await;
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(body["error"]["type"], "prompt_too_long");
+    // Refused from its length, not counted: the bound is its bytes over
+    // the longest token it may hold (none of Qwen3's over 32 bytes occurs
+    // in it), not a count that stopped past the limit.
+    assert_eq!(
+        counted_and_max(&body),
+        (prompt.len().div_ceil(32) as u64, 131_072)
+    );
+    // A prompt within the context is routed.
+    let (status, body) = complete(&r, &"hello ".repeat(20_000)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(worker.hits(), 1);
+}
+
+/// A copy of the Qwen3 tokenizer whose files give a context of `context`
+/// tokens.
+fn tokenizer_with_context(context: u64) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let from = tokenizer_dir();
+    std::fs::copy(
+        from.join("tokenizer.json"),
+        dir.path().join("tokenizer.json"),
+    )
+    .unwrap();
+    let mut config: Value =
+        serde_json::from_slice(&std::fs::read(from.join("tokenizer_config.json")).unwrap())
+            .unwrap();
+    config["model_max_length"] = context.into();
+    std::fs::write(dir.path().join("tokenizer_config.json"), config.to_string()).unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_context_comes_from_the_models_files_and_an_explicit_limit_wins() {
+    let small = tokenizer_with_context(1_000);
+    let (_v, r, worker) = fleet(|a| a.tokenizer_dir = Some(small.path().to_owned())).await;
+    let (status, body) = complete(&r, &"hello ".repeat(900)).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = complete(&r, &"hello ".repeat(3_000)).await;
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(counted_and_max(&body).1, 1_000);
+    assert_eq!(worker.hits(), 1);
+    // --max-prompt-tokens wins, above the context or below it.
+    let (_v, r, _) = fleet(|a| {
+        a.tokenizer_dir = Some(small.path().to_owned());
+        a.exposure.max_prompt_tokens = Some(5_000);
+    })
+    .await;
+    let (status, body) = complete(&r, &"hello ".repeat(3_000)).await;
+    assert_eq!(status, 200, "{body}");
+    let (_v, r, _) = fleet(|a| a.exposure.max_prompt_tokens = Some(500)).await;
+    let (status, body) = complete(&r, &"hello ".repeat(900)).await;
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(counted_and_max(&body).1, 500);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

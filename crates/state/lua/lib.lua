@@ -32,7 +32,12 @@ local KEYS, ARGV, BASE = {}, {}, ''
 local sbyte, sfind, ssub, HEX
 
 -- Binds one call's KEYS and ARGV, checks the KEYS contract, runs `body`.
-local function enter(keys, args, body)
+local bridge_write_gap
+
+-- Every function's entry: sets KEYS, ARGV and BASE, checks KEYS[1]; a
+-- function that writes (`writes`) first bridges a write gap
+-- (bridge_write_gap, below).
+local function enter(keys, args, body, writes)
   if not HEX then
     sbyte, sfind, ssub, HEX = string.byte, string.find, string.sub, {}
     for b = 0, 255 do HEX[b] = string.format('%02x', b) end
@@ -41,6 +46,7 @@ local function enter(keys, args, body)
   if KEYS[1] ~= BASE .. ':ids' then
     return redis.error_reply('ERR KEYS[1] must be ' .. BASE .. ':ids')
   end
+  if writes then bridge_write_gap() end
   return body()
 end
 
@@ -161,6 +167,32 @@ end
 -- sync is being applied (sync_commit installs the snapshot's digests).
 -- Every script that changes it XORs the hashes in or out, accumulated per
 -- call in a table (digest_toggle) and written once (digest_flush).
+-- A staged sync's keys (sync_stage.lua, sync_commit.lua, sync_abort.lua):
+-- the staged hashes, their digests and their tiers off the GPU.
+local function stage_keys(idx, sync_id)
+  local tail = idx .. ':' .. sync_id
+  return BASE .. ':stage:' .. tail, BASE .. ':stage_dg:' .. tail, BASE .. ':stage_t:' .. tail
+end
+
+-- The one member of an aborted sync's stage set (never a hash: those are
+-- 16 hex digits). A chunk of the sync was refused: its later chunks and its
+-- commit are refused until the stage expires.
+local STAGE_ABORTED = 'aborted'
+
+-- Aborts staged sync `sync_id` of incarnation `idx`: drops what was staged
+-- and leaves the stage set holding STAGE_ABORTED only, for ttl_ms.
+local function stage_abort(idx, sync_id, ttl_ms)
+  local stage, stage_dg, stage_t = stage_keys(idx, sync_id)
+  redis.call('DEL', stage, stage_dg, stage_t)
+  redis.call('SADD', stage, STAGE_ABORTED)
+  redis.call('PEXPIRE', stage, ttl_ms)
+end
+
+-- Whether staged sync `stage` (a stage set's key) was aborted.
+local function stage_aborted(stage)
+  return redis.call('SISMEMBER', stage, STAGE_ABORTED) == 1
+end
+
 local function digest_key(idx) return BASE .. ':dg:' .. idx end
 
 -- XORs the 64-bit value of 16 hex digits x into bucket b of acc. Halves

@@ -11,8 +11,9 @@
 -- A sync_id already committed (the record's last_sync) is not committed
 -- again: a retried commit returns {1, blocks held, idx} and changes nothing.
 -- Returns {1, target size, idx} when committed, {0, 0, idx} when the previous
--- sync is still being patched (run sync_patch.lua, then retry), or
--- "ERR unknown worker".
+-- sync is still being patched (run sync_patch.lua, then retry),
+-- "ERR sync aborted" when a chunk of it was refused (sync_abort.lua; nothing
+-- changes), or "ERR unknown worker".
 -- Complexity: O(1).
 if not string.match(ARGV[3], '^[%w_%-]+$') or #ARGV[3] > 64 then
   return redis.error_reply('ERR bad sync_id')
@@ -24,10 +25,9 @@ if not idx then return redis.error_reply('ERR unknown worker') end
 if redis.call('HGET', worker_key(idx), 'last_sync') == ARGV[3] then
   return { 1, redis.call('SCARD', reverse_key(idx)), tonumber(idx) }
 end
+local stage, stage_dg, stage_t = stage_keys(idx, ARGV[3])
+if stage_aborted(stage) then return redis.error_reply('ERR sync aborted') end
 if worker_state(idx).syncing then return { 0, 0, tonumber(idx) } end
-local stage = BASE .. ':stage:' .. idx .. ':' .. ARGV[3]
-local stage_dg = BASE .. ':stage_dg:' .. idx .. ':' .. ARGV[3]
-local stage_t = BASE .. ':stage_t:' .. idx .. ':' .. ARGV[3]
 local target = sync_target_key(idx)
 if redis.call('EXISTS', stage_t) == 1 then
   redis.call('RENAME', stage_t, target_tier_key(idx))

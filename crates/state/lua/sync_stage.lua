@@ -11,8 +11,10 @@
 -- GPU in stage_t:<idx>:<sync_id> (hash -> 'h' or 'd'); the commit installs
 -- both. A hash listed twice keeps its first tier.
 -- Returns the number of hashes staged so far, "ERR unknown worker", or
--- "ERR sync too large" (the staged snapshot is then dropped whole); 0, staging
--- nothing, for a sync_id the worker already committed (a retried chunk).
+-- "ERR sync too large" (the sync is then aborted: what was staged is
+-- dropped whole, and its later chunks and its commit are refused with
+-- "ERR sync aborted", see stage_abort in lib.lua); 0, staging nothing, for a
+-- sync_id the worker already committed (a retried chunk).
 -- Complexity: O(n) for n hashes; callers send at most 512 per call.
 local bad = check_hashes(7)
 if bad then return bad end
@@ -28,9 +30,8 @@ if not idx then return redis.error_reply('ERR unknown worker') end
 -- A chunk of a sync already committed (a retry after a lost reply) must
 -- not start a new stage that a retried commit would then apply.
 if redis.call('HGET', worker_key(idx), 'last_sync') == ARGV[3] then return 0 end
-local stage = BASE .. ':stage:' .. idx .. ':' .. ARGV[3]
-local stage_dg = BASE .. ':stage_dg:' .. idx .. ':' .. ARGV[3]
-local stage_t = BASE .. ':stage_t:' .. idx .. ':' .. ARGV[3]
+local stage, stage_dg, stage_t = stage_keys(idx, ARGV[3])
+if stage_aborted(stage) then return redis.error_reply('ERR sync aborted') end
 local acc, lower = {}, {}
 for i = 7, #ARGV, 512 do
   local chunk = { unpack(ARGV, i, math.min(i + 511, #ARGV)) }
@@ -52,7 +53,7 @@ for i = 7, #ARGV, 512 do
 end
 local staged = redis.call('SCARD', stage)
 if staged > tonumber(ARGV[5]) then
-  redis.call('DEL', stage, stage_dg, stage_t)
+  stage_abort(idx, ARGV[3], tonumber(ARGV[4]))
   return redis.error_reply('ERR sync too large')
 end
 digest_flush(stage_dg, acc)

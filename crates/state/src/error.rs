@@ -48,6 +48,16 @@ pub enum StateError {
         /// The cap.
         max: usize,
     },
+    /// A chunk of this staged sync was refused: the sync was aborted, and
+    /// its later chunks and its commit are refused (the worker's block set
+    /// is not replaced by part of a snapshot). Start a new sync.
+    #[error(
+        "sync {sync_id:?} was aborted because one of its chunks was refused; send the snapshot again under a new sync_id"
+    )]
+    SyncAborted {
+        /// The sync id the caller named.
+        sync_id: String,
+    },
     /// A script failed or replied in a shape the code does not expect.
     #[error("script {script} failed: {detail}")]
     Script {

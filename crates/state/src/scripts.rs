@@ -2,7 +2,7 @@
 //! library (`FUNCTION LOAD`) and called with `FCALL`.
 //!
 //! A library defines the helpers (`lib.lua`, `lib_view.lua`,
-//! `lib_routing.lua`) once per
+//! `lib_leases.lua`, `lib_routing.lua`) once per
 //! load rather than once per call (an `EVALSHA` script runs its whole
 //! prelude on every call), and it
 //! lives in the functions' own small Lua heap. Its name and its functions'
@@ -22,6 +22,8 @@ const PRELUDE: &str = concat!(
     include_str!("../lua/lib.lua"),
     "\n",
     include_str!("../lua/lib_view.lua"),
+    "\n",
+    include_str!("../lua/lib_leases.lua"),
     "\n",
     include_str!("../lua/lib_routing.lua")
 );
@@ -43,6 +45,8 @@ pub enum ScriptName {
     SyncStage,
     /// Swap a staged snapshot in.
     SyncCommit,
+    /// Abort a staged snapshot whose chunk was refused.
+    SyncAbort,
     /// Apply a committed snapshot in bounded steps.
     SyncPatch,
     /// Compare a snapshot's digests with the membership's.
@@ -71,7 +75,7 @@ pub enum ScriptName {
 
 impl ScriptName {
     /// Every script, in a fixed order.
-    pub const ALL: [ScriptName; 19] = [
+    pub const ALL: [ScriptName; 20] = [
         ScriptName::Heartbeat,
         ScriptName::Deregister,
         ScriptName::Claim,
@@ -79,6 +83,7 @@ impl ScriptName {
         ScriptName::Evict,
         ScriptName::SyncStage,
         ScriptName::SyncCommit,
+        ScriptName::SyncAbort,
         ScriptName::SyncPatch,
         ScriptName::SyncCheck,
         ScriptName::SyncRepair,
@@ -103,6 +108,7 @@ impl ScriptName {
             ScriptName::Evict => "evict.lua",
             ScriptName::SyncStage => "sync_stage.lua",
             ScriptName::SyncCommit => "sync_commit.lua",
+            ScriptName::SyncAbort => "sync_abort.lua",
             ScriptName::SyncPatch => "sync_patch.lua",
             ScriptName::SyncCheck => "sync_check.lua",
             ScriptName::SyncRepair => "sync_repair.lua",
@@ -127,6 +133,7 @@ impl ScriptName {
             ScriptName::Evict => include_str!("../lua/evict.lua"),
             ScriptName::SyncStage => include_str!("../lua/sync_stage.lua"),
             ScriptName::SyncCommit => include_str!("../lua/sync_commit.lua"),
+            ScriptName::SyncAbort => include_str!("../lua/sync_abort.lua"),
             ScriptName::SyncPatch => include_str!("../lua/sync_patch.lua"),
             ScriptName::SyncCheck => include_str!("../lua/sync_check.lua"),
             ScriptName::SyncRepair => include_str!("../lua/sync_repair.lua"),
@@ -194,8 +201,9 @@ impl ScriptSet {
             let _ = writeln!(
                 code,
                 "redis.register_function{{ function_name = '{function}', \
-                 callback = function(keys, args) return enter(keys, args, script_{}) end{flags} }}",
-                name.stem()
+                 callback = function(keys, args) return enter(keys, args, script_{}, {}) end{flags} }}",
+                name.stem(),
+                !name.read_only()
             );
             functions.push(function);
         }

@@ -211,8 +211,59 @@ impl StateStore {
 
     /// [`sync_stage`](Self::sync_stage) with each block's family: each part
     /// stages its blocks (a part with none stages nothing: its commit then
-    /// empties it). Returns the hashes staged so far over all parts.
+    /// empties it). Returns the hashes staged so far over all parts. A
+    /// chunk refused ([`StateError::Invalid`]: too many hashes, tiers not
+    /// matching them) aborts the sync on every part
+    /// ([`sync_abort`](Self::sync_abort)).
     pub async fn sync_stage_in_families(
+        &self,
+        model: &str,
+        worker_id: &str,
+        sync_id: &str,
+        hashes: &[BlockHash],
+        families: Option<&[Option<BlockHash>]>,
+        tiers: Option<&[Tier]>,
+    ) -> Result<u64, StateError> {
+        let staged = self
+            .stage_chunk(model, worker_id, sync_id, hashes, families, tiers)
+            .await;
+        if let Err(StateError::Invalid { .. }) = &staged
+            && check_sync_id(sync_id).is_ok()
+            && let Err(e) = self.sync_abort(model, worker_id, sync_id).await
+        {
+            tracing::warn!(model, worker_id, sync_id, error = %e, "a refused sync was not aborted");
+        }
+        staged
+    }
+
+    /// Aborts staged sync `sync_id` on every part of `model`: what was
+    /// staged is dropped, and its later chunks and its commit are refused
+    /// with [`StateError::SyncAborted`] until the stage would have expired.
+    /// A sync the worker already committed is left alone.
+    pub async fn sync_abort(
+        &self,
+        model: &str,
+        worker_id: &str,
+        sync_id: &str,
+    ) -> Result<(), StateError> {
+        check_name("worker_id", worker_id)?;
+        check_sync_id(sync_id)?;
+        let ttl = ms(self.ttls().sync_stage);
+        for part in self.parts(model)?.iter() {
+            let _: u8 = self
+                .run(
+                    Lane::Bulk,
+                    ScriptName::SyncAbort,
+                    part,
+                    &[worker_id, sync_id, &ttl],
+                )
+                .await
+                .map_err(|e| unknown_worker(e, model, worker_id))?;
+        }
+        Ok(())
+    }
+
+    async fn stage_chunk(
         &self,
         model: &str,
         worker_id: &str,
@@ -265,12 +316,14 @@ impl StateStore {
             staged = self
                 .run(Lane::Bulk, ScriptName::SyncStage, model, &args)
                 .await
-                .map_err(|e| match unknown_worker(e, model, worker_id) {
-                    StateError::Script { detail, .. } if detail.contains("sync too large") => {
-                        too_large(max + 1, max)
-                    }
-                    other => other,
-                })?;
+                .map_err(
+                    |e| match aborted(unknown_worker(e, model, worker_id), sync_id) {
+                        StateError::Script { detail, .. } if detail.contains("sync too large") => {
+                            too_large(max + 1, max)
+                        }
+                        other => other,
+                    },
+                )?;
         }
         Ok(staged)
     }
@@ -313,7 +366,7 @@ impl StateStore {
                     &[worker_id, sync_id, &ttl],
                 )
                 .await
-                .map_err(|e| unknown_worker(e, model, worker_id))?;
+                .map_err(|e| aborted(unknown_worker(e, model, worker_id), sync_id))?;
             // Either way a patch is due: ours, or the previous one to finish.
             let held = self.finish_patch(model, idx).await?;
             if committed == 1 {
@@ -339,6 +392,18 @@ impl StateStore {
                 return Ok(n);
             }
         }
+    }
+}
+
+/// A script's "ERR sync aborted" as [`StateError::SyncAborted`].
+fn aborted(err: StateError, sync_id: &str) -> StateError {
+    match err {
+        StateError::Script { ref detail, .. } if detail.contains("sync aborted") => {
+            StateError::SyncAborted {
+                sync_id: sync_id.to_owned(),
+            }
+        }
+        other => other,
     }
 }
 

@@ -7,6 +7,10 @@
 //! * `model_tokenizer`: [`ModelTokenizer`], `tokenizer.json` plus the
 //!   special-token rules of `tokenizer_config.json`.
 //! * `chunk_cache`: [`ChunkCache`], token ids of text chunks already seen.
+//! * `long_tokens`: the vocabulary's long tokens, for a lower bound on a
+//!   text's tokens from its length without tokenizing it.
+//! * `context`: [`context_length`], a model's context length from its
+//!   `config.json` and `tokenizer_config.json`.
 //! * [`chat`]: chat requests rendered as vLLM's OpenAI server does (message
 //!   normalization, the model's Jinja template, Python-exact filters).
 //! * `prompt`: [`PromptField`] and [`completion_prompt`], the prompt of a
@@ -14,16 +18,20 @@
 //! * `pipeline`: [`ModelPipeline`], one model's tokenizer, chat renderer and
 //!   block hasher; [`ModelPipelines`], all of a router's models.
 //!
-//! Within: `pipeline` → `chat`, `model_tokenizer` → `chunk_cache`.
+//! Within: `pipeline` → `chat`, `context`, `model_tokenizer` →
+//! `chunk_cache`, `long_tokens`.
 
 pub mod chat;
 mod chunk_cache;
+mod context;
+mod long_tokens;
 mod model_tokenizer;
 mod pipeline;
 mod prompt;
 
 pub use chat::{ChatError, ChatRenderer, ChatRendererOptions, ChatRequest, RenderedPrompt};
 pub use chunk_cache::{ChunkCache, split_at_safe_boundaries};
+pub use context::context_length;
 pub use model_tokenizer::{ModelTokenizer, TokenizeError, TokenizerConfig};
 pub use pipeline::{ModelPipeline, ModelPipelines, Resolved};
 pub use prompt::{CompletionPrompt, InvalidPrompt, PromptField, cache_salt, completion_prompt};

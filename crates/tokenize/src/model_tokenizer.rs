@@ -7,6 +7,7 @@ use serde::Deserialize;
 use tokenizers::Tokenizer;
 
 use super::chunk_cache::DEFAULT_CHUNK_BYTES;
+use super::long_tokens::LongTokens;
 use super::{ChunkCache, split_at_safe_boundaries};
 
 /// Why a tokenizer could not be loaded or used.
@@ -105,6 +106,9 @@ struct Inner {
     /// longest entry of the vocabulary), so that a text of n bytes has at
     /// least n / this many tokens.
     max_token_bytes: usize,
+    /// The vocabulary's long tokens, for a tighter bound than
+    /// `max_token_bytes` on texts that hold none of them.
+    long_tokens: LongTokens,
     cache: ChunkCache,
 }
 
@@ -178,6 +182,11 @@ impl ModelTokenizer {
             .max()
             .unwrap_or(1)
             .max(1);
+        let long_tokens = if chunkable {
+            LongTokens::new(tokenizer.get_vocab(true).keys().map(String::as_str))
+        } else {
+            LongTokens::new(std::iter::empty())
+        };
         Ok(ModelTokenizer {
             inner: Arc::new(Inner {
                 tokenizer,
@@ -185,6 +194,7 @@ impl ModelTokenizer {
                 specials,
                 chunkable,
                 max_token_bytes,
+                long_tokens,
                 cache: ChunkCache::new(cache_tokens, chunk_bytes),
             }),
         })
@@ -228,10 +238,30 @@ impl ModelTokenizer {
         }
     }
 
+    /// A lower bound on the tokens of `text`: [`min_tokens`](Self::min_tokens)
+    /// of its length, or its length over
+    /// [`SHORT_TOKEN_BYTES`](crate::long_tokens::SHORT_TOKEN_BYTES) when it
+    /// holds none of the vocabulary's longer tokens (one pass over the
+    /// text: asked only when the first bound does not already pass `max`
+    /// and the second could).
+    pub fn min_tokens_of(&self, text: &str, max: usize) -> usize {
+        let coarse = self.min_tokens(text.len());
+        let short = crate::long_tokens::SHORT_TOKEN_BYTES;
+        if coarse > max
+            || !self.inner.chunkable
+            || self.inner.max_token_bytes <= short
+            || text.len().div_ceil(short) <= max
+            || self.inner.long_tokens.may_occur_in(text)
+        {
+            return coarse;
+        }
+        text.len().div_ceil(short)
+    }
+
     /// [`ModelTokenizer::encode`], but it gives up with
     /// [`TokenizeError::TooLong`] as soon as the text is known to have more
     /// than `max` tokens: at once when its length alone says so
-    /// ([`min_tokens`](Self::min_tokens)), else after the chunk that passed
+    /// ([`min_tokens_of`](Self::min_tokens_of)), else after the chunk that passed
     /// the limit, so that a huge prompt costs about `max` tokens of work.
     pub fn encode_bounded(
         &self,
@@ -240,7 +270,7 @@ impl ModelTokenizer {
         max: usize,
     ) -> Result<Vec<u32>, TokenizeError> {
         let too_long = |at_least: usize| Err(TokenizeError::TooLong { at_least, max });
-        let floor = self.min_tokens(text.len());
+        let floor = self.min_tokens_of(text, max);
         if floor > max {
             return too_long(floor);
         }

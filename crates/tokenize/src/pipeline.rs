@@ -21,6 +21,8 @@ pub struct ModelPipeline {
     /// Chat requests to prompt ids, as vLLM's OpenAI server renders them;
     /// `None` when the model's chat template cannot be reproduced exactly.
     pub chat: Option<Arc<ChatRenderer>>,
+    /// The model's context length from its files ([`crate::context_length`]).
+    pub context_len: Option<u64>,
 }
 
 impl ModelPipeline {
@@ -41,6 +43,7 @@ impl ModelPipeline {
             tokenizer,
             hasher,
             chat,
+            context_len: crate::context_length(dir),
         })
     }
 

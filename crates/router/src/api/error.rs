@@ -42,6 +42,7 @@ impl From<StateError> for ApiError {
             }
             StateError::UnknownWorker { .. } => (StatusCode::NOT_FOUND, "unknown_worker"),
             StateError::UrlConflict { .. } => (StatusCode::CONFLICT, "worker_url_conflict"),
+            StateError::SyncAborted { .. } => (StatusCode::CONFLICT, "sync_aborted"),
             StateError::TooManyModels { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_models"),
             StateError::Invalid { what, .. } if what.ends_with("hashes") => {
                 (StatusCode::PAYLOAD_TOO_LARGE, "too_many_hashes")

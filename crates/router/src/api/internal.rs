@@ -164,7 +164,19 @@ pub async fn sync(
 ) -> Result<Response, ApiError> {
     let model = resolve_model(&app, b.model.map(Cow::into_owned), &b.worker_id).await?;
     let store = &app.store;
-    let fams = families(b.families.as_deref(), b.active_hashes.len())?;
+    let fams = match families(b.families.as_deref(), b.active_hashes.len()) {
+        Ok(f) => f,
+        Err(e) => {
+            // A refused chunk aborts its sync: its commit must not apply
+            // the chunks before it alone.
+            if let Some(sync_id) = &b.sync_id
+                && let Err(abort) = store.sync_abort(&model, &b.worker_id, sync_id).await
+            {
+                tracing::debug!(error = %abort, "a refused sync was not aborted");
+            }
+            return Err(e);
+        }
+    };
     let tiers = b.tiers.as_deref();
     let Some(sync_id) = b.sync_id else {
         if !b.last {

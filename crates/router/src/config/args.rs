@@ -175,7 +175,10 @@ pub struct ExposureArgs {
     #[arg(long, env = "PREFIX_ROUTER_CLIENT_TIMEOUT", value_parser = parse_duration)]
     pub client_timeout: Option<Duration>,
     /// Longest prompt routed, in tokens; longer ones get a 413 before any
-    /// state is written [default: 1000000].
+    /// state is written [default: the model's context length, the largest
+    /// of its `config.json`'s `max_position_embeddings` (times its
+    /// `rope_scaling` factor) and its `tokenizer_config.json`'s
+    /// `model_max_length`; 1000000 for a model without them].
     #[arg(long, env = "PREFIX_ROUTER_MAX_PROMPT_TOKENS")]
     pub max_prompt_tokens: Option<u64>,
     /// Threads that serve connections and relay responses [default: one

@@ -78,8 +78,9 @@ pub struct ServeConfig {
     pub tokenize_queue: usize,
     /// Most client connections open at once, per listener.
     pub max_connections: usize,
-    /// Longest prompt routed, in tokens.
-    pub max_prompt_tokens: u64,
+    /// Longest prompt routed, in tokens; `None`: each model's context
+    /// length (from its tokenizer directory's files), else 1,000,000.
+    pub max_prompt_tokens: Option<u64>,
     /// `/v1/*` paths forwarded besides the hashed routes.
     pub forward_paths: ForwardPaths,
     /// Routing policy name.
@@ -271,12 +272,8 @@ impl ServeConfig {
                 w.url
             );
         }
-        let max_prompt_tokens = args
-            .exposure
-            .max_prompt_tokens
-            .or(file.max_prompt_tokens)
-            .unwrap_or(1_000_000);
-        if max_prompt_tokens == 0 {
+        let max_prompt_tokens = args.exposure.max_prompt_tokens.or(file.max_prompt_tokens);
+        if max_prompt_tokens == Some(0) {
             bail!("--max-prompt-tokens must be positive");
         }
         let response_cache = response_cache::resolve(

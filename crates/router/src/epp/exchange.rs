@@ -14,7 +14,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 };
 
 use super::EppContext;
-use super::messages::{Phase, body_pieces, destination, immediate, proceed};
+use super::messages::{Phase, body_pieces, destination, immediate, proceed, set_body};
 use super::metadata::{endpoint_of, header, served, subset_hint};
 use super::usage::UsageTail;
 use crate::api::ApiError;
@@ -245,7 +245,14 @@ impl Exchange {
         match self.decide(phase, body.clone()).await {
             Ok(mut answers) => {
                 if self.request_mode == Mode::FullDuplex {
-                    answers.extend(body_pieces(Phase::RequestBody, &body, ended));
+                    // The body as the worker must get it (without fields
+                    // only the router sets).
+                    let body = self
+                        .pick
+                        .as_ref()
+                        .and_then(|p| p.without_router_fields())
+                        .unwrap_or(&body);
+                    answers.extend(body_pieces(Phase::RequestBody, body, ended));
                 }
                 Step::Send(answers)
             }
@@ -296,7 +303,17 @@ impl Exchange {
             tracked = pick.tracked(),
             "picked"
         );
-        let answer = destination(phase, &self.endpoints, prefill.as_deref());
+        let cleaned = pick.without_router_fields();
+        let mut answer = destination(
+            phase,
+            &self.endpoints,
+            prefill.as_deref(),
+            cleaned.map(Bytes::len),
+        );
+        if let (Some(cleaned), Phase::RequestBody) = (cleaned, phase) {
+            // Buffered: the body goes on as the worker must get it.
+            set_body(&mut answer, cleaned);
+        }
         self.pick = Some(pick);
         metrics::counter!("prefix_router_epp_picks_total", "outcome" => "picked").increment(1);
         Ok(vec![answer])

@@ -16,7 +16,7 @@ use crate::api::ApiError;
 use crate::proxy::PREFILLER_HEADER;
 
 /// The header (and metadata key) that names the chosen endpoints.
-pub const DESTINATION_KEY: &str = "x-gateway-destination-endpoint";
+pub use protocol::headers::DESTINATION_HEADER as DESTINATION_KEY;
 /// The dynamic metadata namespace of the destination.
 pub const DESTINATION_NAMESPACE: &str = "envoy.lb";
 /// Largest body piece handed back in one message (as GIE's picker does:
@@ -67,20 +67,30 @@ pub fn proceed(phase: Phase) -> ProcessingResponse {
 /// headers, or its body when that was buffered (then Envoy applies the
 /// header mutation before forwarding). A disaggregated request's prefill
 /// worker (`ip:port`) goes in [`PREFILLER_HEADER`] for the decode worker's
-/// sidecar; without one, a client's own such header is removed, so that
-/// no client can point the sidecar at a host of its choosing.
+/// sidecar; every other reserved header (`protocol::headers::RESERVED`) a
+/// client sent is removed, so that no client can point the sidecar at a
+/// host of its choosing. `body_len`: the length of a body handed back
+/// changed (a field only the router sets was taken out of it), set as the
+/// request's `content-length`.
 pub fn destination(
     phase: Phase,
     endpoints: &[String],
     prefill: Option<&str>,
+    body_len: Option<usize>,
 ) -> ProcessingResponse {
     let value = endpoints.join(",");
     let mut set_headers = vec![header(DESTINATION_KEY, &value)];
-    let mut remove_headers = Vec::new();
-    match prefill {
-        Some(p) => set_headers.push(header(PREFILLER_HEADER, p)),
-        None => remove_headers.push(PREFILLER_HEADER.to_owned()),
+    if let Some(p) = prefill {
+        set_headers.push(header(PREFILLER_HEADER, p));
     }
+    if let Some(len) = body_len {
+        set_headers.push(header("content-length", &len.to_string()));
+    }
+    let remove_headers = protocol::headers::RESERVED
+        .iter()
+        .filter(|r| **r != DESTINATION_KEY && (prefill.is_none() || **r != PREFILLER_HEADER))
+        .map(|r| (*r).to_owned())
+        .collect();
     let common = CommonResponse {
         header_mutation: Some(HeaderMutation {
             set_headers,
@@ -95,6 +105,18 @@ pub fn destination(
         [(DESTINATION_KEY, string(value))],
     ));
     answer
+}
+
+/// Replaces the buffered request body `answer` lets through with `body`.
+pub fn set_body(answer: &mut ProcessingResponse, body: &[u8]) {
+    if let Some(Response::RequestBody(BodyResponse {
+        response: Some(common),
+    })) = answer.response.as_mut()
+    {
+        common.body_mutation = Some(BodyMutation {
+            mutation: Some(body_mutation::Mutation::Body(body.to_vec())),
+        });
+    }
 }
 
 /// The body handed back in full-duplex streamed mode, where Envoy forwards

@@ -76,7 +76,7 @@ impl Proxy {
     }
 
     /// Serves the request disaggregated if its model is; `None`: it is not
-    /// (or Valkey is away, or the client runs the handshake itself), route
+    /// (or Valkey is away, or the body is no JSON object), route
     /// it as usual.
     pub(super) async fn serve_disaggregated(
         &self,

@@ -52,6 +52,8 @@ impl Upstream {
 
     /// Sends the request to `base_url` + `path_and_query`; resolves when the
     /// worker's response headers arrive (errors before that are retryable).
+    /// Hop-by-hop headers and those only the router sets
+    /// (`protocol::headers::RESERVED`) are not sent.
     pub async fn send(
         &self,
         method: &Method,
@@ -63,7 +65,10 @@ impl Upstream {
         let url = format!("{}{}", base_url.trim_end_matches('/'), path_and_query);
         let mut req = self.client.request(method.clone(), url).body(body);
         for (name, value) in headers {
-            if forwardable(name) && name != header::CONTENT_LENGTH {
+            if forwardable(name)
+                && name != header::CONTENT_LENGTH
+                && !protocol::headers::is_reserved(name.as_str())
+            {
                 req = req.header(name, value);
             }
         }

@@ -8,6 +8,9 @@
 //! Valkey, the last known workers are ranked by consistent hashing. A model
 //! with prefill and decode workers is served disaggregated (`disagg`; the
 //! endpoint picker's two picks: `pd_pick`; what both share: `pd_steps`).
+//! Body fields only the router sets are taken out of a client's request
+//! as it is read (`router_fields`); headers only the router sets
+//! (`protocol::headers::RESERVED`) as it is sent (`forward`).
 
 mod assign;
 mod candidates;
@@ -26,6 +29,7 @@ mod pd_steps;
 mod pick;
 mod prompts;
 mod ranking;
+mod router_fields;
 mod worker_gauges;
 
 pub use cpu_pool::{CpuPool, PoolBusy};
@@ -110,7 +114,7 @@ impl Proxy {
     ) -> Self {
         Proxy {
             store,
-            prompts: Prompts::new(pipelines, u64::MAX),
+            prompts: Prompts::new(pipelines, None),
             pool: CpuPool::new(
                 (std::thread::available_parallelism().map_or(2, usize::from) / 2).max(1),
                 64,
@@ -157,7 +161,8 @@ impl Proxy {
     }
 
     /// Refuses prompts of more than `max` tokens with
-    /// [`ProxyError::PromptTooLong`] (unlimited unless set). Tokenizing and
+    /// [`ProxyError::PromptTooLong`] (unless set: each model's context
+    /// length from its files, else 1,000,000). Tokenizing and
     /// hashing cost time and memory in the prompt's length, and the claim
     /// writes one entry per block: a limit keeps one request from holding a
     /// router or flooding the shared state.
@@ -233,7 +238,9 @@ impl Proxy {
             model,
             chain,
             streamed,
+            without_router_fields,
         } = self.read(endpoint, &body).await?;
+        let body = without_router_fields.unwrap_or(body);
         tracing::Span::current().record("model", model.as_str());
         // Ask non-streamed completions for vLLM's load report (ORCA),
         // unless the client asked itself.

@@ -20,16 +20,13 @@ pub struct PdBodies {
 }
 
 impl PdBodies {
-    /// The client's body as a JSON object; `None` when it is not one, or
-    /// when it carries its own `kv_transfer_params` (a client running the
-    /// handshake itself: the router only forwards it, as a colocated request).
+    /// The client's body as a JSON object; `None` when it is not one. A
+    /// client's own `kv_transfer_params` were taken out before
+    /// (`router_fields`): only the router runs the handshake.
     pub fn parse(original: Bytes) -> Option<PdBodies> {
         let Ok(Value::Object(request)) = serde_json::from_slice::<Value>(&original) else {
             return None;
         };
-        if request.get(PARAMS).is_some_and(|p| !p.is_null()) {
-            return None;
-        }
         Some(PdBodies { original, request })
     }
 
@@ -127,10 +124,8 @@ mod tests {
     }
 
     #[test]
-    fn a_client_with_its_own_params_or_no_object_is_not_split() {
+    fn a_body_that_is_no_object_is_not_split() {
         assert!(PdBodies::parse(Bytes::from_static(b"[1]")).is_none());
-        let own = json!({"model": "m", "prompt": "x", "kv_transfer_params": {}});
-        assert!(PdBodies::parse(Bytes::from(own.to_string())).is_none());
     }
 
     #[test]

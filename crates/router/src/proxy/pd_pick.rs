@@ -14,9 +14,7 @@ use super::pick::Pick;
 use super::prompts::Chain;
 use super::ranking::UrlFilter;
 
-/// The request header that names the prefill worker, `host:port`, for the
-/// decode worker's sidecar (llm-d's routing sidecar reads this name).
-pub const PREFILLER_HEADER: &str = "x-prefiller-host-port";
+pub use protocol::headers::PREFILLER_HEADER;
 
 /// The prefill half of a disaggregated pick.
 pub(super) struct PrefillLeg {

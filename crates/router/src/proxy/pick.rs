@@ -33,6 +33,9 @@ pub struct Pick {
     /// For a disaggregated model: the prefill half (`ranked` are then
     /// decode workers).
     pd: Option<PrefillLeg>,
+    /// The body the worker must get instead of the client's, when the
+    /// client's carried fields only the router sets (`router_fields`).
+    without_router_fields: Option<Bytes>,
 }
 
 impl Pick {
@@ -71,6 +74,12 @@ impl Pick {
         Some(target.url.as_str())
     }
 
+    /// The body to send in place of the client's, when the client's
+    /// carried fields only the router sets; `None`: the client's as sent.
+    pub fn without_router_fields(&self) -> Option<&Bytes> {
+        self.without_router_fields.as_ref()
+    }
+
     /// The response's first bytes came: the worker's prefill of it is
     /// over, and so is a prefill worker's part.
     pub fn first_byte(&mut self) {
@@ -97,6 +106,7 @@ impl Pick {
             counted_on: 0,
             guard,
             pd: Some(leg),
+            without_router_fields: None,
         }
     }
 }
@@ -125,12 +135,18 @@ impl Proxy {
         allowed: Option<&UrlFilter<'_>>,
     ) -> Result<Pick, ProxyError> {
         let started = Instant::now();
-        let Parsed { model, chain, .. } = self.read(endpoint, body).await?;
+        let Parsed {
+            model,
+            chain,
+            without_router_fields,
+            ..
+        } = self.read(endpoint, body).await?;
         let span = tracing::Span::current();
         span.record("model", model.as_str());
         let chain = if endpoint != Endpoint::Other && self.may_disaggregate(&model) {
             match self.pick_disaggregated(&model, chain, allowed).await {
-                PdPicked::Picked(pick) => {
+                PdPicked::Picked(mut pick) => {
+                    pick.without_router_fields = without_router_fields;
                     if let Some(first) = pick.ranked.first() {
                         span.record("worker", first.candidate.worker_id.as_str());
                         record_outcome(&model, first, &pick.chain);
@@ -172,6 +188,7 @@ impl Proxy {
             counted_on: 0,
             guard,
             pd: None,
+            without_router_fields,
         })
     }
 

@@ -1,5 +1,6 @@
 //! [`Prompts`]: from a request body to the routed model and the prompt's
-//! block hashes ([`Chain`]), within `--max-prompt-tokens`.
+//! block hashes ([`Chain`]), within `--max-prompt-tokens` (by default the
+//! model's context length, from its files).
 //!
 //! This is the CPU-heavy part of routing (JSON, chat rendering, tokenizing,
 //! hashing); [`Proxy`](super::Proxy) runs it on its [`CpuPool`]
@@ -19,6 +20,7 @@ use tokenize::{
     Resolved, TokenizeError,
 };
 
+use super::router_fields::{present, without_router_fields};
 use super::{Endpoint, ProxyError, phase};
 use crate::telemetry::SPANS;
 
@@ -35,6 +37,9 @@ pub(super) struct Parsed {
     pub(super) chain: Chain,
     /// Whether the answer is streamed.
     pub(super) streamed: bool,
+    /// The body to forward in place of the client's when it carried fields
+    /// only the router sets (`router_fields`); `None`: the client's as sent.
+    pub(super) without_router_fields: Option<bytes::Bytes>,
 }
 
 /// The fields of a body that routing reads; the rest is only checked to be
@@ -51,6 +56,9 @@ struct Fields {
     /// Completions only (a chat body is rendered from its own parse).
     #[serde(default)]
     prompt: Option<PromptField>,
+    /// Whether the client sent a field only the router sets.
+    #[serde(default, rename = "kv_transfer_params", deserialize_with = "present")]
+    router_only: bool,
 }
 
 impl Fields {
@@ -63,14 +71,58 @@ impl Fields {
     }
 }
 
+/// The limit of a model without a context length of its own (no
+/// tokenizer directory, or its files name none).
+pub(super) const DEFAULT_MAX_PROMPT_TOKENS: u64 = 1_000_000;
+
 /// The models' pipelines and the prompt limit, shared with the pool's jobs.
 pub(super) struct Prompts {
     pipelines: ModelPipelines,
-    max_tokens: u64,
+    /// `--max-prompt-tokens` when given; else each model's context length.
+    max_tokens: Option<u64>,
+}
+
+/// One request's prompt limit, in tokens.
+#[derive(Clone, Copy)]
+struct Limit(u64);
+
+impl Limit {
+    fn tokens(self) -> usize {
+        usize::try_from(self.0).unwrap_or(usize::MAX)
+    }
+
+    /// [`ProxyError::PromptTooLong`] when `tokens` is over the limit.
+    fn check_len(self, tokens: usize) -> Result<(), ProxyError> {
+        let tokens = u64::try_from(tokens).unwrap_or(u64::MAX);
+        if tokens > self.0 {
+            return Err(self.too_long(tokens));
+        }
+        Ok(())
+    }
+
+    fn too_long(self, tokens: u64) -> ProxyError {
+        ProxyError::PromptTooLong {
+            tokens,
+            max: self.0,
+        }
+    }
+
+    /// Maps a tokenizer's early stop to the 413 it means.
+    fn tokenize_error(self, e: TokenizeError) -> ProxyError {
+        match e {
+            TokenizeError::TooLong { at_least, .. } => {
+                self.too_long(u64::try_from(at_least).unwrap_or(u64::MAX))
+            }
+            other => ProxyError::Tokenize(other),
+        }
+    }
 }
 
 impl Prompts {
-    pub(super) fn new(pipelines: ModelPipelines, max_tokens: u64) -> Arc<Self> {
+    /// Prompts limited to `max_tokens` when given, else to each model's
+    /// context length ([`tokenize::context_length`], else
+    /// [`DEFAULT_MAX_PROMPT_TOKENS`]).
+    pub(super) fn new(pipelines: ModelPipelines, max_tokens: Option<u64>) -> Arc<Self> {
         Arc::new(Prompts {
             pipelines,
             max_tokens,
@@ -84,47 +136,44 @@ impl Prompts {
 
     /// A copy with another prompt limit.
     pub(super) fn with_max_tokens(&self, max_tokens: u64) -> Arc<Self> {
-        Prompts::new(self.pipelines.clone(), max_tokens)
+        Prompts::new(self.pipelines.clone(), Some(max_tokens))
     }
 
-    fn limit(&self) -> usize {
-        usize::try_from(self.max_tokens).unwrap_or(usize::MAX)
-    }
-
-    /// [`ProxyError::PromptTooLong`] when `tokens` is over the limit.
-    fn check_len(&self, tokens: usize) -> Result<(), ProxyError> {
-        let tokens = u64::try_from(tokens).unwrap_or(u64::MAX);
-        if tokens > self.max_tokens {
-            return Err(self.too_long(tokens));
-        }
-        Ok(())
-    }
-
-    fn too_long(&self, tokens: u64) -> ProxyError {
-        ProxyError::PromptTooLong {
-            tokens,
-            max: self.max_tokens,
-        }
-    }
-
-    /// Maps a tokenizer's early stop to the 413 it means.
-    fn tokenize_error(&self, e: TokenizeError) -> ProxyError {
-        match e {
-            TokenizeError::TooLong { at_least, .. } => {
-                self.too_long(u64::try_from(at_least).unwrap_or(u64::MAX))
-            }
-            other => ProxyError::Tokenize(other),
-        }
+    /// The limit of a model with `pipeline`: the flag's, else its context.
+    fn limit(&self, pipeline: Option<&ModelPipeline>) -> Limit {
+        Limit(
+            self.max_tokens
+                .or_else(|| pipeline.and_then(|p| p.context_len))
+                .unwrap_or(DEFAULT_MAX_PROMPT_TOKENS),
+        )
     }
 
     /// The routed model, the prompt's chain and whether the response is
-    /// streamed.
+    /// streamed, read from the body without the fields only the router
+    /// sets (and that body, when the client sent any).
     pub(super) fn parse(&self, endpoint: Endpoint, body: &[u8]) -> Result<Parsed, ProxyError> {
         if body.is_empty() {
             return Err(ProxyError::InvalidRequest("\"model\" is required".into()));
         }
-        let mut fields: Fields = serde_json::from_slice(body)
+        let fields: Fields = serde_json::from_slice(body)
             .map_err(|e| ProxyError::InvalidRequest(format!("invalid JSON body: {e}")))?;
+        if !fields.router_only {
+            return self.parse_fields(endpoint, fields, body);
+        }
+        let cleaned = without_router_fields(body)?;
+        let fields: Fields = serde_json::from_slice(&cleaned)
+            .map_err(|e| ProxyError::InvalidRequest(format!("invalid JSON body: {e}")))?;
+        let mut parsed = self.parse_fields(endpoint, fields, &cleaned)?;
+        parsed.without_router_fields = Some(cleaned);
+        Ok(parsed)
+    }
+
+    fn parse_fields(
+        &self,
+        endpoint: Endpoint,
+        mut fields: Fields,
+        body: &[u8],
+    ) -> Result<Parsed, ProxyError> {
         let model = match fields.model.take() {
             Value::String(m) => m,
             _ => return Err(ProxyError::InvalidRequest("\"model\" is required".into())),
@@ -137,6 +186,7 @@ impl Prompts {
             model: resolved.route_model.to_owned(),
             chain,
             streamed: fields.stream == true,
+            without_router_fields: None,
         })
     }
 
@@ -152,12 +202,13 @@ impl Prompts {
             hashes: Vec::new(),
             prompt_tokens: 0,
         };
+        let limit = self.limit(resolved.pipeline);
         let Some(pipeline) = resolved.pipeline else {
             // Without a tokenizer, only a token-id prompt can be measured.
             if endpoint == Endpoint::Completions
                 && let Ok(CompletionPrompt::Tokens(ids)) = fields.take_completion_prompt()
             {
-                self.check_len(ids.len())?;
+                limit.check_len(ids.len())?;
             }
             return Ok(none);
         };
@@ -167,17 +218,17 @@ impl Prompts {
             Endpoint::Completions => match fields.take_completion_prompt()? {
                 CompletionPrompt::Text(t) => pipeline
                     .tokenizer
-                    .encode_bounded(&t, true, self.limit())
-                    .map_err(|e| self.tokenize_error(e))?,
+                    .encode_bounded(&t, true, limit.tokens())
+                    .map_err(|e| limit.tokenize_error(e))?,
                 CompletionPrompt::Tokens(ids) => ids,
             },
-            Endpoint::ChatCompletions => match self.chat_tokens(pipeline, body)? {
+            Endpoint::ChatCompletions => match self.chat_tokens(pipeline, body, limit)? {
                 Some(ids) => ids,
                 None => return Ok(none),
             },
             Endpoint::Other => return Ok(none),
         };
-        self.check_len(tokens.len())?;
+        limit.check_len(tokens.len())?;
         phase("tokenize", tokenize);
         span.exit();
         let hash = Instant::now();
@@ -204,16 +255,17 @@ impl Prompts {
         &self,
         pipeline: &ModelPipeline,
         body: &[u8],
+        limit: Limit,
     ) -> Result<Option<Vec<u32>>, ProxyError> {
         let Some(renderer) = &pipeline.chat else {
             metrics::counter!("prefix_router_chat_render_unsupported_total", "reason" => "no_renderer")
                 .increment(1);
             return Ok(None);
         };
-        match renderer.render_json_bounded(body, self.limit()) {
+        match renderer.render_json_bounded(body, limit.tokens()) {
             Ok(prompt) => Ok(Some(prompt.token_ids)),
             Err(ChatError::Tokenize(e @ TokenizeError::TooLong { .. })) => {
-                Err(self.tokenize_error(e))
+                Err(limit.tokenize_error(e))
             }
             Err(e) if e.is_client_error() => Err(ProxyError::InvalidRequest(e.to_string())),
             Err(_) => Ok(None),

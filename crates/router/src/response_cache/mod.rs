@@ -38,7 +38,7 @@ use recorder::{Pending, Recording};
 
 /// The response header that tells a cache hit (`hit`) from an eligible
 /// request that was not one (`miss`); absent when the cache was not asked.
-pub const CACHE_HEADER: &str = "x-prefix-router-cache";
+pub use protocol::headers::CACHE_HEADER;
 
 /// Outcomes of `prefix_router_response_cache_total`: of a lookup (`hit`,
 /// `miss`, `skipped`: not eligible, `error`: Valkey failed) and of a store

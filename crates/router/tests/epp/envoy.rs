@@ -250,6 +250,18 @@ pub async fn exchange_duplex(
     config: bool,
     metadata: Option<Metadata>,
 ) -> ProcessingResponse {
+    let (headers, handed) = exchange_duplex_handing_back(envoy, body, config, metadata).await;
+    assert_eq!(handed, body, "the body is handed back whole");
+    headers
+}
+
+/// As [`exchange_duplex`]: the headers' answer and the body handed back.
+pub async fn exchange_duplex_handing_back(
+    envoy: &mut Envoy,
+    body: &[u8],
+    config: bool,
+    metadata: Option<Metadata>,
+) -> (ProcessingResponse, Vec<u8>) {
     let config = config
         .then(|| {
             modes(
@@ -277,12 +289,22 @@ pub async fn exchange_duplex(
             break;
         }
     }
-    assert_eq!(
-        handed_back(&pieces).0,
-        body,
-        "the body is handed back whole"
-    );
-    headers
+    (headers, handed_back(&pieces).0)
+}
+
+/// A stream in buffered mode for a completion whose headers were sent and
+/// answered (the body is the caller's to send).
+pub async fn open_buffered(grpc: SocketAddr) -> Envoy {
+    let mut envoy = Envoy::open(grpc).await;
+    let config = modes(BodySendMode::Buffered, BodySendMode::None);
+    envoy
+        .send(request_headers("/v1/completions", false, config, None))
+        .await;
+    assert!(matches!(
+        envoy.recv().await.response,
+        Some(Response::RequestHeaders(_))
+    ));
+    envoy
 }
 
 /// The value a header mutation of `answer` sets for `name`, if any, and

@@ -46,6 +46,8 @@ pub struct Shared {
     pub answer_delay: Mutex<Option<Duration>>,
     /// The W3C trace context of each request (`traceparent`, `tracestate`).
     pub trace: Mutex<Vec<(Option<String>, Option<String>)>>,
+    /// The headers of each request, in order.
+    pub headers: Mutex<Vec<HeaderMap>>,
     /// When set, non-streamed answers carry it as `kv_transfer_params`, as
     /// a vLLM prefill worker's answer to a remote decode's request does.
     pub kv_transfer_params: Mutex<Option<serde_json::Value>>,
@@ -177,6 +179,7 @@ async fn handle(
         .lock()
         .unwrap()
         .push((header("traceparent"), header("tracestate")));
+    shared.headers.lock().unwrap().push(headers.clone());
     let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
     shared.bodies.lock().unwrap().push(json.clone());
     let delay = *shared.answer_delay.lock().unwrap();
