@@ -51,8 +51,8 @@ mod serve;
 mod telemetry;
 
 pub use config::{
-    BodyMode, EppArgs, EppSettings, ExposureArgs, ModelConfig, ResponseCacheArgs, ServeArgs,
-    ServeConfig, StaticWorker,
+    BodyMode, EppArgs, EppSettings, ExposureArgs, GrpcTls, ModelConfig, ResponseCacheArgs,
+    ServeArgs, ServeConfig, StaticWorker,
 };
 pub use metrics_recorder::metrics_handle;
 pub use protocol::headers::WORKER_HEADER;
