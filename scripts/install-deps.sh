@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the test suite and the load test need on a fresh Debian
-# bookworm machine: valkey-server 8 from bookworm-backports, and HAProxy (the
-# load test's L4 balancer) from Debian. Idempotent; does nothing when present.
+# bookworm machine: valkey-server 8 from bookworm-backports, HAProxy (the
+# load test's L4 balancer) and redis-server 7 from Debian, and kubectl (the
+# deployment tests' `kubectl kustomize`) from dl.k8s.io. Idempotent; does
+# nothing when present.
 set -euo pipefail
 
 SUDO=""
@@ -52,3 +54,25 @@ if ! have redis-server; then
 fi
 redis_bin=$(command -v redis-server || echo /usr/bin/redis-server)
 echo "install-deps: $("$redis_bin" --version)"
+
+# kubectl (its built-in kustomize): the deployment tests render every
+# kustomization of deploy/kubernetes with `kubectl kustomize`. Not in
+# Debian's archive: the release binary from dl.k8s.io, checked against its
+# published SHA-256.
+if ! have kubectl; then
+  KUBECTL_VERSION="${KUBECTL_VERSION:-v1.32.4}"
+  case "$(uname -m)" in
+    x86_64) kubectl_arch=amd64 ;;
+    aarch64 | arm64) kubectl_arch=arm64 ;;
+    *) echo "install-deps: no kubectl build for $(uname -m)" >&2; exit 1 ;;
+  esac
+  echo "install-deps: installing kubectl $KUBECTL_VERSION from dl.k8s.io"
+  kubectl_url="https://dl.k8s.io/release/$KUBECTL_VERSION/bin/linux/$kubectl_arch/kubectl"
+  kubectl_tmp=$(mktemp -d)
+  curl -fsSL -o "$kubectl_tmp/kubectl" "$kubectl_url"
+  curl -fsSL -o "$kubectl_tmp/kubectl.sha256" "$kubectl_url.sha256"
+  echo "$(cat "$kubectl_tmp/kubectl.sha256")  $kubectl_tmp/kubectl" | sha256sum --check --quiet
+  $SUDO install -m 0755 "$kubectl_tmp/kubectl" /usr/local/bin/kubectl
+  rm -rf "$kubectl_tmp"
+fi
+echo "install-deps: $(kubectl version --client 2>/dev/null | tr '\n' ' ')"

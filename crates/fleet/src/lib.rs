@@ -16,14 +16,17 @@
 //!   primaries + 3 replicas) through `scripts/valkey-cluster.sh`.
 //! * [`haproxy`]: [`Haproxy`], the L4 balancer, and its one [`config`]
 //!   writer.
+//! * [`kustomize`]: a kustomization rendered by the real `kubectl
+//!   kustomize`, for the deployment tests.
 //!
 //! Within: `valkey` and `haproxy` use `ports` and `binaries`;
-//! `valkey_cluster` uses `binaries`; `process` stands alone.
+//! `valkey_cluster` and `kustomize` use `binaries`; `process` stands alone.
 //!
 //! [`config`]: haproxy::config
 
 pub mod binaries;
 pub mod haproxy;
+pub mod kustomize;
 mod ports;
 pub mod process;
 mod valkey;

@@ -26,6 +26,8 @@
 //! * `response_cache`: the optional cache of deterministic completions in
 //!   Valkey, asked by `proxy` before routing, replayed byte for byte.
 //! * `metrics_recorder`: the Prometheus recorder, installed once per process.
+//! * `memory`: the allocator set up to hand memory back after oversized
+//!   prompts (used by `serve` at start and by `proxy`'s tokenizing pool).
 //! * `load_scrape`: optional scraping of workers' `/metrics` for their load.
 //! * `telemetry`: the logger, and routing spans exported over OTLP.
 //! * `config`: flags, environment and TOML, resolved into [`ServeConfig`].
@@ -43,6 +45,7 @@ mod epp;
 mod forward_paths;
 mod hop;
 mod load_scrape;
+mod memory;
 mod metrics_recorder;
 mod proxy;
 mod response_cache;
@@ -51,8 +54,8 @@ mod serve;
 mod telemetry;
 
 pub use config::{
-    BodyMode, EppArgs, EppSettings, ExposureArgs, ModelConfig, ResponseCacheArgs, ServeArgs,
-    ServeConfig, StaticWorker,
+    BodyMode, EppArgs, EppSettings, ExposureArgs, GrpcTls, ModelConfig, ResponseCacheArgs,
+    ServeArgs, ServeConfig, StaticWorker,
 };
 pub use metrics_recorder::metrics_handle;
 pub use protocol::headers::WORKER_HEADER;

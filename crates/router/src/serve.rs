@@ -94,6 +94,7 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
 /// The async runtime `cfg` asks for: a single thread for
 /// `--async-threads 1` (no wake-ups between threads), else that many workers.
 pub fn runtime(cfg: &ServeConfig) -> std::io::Result<tokio::runtime::Runtime> {
+    crate::memory::tune();
     let mut builder = if cfg.async_threads == 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {

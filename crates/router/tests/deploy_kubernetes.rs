@@ -1,10 +1,13 @@
-//! Static checks of `deploy/kubernetes/` (no cluster here): every manifest
-//! parses, has a known apiVersion and kind and a valid name; every
-//! kustomization's resources and patches exist, and a patch names an
-//! object of its bases; selectors select pods; Services, probes and the
-//! autoscaler point at ports and workloads that exist; secrets referenced
-//! exist with the key; and every flag and `PREFIX_ROUTER_*` variable given
-//! to a `prefix-router` container is one the binary's `--help` lists.
+//! Checks of `deploy/kubernetes/` (no cluster here): every kustomization
+//! is rendered by the real `kubectl kustomize` (what `kubectl apply -k`
+//! applies; the test fails, saying so, without kubectl, which
+//! `scripts/install-deps.sh` installs) and what it renders is checked:
+//! every object has a known apiVersion and kind, a valid name, and matches
+//! Kubernetes' strict JSON schema (`schemas/`); selectors select pods;
+//! Services, probes and the autoscaler point at ports and workloads that
+//! exist; secrets referenced exist with the key; and every flag and
+//! `PREFIX_ROUTER_*` variable given to a `prefix-router` container is one
+//! the binary's `--help` lists.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
 
@@ -18,9 +21,33 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes")
 }
 
-/// Every document of a YAML file, as JSON.
-fn docs(path: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).unwrap();
+/// Every directory under `deploy/kubernetes` holding a kustomization, as
+/// paths relative to it, sorted.
+fn kustomizations() -> Vec<String> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        if dir.join("kustomization.yaml").is_file() {
+            out.push(dir.to_owned());
+        }
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            }
+        }
+    }
+    let mut dirs = Vec::new();
+    walk(&root(), &mut dirs);
+    let mut names: Vec<String> = dirs
+        .iter()
+        .map(|d| d.strip_prefix(root()).unwrap().to_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The objects `kubectl kustomize` renders for `dir`, as JSON.
+fn build(dir: &Path) -> Vec<Value> {
+    let text = fleet::kustomize::render(dir).unwrap_or_else(|e| panic!("{e:#}"));
     serde_norway::Deserializer::from_str(&text)
         .map(|d| {
             let v = serde_norway::Value::deserialize(d).unwrap();
@@ -30,7 +57,7 @@ fn docs(path: &Path) -> Vec<Value> {
         .collect()
 }
 
-const KINDS: [(&str, &str); 11] = [
+const KINDS: [(&str, &str); 10] = [
     ("v1", "Service"),
     ("v1", "Secret"),
     ("apps/v1", "Deployment"),
@@ -39,7 +66,6 @@ const KINDS: [(&str, &str); 11] = [
     ("autoscaling/v2", "HorizontalPodAutoscaler"),
     ("policy/v1", "PodDisruptionBudget"),
     ("networking.k8s.io/v1", "NetworkPolicy"),
-    ("kustomize.config.k8s.io/v1beta1", "Kustomization"),
     ("inference.networking.k8s.io/v1", "InferencePool"),
     ("gateway.networking.k8s.io/v1", "HTTPRoute"),
 ];
@@ -52,66 +78,6 @@ fn dns_label(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !name.starts_with('-')
         && !name.ends_with('-')
-}
-
-/// The objects a kustomization directory produces (resources, then the
-/// patches' deletions), checking its files on the way.
-fn build(dir: &Path) -> Vec<Value> {
-    let k = &docs(&dir.join("kustomization.yaml"))[0];
-    assert_eq!(k["kind"], "Kustomization");
-    let mut out = Vec::new();
-    for r in k["resources"].as_array().unwrap() {
-        let p = dir.join(r.as_str().unwrap());
-        if p.is_dir() {
-            out.extend(build(&p));
-        } else {
-            assert!(p.is_file(), "{}: missing {}", dir.display(), p.display());
-            out.extend(docs(&p));
-        }
-    }
-    for patch in k["patches"].as_array().into_iter().flatten() {
-        let p = dir.join(patch["path"].as_str().unwrap());
-        for d in docs(&p) {
-            let (kind, name) = (&d["kind"], &d["metadata"]["name"]);
-            let at = out
-                .iter()
-                .position(|o| o["kind"] == *kind && o["metadata"]["name"] == *name)
-                .unwrap_or_else(|| panic!("{}: patches no object ({kind} {name})", p.display()));
-            if d["$patch"] == "delete" {
-                out.remove(at);
-            } else {
-                merge(&mut out[at], &d);
-            }
-        }
-    }
-    out
-}
-
-/// A strategic merge, enough for these patches: maps merge (a key set to
-/// null is deleted), lists of named maps merge by name, other values replace.
-fn merge(into: &mut Value, patch: &Value) {
-    match (into, patch) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (k, v) in b {
-                if v.is_null() {
-                    a.remove(k);
-                } else {
-                    merge(a.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        (Value::Array(a), Value::Array(b))
-            if b.iter().all(|x| x.get("name").is_some()) && !b.is_empty() =>
-        {
-            for item in b {
-                match a.iter_mut().find(|x| x.get("name") == item.get("name")) {
-                    Some(x) => merge(x, item),
-                    None => a.push(item.clone()),
-                }
-            }
-        }
-        (slot, v) => *slot = v.clone(),
-    }
 }
 
 fn labels_match(selector: &Value, labels: &Value) -> bool {
@@ -438,11 +404,31 @@ fn hashing_agrees(objects: &[Value], what: &str) {
     assert_eq!(seeds.len(), 1, "{what}: hash seeds differ: {seeds:?}");
 }
 
+/// Every kustomization renders with the real kubectl (`kubectl apply -k`
+/// of each works) and what it renders holds together; the three known ones
+/// are among them.
 #[test]
-fn the_kubernetes_manifests_hold_together() {
+fn every_kustomization_renders_with_kubectl_and_holds_together() {
+    let all = kustomizations();
+    for known in [
+        "base",
+        "overlays/inference-gateway",
+        "overlays/valkey-cluster",
+    ] {
+        assert!(all.iter().any(|k| k == known), "{known} not in {all:?}");
+    }
+    for dir in &all {
+        let objects = build(&root().join(dir));
+        check(&objects, dir);
+        hashing_agrees(&objects, dir);
+    }
+}
+
+/// What each rendering holds: the base its kinds, the cluster overlay
+/// the cluster in place of the single Valkey, the gateway overlay its pool.
+#[test]
+fn the_renderings_hold_what_each_kustomization_promises() {
     let base = build(&root().join("base"));
-    check(&base, "base");
-    hashing_agrees(&base, "base");
     let kinds: BTreeSet<&str> = base.iter().map(|o| o["kind"].as_str().unwrap()).collect();
     for k in [
         "Deployment",
@@ -456,8 +442,6 @@ fn the_kubernetes_manifests_hold_together() {
         assert!(kinds.contains(k), "base has no {k}");
     }
     let cluster = build(&root().join("overlays/valkey-cluster"));
-    check(&cluster, "valkey-cluster");
-    hashing_agrees(&cluster, "valkey-cluster");
     // The overlay swaps the single Valkey for the cluster and seeds the routers.
     assert!(!cluster.iter().any(|o| o["metadata"]["name"] == "valkey"));
     let router = cluster
@@ -474,8 +458,6 @@ fn the_kubernetes_manifests_hold_together() {
         .unwrap();
     assert_eq!(seeds.split(',').count(), 3);
     let gateway = build(&root().join("overlays/inference-gateway"));
-    check(&gateway, "inference-gateway");
-    hashing_agrees(&gateway, "inference-gateway");
     let kinds: BTreeSet<&str> = gateway
         .iter()
         .map(|o| o["kind"].as_str().unwrap())
@@ -541,7 +523,7 @@ fn schemas() -> (boon::Schemas, BTreeMap<(String, String), boon::SchemaIndex>) {
         .unwrap();
     let mut schemas = boon::Schemas::new();
     let mut index = BTreeMap::new();
-    for (api, kind) in KINDS.iter().filter(|(_, k)| *k != "Kustomization") {
+    for (api, kind) in KINDS.iter() {
         let group = api
             .split('/')
             .rev()
@@ -568,12 +550,8 @@ fn schemas() -> (boon::Schemas, BTreeMap<(String, String), boon::SchemaIndex>) {
 fn every_object_matches_the_kubernetes_schema() {
     let (schemas, index) = schemas();
     let mut checked = 0;
-    for dir in [
-        "base",
-        "overlays/valkey-cluster",
-        "overlays/inference-gateway",
-    ] {
-        for o in build(&root().join(dir)) {
+    for dir in kustomizations() {
+        for o in build(&root().join(&dir)) {
             let key = (
                 o["apiVersion"].as_str().unwrap().to_owned(),
                 o["kind"].as_str().unwrap().to_owned(),

@@ -10,196 +10,29 @@ mod support;
 #[allow(dead_code)] // shared by several test binaries, each using part of it
 mod envoy;
 
-use std::collections::{BTreeSet, HashMap};
-use std::net::SocketAddr;
+#[path = "epp/fleet.rs"]
+#[allow(dead_code)] // shared by the picker's test binaries
+mod fleet;
+
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use envoy::{
-    Envoy, common, destination, exchange_duplex, handed_back, immediate, modes, request_body,
-    request_headers, response_body, response_headers, subset,
+    Envoy, common, destination, handed_back, immediate, modes, request_body, request_headers,
+    response_body, response_headers, subset,
 };
-use envoy_types::pb::envoy::config::core::v3::Metadata;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
 use envoy_types::pb::envoy::service::ext_proc::v3::{HttpTrailers, ProcessingRequest};
-use prefix_router::{BodyMode, ServeArgs};
+use fleet::{
+    MODEL, completion, document, fleet, fleet_tuned, fleet_with, health, pick_duplex,
+    wait_in_flight, wait_prefill, worker_of,
+};
+use prefix_router::BodyMode;
 use serde_json::json;
-use state::{StateStore, StateTtls, WorkerHeartbeat};
-use support::{Router, Valkey, args, free_port, get, store, tokenizer_dir};
-use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
-
-const MODEL: &str = "qwen3";
-
-/// Two pickers on one Valkey, and three registered workers (nothing
-/// listens at their addresses: the picker never connects to them).
-struct Fleet {
-    valkey: Valkey,
-    pickers: Vec<(Router, SocketAddr)>,
-    store: StateStore,
-    endpoints: Vec<String>,
-}
-
-async fn fleet(body_mode: BodyMode) -> Fleet {
-    fleet_with(body_mode, |_| {}).await
-}
-
-async fn fleet_with(body_mode: BodyMode, tune: impl Fn(&mut ServeArgs)) -> Fleet {
-    let valkey = Valkey::start();
-    // The workers first: the pickers' start (two tokenizers loaded) is the
-    // heavy part, on 2 shared cores.
-    let ttls = StateTtls {
-        worker_lease: Duration::from_secs(600),
-        ..StateTtls::default()
-    };
-    let store = store(&valkey, "pr", "test-probe", ttls);
-    let mut endpoints = Vec::new();
-    for i in 0..3 {
-        let endpoint = format!("127.0.0.{}:8000", i + 2);
-        let hb = WorkerHeartbeat {
-            worker_id: format!("w{i}"),
-            url: format!("http://{endpoint}"),
-            load: None,
-        };
-        store.heartbeat(MODEL, &hb).await.unwrap();
-        endpoints.push(endpoint);
-    }
-    let mut pickers = Vec::new();
-    for _ in 0..2 {
-        let mut a = args();
-        a.model = Some(MODEL.into());
-        a.tokenizer_dir = Some(tokenizer_dir());
-        // Locality only: these tests are about pickers agreeing, not about
-        // spreading load.
-        a.epsilon = Some(100.0);
-        a.queue_cost_tokens = Some(0.0);
-        tune(&mut a);
-        let grpc: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let router = Router::start_epp(&valkey.url(), a, grpc, body_mode).await;
-        pickers.push((router, grpc));
-    }
-    for (_, grpc) in &pickers {
-        wait_serving(*grpc).await;
-    }
-    Fleet {
-        valkey,
-        pickers,
-        store,
-        endpoints,
-    }
-}
-
-async fn wait_serving(grpc: SocketAddr) {
-    for _ in 0..600 {
-        if health(grpc, "readiness").await == Some(ServingStatus::Serving) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("picker on {grpc} never ready");
-}
-
-async fn health(grpc: SocketAddr, service: &str) -> Option<ServingStatus> {
-    let channel = tonic::transport::Channel::from_shared(format!("http://{grpc}"))
-        .ok()?
-        .connect()
-        .await
-        .ok()?;
-    let mut client = HealthClient::new(channel);
-    let answer = client
-        .check(HealthCheckRequest {
-            service: service.into(),
-        })
-        .await
-        .ok()?;
-    ServingStatus::try_from(answer.into_inner().status).ok()
-}
-
-fn document(topic: &str) -> String {
-    (0..40)
-        .map(|i| format!("Paragraph {i} of the {topic} manual explains one more detail. "))
-        .collect()
-}
-
-fn completion(prompt: &str) -> Vec<u8> {
-    serde_json::to_vec(&json!({"model": MODEL, "prompt": prompt, "max_tokens": 4})).unwrap()
-}
-
-/// The destination of a full-duplex exchange of one request up to the pick
-/// (`envoy::exchange_duplex`).
-async fn pick_duplex(
-    envoy: &mut Envoy,
-    body: &[u8],
-    config: bool,
-    metadata: Option<Metadata>,
-) -> Vec<String> {
-    destination(&exchange_duplex(envoy, body, config, metadata).await)
-}
-
-async fn in_flight(f: &Fleet) -> HashMap<String, u64> {
-    let (st, body) = get(&f.pickers[0].0, "/admin/workers").await;
-    assert_eq!(st, 200, "{body}");
-    body["workers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| {
-            (
-                w["worker_id"].as_str().unwrap().to_owned(),
-                w["in_flight"].as_u64().unwrap_or(0),
-            )
-        })
-        .collect()
-}
-
-/// The prefill tokens counted on worker `id` (requests before their first
-/// response byte), polled until `done` holds (or failing after 5 s).
-async fn wait_prefill(f: &Fleet, id: &str, done: impl Fn(u64) -> bool) -> u64 {
-    let mut last = 0;
-    for _ in 0..100 {
-        let (_, body) = get(&f.pickers[0].0, "/admin/workers").await;
-        last = body["workers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|w| w["worker_id"] == id)
-            .map_or(0, |w| w["prefill_tokens"].as_u64().unwrap());
-        if done(last) {
-            return last;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("prefill tokens of {id}: {last}");
-}
-
-/// Waits until the in-flight counts are `expected` (decrements are sent
-/// off the stream's task).
-async fn wait_in_flight(f: &Fleet, expected: &[(&str, u64)]) {
-    let want: HashMap<String, u64> = expected
-        .iter()
-        .map(|(w, n)| ((*w).to_owned(), *n))
-        .collect();
-    let mut last = HashMap::new();
-    for _ in 0..100 {
-        last = in_flight(f).await;
-        if want
-            .iter()
-            .all(|(w, n)| last.get(w).copied().unwrap_or(0) == *n)
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("in flight {last:?}, expected {want:?}");
-}
-
-fn worker_of(f: &Fleet, endpoint: &str) -> String {
-    let i = f.endpoints.iter().position(|e| e == endpoint).unwrap();
-    format!("w{i}")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_same_prefix_gets_the_same_endpoint_from_either_picker() {
@@ -639,9 +472,12 @@ async fn a_request_that_never_ends_is_cut_off() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn streams_beyond_the_cap_are_refused() {
-    let f = fleet_with(BodyMode::FullDuplexStreamed, |a| {
-        a.exposure.max_connections = Some(2);
-    })
+    let f = fleet_tuned(
+        1,
+        BodyMode::FullDuplexStreamed,
+        |_| {},
+        |epp| epp.max_streams = Some(2),
+    )
     .await;
     let grpc = f.pickers[0].1;
     let held = [Envoy::open(grpc).await, Envoy::open(grpc).await];
@@ -654,6 +490,10 @@ async fn streams_beyond_the_cap_are_refused() {
         .await
         .expect_err("a third stream is refused");
     assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    assert!(
+        refused.message().contains("--epp-max-streams"),
+        "{refused:?}"
+    );
     // A closed stream frees its place.
     for envoy in held {
         envoy.close().await;

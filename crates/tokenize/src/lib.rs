@@ -30,7 +30,7 @@ mod pipeline;
 mod prompt;
 
 pub use chat::{ChatError, ChatRenderer, ChatRendererOptions, ChatRequest, RenderedPrompt};
-pub use chunk_cache::{ChunkCache, split_at_safe_boundaries};
+pub use chunk_cache::{ChunkCache, MAX_PIECE_BYTES, split_at_safe_boundaries, split_long};
 pub use context::context_length;
 pub use model_tokenizer::{ModelTokenizer, TokenizeError, TokenizerConfig};
 pub use pipeline::{ModelPipeline, ModelPipelines, Resolved};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use tokenizers::Tokenizer;
 
-use super::chunk_cache::DEFAULT_CHUNK_BYTES;
+use super::chunk_cache::{DEFAULT_CHUNK_BYTES, MAX_PIECE_BYTES, split_long};
 use super::long_tokens::LongTokens;
 use super::{ChunkCache, split_at_safe_boundaries};
 
@@ -102,6 +102,9 @@ struct Inner {
     specials: (Vec<u32>, Vec<u32>),
     /// Whether cutting at safe boundaries keeps ids exact (byte-level BPE).
     chunkable: bool,
+    /// Whether a cut before a space between letters keeps ids exact (no
+    /// added token holds a space).
+    space_cuts: bool,
     /// The most bytes of text one token stands for (byte-level BPE; the
     /// longest entry of the vocabulary), so that a text of n bytes has at
     /// least n / this many tokens.
@@ -174,6 +177,10 @@ impl ModelTokenizer {
         }
         let specials = post_processor_specials(&tokenizer)?;
         let chunkable = is_byte_level(&bytes);
+        let space_cuts = !tokenizer
+            .get_added_tokens_decoder()
+            .values()
+            .any(|t| t.content.contains(' '));
         // Byte-level vocabularies spell each byte as one character.
         let max_token_bytes = tokenizer
             .get_vocab(true)
@@ -193,6 +200,7 @@ impl ModelTokenizer {
                 config,
                 specials,
                 chunkable,
+                space_cuts,
                 max_token_bytes,
                 long_tokens,
                 cache: ChunkCache::new(cache_tokens, chunk_bytes),
@@ -287,14 +295,21 @@ impl ModelTokenizer {
         if add_special_tokens {
             ids.extend_from_slice(&inner.specials.0);
         }
-        for chunk in split_at_safe_boundaries(text, inner.cache.chunk_bytes()) {
-            match inner.cache.get(chunk) {
+        // Chunks cut at safe boundaries, and long ones in pieces, so that
+        // the tokenizer's working memory stays bounded (`MAX_PIECE_BYTES`).
+        let pieces = split_at_safe_boundaries(text, inner.cache.chunk_bytes())
+            .flat_map(|chunk| split_long(chunk, MAX_PIECE_BYTES, inner.space_cuts));
+        for (piece, exact) in pieces {
+            match inner.cache.get(piece) {
                 Some(cached) => ids.extend_from_slice(&cached),
                 None => {
-                    let chunk_ids = self.encode_plain(chunk, false)?;
-                    ids.extend_from_slice(&chunk_ids);
-                    inner.cache.insert(chunk, chunk_ids);
+                    let piece_ids = self.encode_plain(piece, false)?;
+                    ids.extend_from_slice(&piece_ids);
+                    inner.cache.insert(piece, piece_ids);
                 }
+            }
+            if !exact {
+                metrics::counter!("prefix_router_tokenize_inexact_cuts_total").increment(1);
             }
             if ids.len() > max {
                 return too_long(ids.len());

@@ -116,3 +116,55 @@ fn a_bounded_encode_stops_early_and_is_exact_within_the_limit() {
         other => panic!("expected TooLong, got {:?}", other.map(|v| v.len())),
     }
 }
+
+/// Words, spaces and punctuation on one line: text a long chunk is cut in
+/// (`split_long`), before spaces between letters.
+fn line() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        "[a-zA-Z]{1,12}".prop_map(String::from),
+        Just(" ".to_owned()),
+        Just("  ".to_owned()),
+        Just("\t".to_owned()),
+        "[0-9]{1,6}".prop_map(String::from),
+        "[!-/:-@\\[-`{-~]{1,4}".prop_map(String::from),
+        Just("'s".to_owned()),
+        Just("e\u{301}".to_owned()),
+        Just("日本語".to_owned()),
+        Just("<|im_end|>".to_owned()),
+    ];
+    prop::collection::vec(piece, 0..120).prop_map(|v| v.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// A cut `split_long` calls exact is: the pieces' ids, concatenated,
+    /// are the whole line's.
+    #[test]
+    fn exact_cuts_of_a_long_line_keep_the_ids(t in line(), max in 8usize..64) {
+        let tok = &tokenizers()[0];
+        let plain = tok.encode_plain(&t, false).unwrap();
+        let pieces: Vec<(&str, bool)> = tokenize::split_long(&t, max, true).collect();
+        prop_assert_eq!(pieces.iter().map(|p| p.0).collect::<String>(), t.clone());
+        if pieces.iter().all(|p| p.1) {
+            let mut ids = Vec::new();
+            for (p, _) in &pieces {
+                ids.extend(tok.encode_plain(p, false).unwrap());
+            }
+            prop_assert_eq!(ids, plain);
+        }
+    }
+}
+
+/// A long prompt on one line (no newline to cut at) is tokenized in pieces
+/// and its ids are still exactly the plain tokenizer's.
+#[test]
+fn a_long_line_of_prose_is_tokenized_in_pieces_exactly() {
+    let tok = qwen3(256);
+    let text = "The quick brown fox jumps over the lazy dog, again and again. ".repeat(3_000);
+    assert!(text.len() > 2 * tokenize::MAX_PIECE_BYTES);
+    assert_eq!(
+        tok.encode(&text, true).unwrap(),
+        tok.encode_plain(&text, true).unwrap()
+    );
+}

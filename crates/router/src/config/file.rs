@@ -66,6 +66,11 @@ pub(super) struct FileConfig {
     /// `epp` only (see [`super::EppArgs`]); `serve` ignores them.
     pub(super) grpc_listen: Option<SocketAddr>,
     pub(super) epp_body_mode: Option<super::BodyMode>,
+    pub(super) epp_response_timeout: Option<String>,
+    pub(super) epp_max_streams: Option<usize>,
+    pub(super) grpc_tls_cert: Option<PathBuf>,
+    pub(super) grpc_tls_key: Option<PathBuf>,
+    pub(super) grpc_tls_client_ca: Option<PathBuf>,
     pub(super) response_cache_ttl: Option<String>,
     pub(super) response_cache_max_entry_bytes: Option<usize>,
     pub(super) response_cache_max_bytes: Option<u64>,

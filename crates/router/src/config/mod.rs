@@ -13,7 +13,7 @@ mod response_cache;
 mod static_worker;
 
 pub use args::{ExposureArgs, ServeArgs};
-pub use epp::{BodyMode, EppArgs, EppSettings};
+pub use epp::{BodyMode, EppArgs, EppSettings, GrpcTls};
 pub use models::ModelConfig;
 pub use response_cache::ResponseCacheArgs;
 pub use static_worker::StaticWorker;

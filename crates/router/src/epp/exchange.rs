@@ -191,6 +191,16 @@ impl Exchange {
     }
 
     async fn on_request_body(&mut self, b: HttpBody) -> Step {
+        // The destination went out with the whole body: a body after it
+        // (a gateway's protocol error) cannot change it, and is ignored
+        // rather than refused after the fact.
+        if self.picked() {
+            tracing::debug!(
+                bytes = b.body.len(),
+                "ext_proc request body after the pick, ignored"
+            );
+            return Step::Send(Vec::new());
+        }
         if self.body.len() + b.body.len() > self.ctx.max_body_bytes {
             return reject(ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,

@@ -16,6 +16,7 @@
 //!   served endpoint), and worker URLs as `ip:port`.
 //! * `usage`: the engine's prompt and cached tokens, from a response's end.
 //! * `exchange`: one request's stream, message by message.
+//! * `tls`: the gRPC port's TLS with client certificates.
 //! * this file: the gRPC services (ext_proc and health) and their listener.
 //!
 //! Below: `proxy` ([`Proxy::pick`]), `config` (`EppSettings`).
@@ -23,6 +24,7 @@
 mod exchange;
 mod messages;
 mod metadata;
+mod tls;
 mod usage;
 
 use std::pin::Pin;
@@ -43,7 +45,7 @@ use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tonic::{Request, Response, Status, Streaming};
 use tonic_health::ServingStatus;
 
-use crate::config::{BodyMode, ServeConfig};
+use crate::config::{BodyMode, GrpcTls, ServeConfig};
 use crate::proxy::Proxy;
 use exchange::{Exchange, Step};
 
@@ -64,6 +66,8 @@ struct EppContext {
     max_body_bytes: usize,
     /// Deadline of a request's headers and body.
     request_timeout: Duration,
+    /// Deadline of the rest of an exchange, from its pick.
+    response_timeout: Duration,
     /// Streams open at once.
     max_streams: usize,
     /// The model of requests without a body.
@@ -84,42 +88,63 @@ impl ExternalProcessor for Picker {
         request: Request<Streaming<ProcessingRequest>>,
     ) -> Result<Response<Self::ProcessStream>, Status> {
         // Each stream holds a task and up to a body's bytes: at most
-        // --max-connections streams at once.
+        // --epp-max-streams streams at once.
         let Ok(permit) = self.streams.clone().try_acquire_owned() else {
             metrics::counter!("prefix_router_epp_picks_total", "outcome" => "too_many_streams")
                 .increment(1);
-            return Err(Status::resource_exhausted(
-                "the endpoint picker has as many streams open as --max-connections allows",
-            ));
+            return Err(Status::resource_exhausted(format!(
+                "the endpoint picker has {} streams open, as many as --epp-max-streams allows",
+                self.ctx.max_streams
+            )));
         };
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(16);
         let ctx = self.ctx.clone();
         // The exchange (and the in-flight count it holds) lives as long as
-        // Envoy's stream: to the response's end, or until Envoy goes away.
+        // Envoy's stream: to the response's end, until Envoy goes away, or
+        // until --epp-response-timeout after the pick.
         tokio::spawn(async move {
             // The request (headers and body) must arrive within the client
-            // timeout, as on `serve`'s listener; the response may take as
-            // long as the engine does.
-            let deadline = tokio::time::Instant::now() + ctx.request_timeout;
+            // timeout, as on `serve`'s listener; the response within the
+            // response timeout from the pick.
+            let mut deadline = tokio::time::Instant::now() + ctx.request_timeout;
+            let response_timeout = ctx.response_timeout;
             let mut exchange = Exchange::new(ctx);
+            let mut picked = false;
             loop {
-                let next = if exchange.picked() {
-                    inbound.message().await
-                } else {
-                    match tokio::time::timeout_at(deadline, inbound.message()).await {
-                        Ok(next) => next,
-                        Err(_) => {
-                            let _ = tx.send(Ok(*exchange.timed_out())).await;
-                            break;
-                        }
+                if !picked && exchange.picked() {
+                    picked = true;
+                    deadline = tokio::time::Instant::now() + response_timeout;
+                }
+                let next = match tokio::time::timeout_at(deadline, inbound.message()).await {
+                    Ok(next) => next,
+                    Err(_) if picked => {
+                        // The count is released now, not when (if ever)
+                        // the gateway closes the stream.
+                        exchange.finish();
+                        metrics::counter!("prefix_router_epp_picks_total", "outcome" => "response_timeout")
+                            .increment(1);
+                        let _ = tx
+                            .send(Err(Status::deadline_exceeded(
+                                "the exchange outlasted --epp-response-timeout after its pick",
+                            )))
+                            .await;
+                        break;
+                    }
+                    Err(_) => {
+                        let _ = tx.send(Ok(*exchange.timed_out())).await;
+                        break;
                     }
                 };
                 let message = match next {
                     Ok(Some(m)) => m,
                     Ok(None) => break,
                     Err(status) => {
-                        tracing::debug!(%status, "ext_proc stream ended by the gateway");
+                        // A message over the size limit, or the gateway's
+                        // stream broken: the stream ends with an error
+                        // status, never with OK and no answer.
+                        tracing::debug!(%status, "ext_proc stream ended by an error");
+                        let _ = tx.send(Err(status)).await;
                         break;
                     }
                 };
@@ -152,6 +177,7 @@ async fn serve(
     listener: TcpListener,
     ctx: EppContext,
     store: StateStore,
+    tls: Option<GrpcTls>,
     mut down: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let (reporter, health) = tonic_health::server::health_reporter();
@@ -197,11 +223,17 @@ async fn serve(
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(max_message);
     let addr = listener.local_addr()?;
-    tracing::info!(grpc_listen = %addr, "endpoint picker serving ext_proc");
+    tracing::info!(grpc_listen = %addr, tls = tls.is_some(), "endpoint picker serving ext_proc");
     // A gateway that vanished without closing its connections is found by
     // keepalives; its streams end, and with them their in-flight counts.
     let mut stopping = down.clone();
-    let server = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &tls {
+        builder = builder
+            .tls_config(tls::server_config(tls)?)
+            .context("the gRPC port's TLS")?;
+    }
+    let server = builder
         .tcp_nodelay(true)
         .tcp_keepalive(Some(Duration::from_secs(30)))
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
@@ -245,8 +277,14 @@ pub async fn spawn(
         body_mode: settings.body_mode,
         max_body_bytes: cfg.max_body_bytes,
         request_timeout: cfg.client_timeout,
-        max_streams: cfg.max_connections,
+        response_timeout: settings.response_timeout,
+        max_streams: settings.max_streams.unwrap_or(cfg.max_connections),
         default_model: cfg.model.clone(),
     };
-    Ok(Some(tokio::spawn(serve(listener, ctx, store, down))))
+    // A TLS file that cannot be read stops the start, before serving.
+    if let Some(tls) = &settings.tls {
+        tls::server_config(tls)?;
+    }
+    let tls = settings.tls.clone();
+    Ok(Some(tokio::spawn(serve(listener, ctx, store, tls, down))))
 }

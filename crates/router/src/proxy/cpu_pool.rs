@@ -73,7 +73,10 @@ impl CpuPool {
         } else {
             &self.large
         };
-        lane.run(job).await
+        // An oversized prompt's tokenizing leaves hundreds of MB free in
+        // the allocator: handed back once the job is done.
+        let give_back = bytes >= crate::memory::GIVE_BACK_BYTES;
+        lane.run(job, give_back).await
     }
 }
 
@@ -87,7 +90,7 @@ impl Lane {
         }
     }
 
-    async fn run<T, F>(&self, job: F) -> Result<T, PoolBusy>
+    async fn run<T, F>(&self, job: F, give_back: bool) -> Result<T, PoolBusy>
     where
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
@@ -106,7 +109,11 @@ impl Lane {
             .map_err(|_| PoolBusy)?;
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            job()
+            let out = job();
+            if give_back {
+                crate::memory::give_back();
+            }
+            out
         })
         .await
         .map_err(|e| {

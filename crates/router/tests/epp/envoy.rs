@@ -30,9 +30,20 @@ pub struct Envoy {
 
 impl Envoy {
     pub async fn open(grpc: SocketAddr) -> Envoy {
-        let mut client = ExternalProcessorClient::connect(format!("http://{grpc}"))
+        let channel = tonic::transport::Channel::from_shared(format!("http://{grpc}"))
+            .unwrap()
+            .connect()
             .await
             .unwrap();
+        Envoy::over(channel).await
+    }
+
+    /// A stream over `channel` (one connection carries many streams, as
+    /// Envoy's do).
+    pub async fn over(channel: tonic::transport::Channel) -> Envoy {
+        let mut client = ExternalProcessorClient::new(channel)
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX);
         let (tx, rx) = mpsc::channel(16);
         let answers = client.process(ReceiverStream::new(rx)).await.unwrap();
         Envoy {

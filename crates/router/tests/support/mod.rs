@@ -155,10 +155,20 @@ impl Router {
         grpc: SocketAddr,
         body_mode: prefix_router::BodyMode,
     ) -> Router {
-        let epp = prefix_router::EppSettings {
-            grpc_listen: grpc,
-            body_mode,
-        };
+        Self::start_epp_with(
+            valkey_url,
+            args,
+            prefix_router::EppSettings::new(grpc, body_mode),
+        )
+        .await
+    }
+
+    /// As [`Router::start_epp`], with the picker's own settings.
+    pub async fn start_epp_with(
+        valkey_url: &str,
+        args: ServeArgs,
+        epp: prefix_router::EppSettings,
+    ) -> Router {
         Self::launch(valkey_url, args, false, Some(epp)).await
     }
 
