@@ -60,6 +60,10 @@ pub async fn run_report(args: RunArgs) -> anyhow::Result<(PathBuf, RunReport)> {
         out.display()
     );
     let mut settings = vec![
+        (
+            "offered load".to_owned(),
+            offered_load(&plan, time_scale, args.capacity),
+        ),
         ("stream".to_owned(), (!args.no_stream).to_string()),
         ("calibration pairs".into(), args.calibration.to_string()),
         ("window".into(), format!("{window_s} s")),
@@ -125,6 +129,31 @@ pub async fn run_report(args: RunArgs) -> anyhow::Result<(PathBuf, RunReport)> {
     Ok((path, report))
 }
 
+/// The plan's arrival rate, the same onto engines at real time (× the
+/// sims' time scale), and its fraction of a measured `capacity` (req/s).
+pub(crate) fn offered_load(plan: &Plan, time_scale: f64, capacity: Option<f64>) -> String {
+    let span = plan.span().as_secs_f64();
+    let rate = if span > 0.0 {
+        plan.requests() as f64 / span
+    } else {
+        0.0
+    };
+    let mut s = format!(
+        "{rate:.2} req/s ({:.2} req/s onto engines at real time)",
+        rate * time_scale
+    );
+    match capacity {
+        Some(c) if c > 0.0 => {
+            s += &format!(
+                ", {:.0}% of the measured capacity of {c:.2} req/s",
+                100.0 * rate / c
+            )
+        }
+        _ => s += "; capacity not given (measure it with `loadtest ramp`, pass --capacity)",
+    }
+    s
+}
+
 /// The workload's plan, the sims' time scale, and the prompt cap applied.
 pub(crate) fn build_plan(args: &RunArgs) -> anyhow::Result<(Plan, f64, Option<usize>)> {
     if args.workload == "trace" {
@@ -174,7 +203,7 @@ pub(crate) fn build_plan(args: &RunArgs) -> anyhow::Result<(Plan, f64, Option<us
 }
 
 /// The arms `--policies` names.
-fn parse_arms(args: &RunArgs) -> anyhow::Result<Vec<Arm>> {
+pub(crate) fn parse_arms(args: &RunArgs) -> anyhow::Result<Vec<Arm>> {
     let peers = args
         .peers
         .iter()
