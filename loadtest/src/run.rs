@@ -22,8 +22,12 @@ use crate::workload::{
 };
 use fleet::binaries::{WorkspaceBinaries, system_program, workspace_root};
 
+mod settings;
+pub(crate) use settings::fleet_settings;
+use settings::offered_load;
+
 /// Tokens per sim KV block (the sims' default `--block-size`).
-const SIM_BLOCK_TOKENS: usize = 16;
+pub(crate) const SIM_BLOCK_TOKENS: usize = 16;
 /// The internal token of every fleet the load test starts.
 const TOKEN: &str = "loadtest-token";
 
@@ -127,31 +131,6 @@ pub async fn run_report(args: RunArgs) -> anyhow::Result<(PathBuf, RunReport)> {
     }
     println!("\nreport: {}", path.display());
     Ok((path, report))
-}
-
-/// The plan's arrival rate, the same onto engines at real time (× the
-/// sims' time scale), and its fraction of a measured `capacity` (req/s).
-pub(crate) fn offered_load(plan: &Plan, time_scale: f64, capacity: Option<f64>) -> String {
-    let span = plan.span().as_secs_f64();
-    let rate = if span > 0.0 {
-        plan.requests() as f64 / span
-    } else {
-        0.0
-    };
-    let mut s = format!(
-        "{rate:.2} req/s ({:.2} req/s onto engines at real time)",
-        rate * time_scale
-    );
-    match capacity {
-        Some(c) if c > 0.0 => {
-            s += &format!(
-                ", {:.0}% of the measured capacity of {c:.2} req/s",
-                100.0 * rate / c
-            )
-        }
-        _ => s += "; capacity not given (measure it with `loadtest ramp`, pass --capacity)",
-    }
-    s
 }
 
 /// The workload's plan, the sims' time scale, and the prompt cap applied.
@@ -299,71 +278,6 @@ pub(crate) fn fleet_runner(
         out_dir: out.to_owned(),
     };
     Ok(runner)
-}
-
-/// The fleet's settings for the report.
-pub(crate) fn fleet_settings(
-    args: &RunArgs,
-    runner: &Runner,
-    time_scale: f64,
-    input_cap: Option<usize>,
-) -> Vec<(String, String)> {
-    let b = &runner.base;
-    let mut s = vec![
-        ("workers".to_owned(), args.workers.to_string()),
-        ("routers (default per arm)".into(), args.routers.to_string()),
-        (
-            "KV capacity per worker".into(),
-            format!(
-                "{} blocks × {SIM_BLOCK_TOKENS} tokens = {} tokens",
-                args.num_blocks,
-                args.num_blocks * SIM_BLOCK_TOKENS
-            ),
-        ),
-        ("sim time scale".into(), time_scale.to_string()),
-        ("sim max-num-seqs".into(), args.max_num_seqs.to_string()),
-        (
-            "balancer".into(),
-            match &b.balancer {
-                BalancerKind::Haproxy(p) => format!("HAProxy ({}), TCP mode", p.display()),
-                BalancerKind::Builtin => "builtin TCP balancer (in the load test)".into(),
-            },
-        ),
-        (
-            "isolated claim TTL".into(),
-            format!("{:?}", args.isolated_ttl),
-        ),
-        ("event at".into(), format!("{} of the span", args.event_at)),
-        (
-            "down time at an event".into(),
-            format!("{:.1} s", args.down_for.as_secs_f64()),
-        ),
-        ("valkey restart".into(), args.valkey_restart.clone()),
-        (
-            "valkey".into(),
-            if args.valkey_cluster {
-                "cluster 3+3"
-            } else {
-                "one server"
-            }
-            .into(),
-        ),
-        (
-            "prefix-router".into(),
-            b.routers.program.display().to_string(),
-        ),
-        ("sim-worker".into(), b.sim_program.display().to_string()),
-    ];
-    if let Some(c) = input_cap {
-        s.push(("prompts cut to".into(), format!("{c} tokens")));
-    }
-    if !args.router_args.is_empty() {
-        s.push(("extra router flags".into(), args.router_args.join(" ")));
-    }
-    if !args.sim_args.is_empty() {
-        s.push(("extra sim flags".into(), args.sim_args.join(" ")));
-    }
-    s
 }
 
 /// A `--peer` spec: `NAME=COMMAND`, or just the name of a known peer
