@@ -26,6 +26,9 @@ pub struct Cli {
 pub enum Command {
     /// Run the comparison and write the report.
     Run(Box<RunArgs>),
+    /// The fleet's capacity per policy: the workload at rising load
+    /// factors until TTFT p99 passes a bound (2 s) or requests fail.
+    Ramp(Box<crate::ramp::RampArgs>),
     /// CPU per routed request of Valkey and the routers, and requests per
     /// core, for several prompt sizes at rising rates.
     Capacity(Box<crate::capacity::CapacityArgs>),
@@ -221,6 +224,11 @@ pub struct RunArgs {
     pub think_time: Duration,
 
     // ---- measuring and output ----
+    /// The fleet's measured capacity in requests/s (from `loadtest ramp`
+    /// on the same fleet and workload): the report gives the offered load
+    /// as a fraction of it.
+    #[arg(long, help_heading = "Output")]
+    pub capacity: Option<f64>,
     /// Calibration pairs for the router overhead (0: skip).
     #[arg(long, default_value_t = 50, help_heading = "Output")]
     pub calibration: usize,

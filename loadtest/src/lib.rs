@@ -11,6 +11,8 @@
 //!
 //! * [`cli`]: the flags of `loadtest run` and its subcommands.
 //! * [`run`]: one run: arms, scenarios, the report's files.
+//! * [`ramp`]: the fleet's capacity per policy: the workload at rising
+//!   load factors until TTFT p99 or failures pass a bound.
 //! * [`capacity`]: runs at rising rates per prompt size; CPU per request
 //!   and requests per core of Valkey and the routers.
 //! * [`pd`]: prefill/decode disaggregation against colocated workers
@@ -30,7 +32,7 @@
 //! * [`machine`]: what the machine is, for the report.
 //! * [`real_engine`]: the fleet in front of real vLLM CPU engines.
 //!
-//! Within: `capacity`, `pd`, `real_engine` → `run` → `runner` → `fleet`, `drive` → `client`;
+//! Within: `ramp`, `capacity`, `pd`, `real_engine` → `run` → `runner` → `fleet`, `drive` → `client`;
 //! `report` reads `metrics`.
 
 #![warn(missing_docs)]
@@ -45,6 +47,7 @@ pub mod machine;
 pub mod metrics;
 pub mod pd;
 pub mod peers;
+pub mod ramp;
 pub mod real_engine;
 pub mod report;
 pub mod run;

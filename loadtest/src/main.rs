@@ -14,6 +14,10 @@ fn main() -> anyhow::Result<()> {
                 r = loadtest::run::run(*args) => r.map(|_| ()),
                 _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted; every process started was stopped")),
             },
+            Command::Ramp(args) => tokio::select! {
+                r = loadtest::ramp::ramp(*args) => r.map(|_| ()),
+                _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted; every process started was stopped")),
+            },
             Command::Capacity(args) => tokio::select! {
                 r = loadtest::capacity::capacity(*args) => r.map(|_| ()),
                 _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted; every process started was stopped")),

@@ -22,8 +22,12 @@ use crate::workload::{
 };
 use fleet::binaries::{WorkspaceBinaries, system_program, workspace_root};
 
+mod settings;
+pub(crate) use settings::fleet_settings;
+use settings::offered_load;
+
 /// Tokens per sim KV block (the sims' default `--block-size`).
-const SIM_BLOCK_TOKENS: usize = 16;
+pub(crate) const SIM_BLOCK_TOKENS: usize = 16;
 /// The internal token of every fleet the load test starts.
 const TOKEN: &str = "loadtest-token";
 
@@ -60,6 +64,10 @@ pub async fn run_report(args: RunArgs) -> anyhow::Result<(PathBuf, RunReport)> {
         out.display()
     );
     let mut settings = vec![
+        (
+            "offered load".to_owned(),
+            offered_load(&plan, time_scale, args.capacity),
+        ),
         ("stream".to_owned(), (!args.no_stream).to_string()),
         ("calibration pairs".into(), args.calibration.to_string()),
         ("window".into(), format!("{window_s} s")),
@@ -174,7 +182,7 @@ pub(crate) fn build_plan(args: &RunArgs) -> anyhow::Result<(Plan, f64, Option<us
 }
 
 /// The arms `--policies` names.
-fn parse_arms(args: &RunArgs) -> anyhow::Result<Vec<Arm>> {
+pub(crate) fn parse_arms(args: &RunArgs) -> anyhow::Result<Vec<Arm>> {
     let peers = args
         .peers
         .iter()
@@ -270,71 +278,6 @@ pub(crate) fn fleet_runner(
         out_dir: out.to_owned(),
     };
     Ok(runner)
-}
-
-/// The fleet's settings for the report.
-pub(crate) fn fleet_settings(
-    args: &RunArgs,
-    runner: &Runner,
-    time_scale: f64,
-    input_cap: Option<usize>,
-) -> Vec<(String, String)> {
-    let b = &runner.base;
-    let mut s = vec![
-        ("workers".to_owned(), args.workers.to_string()),
-        ("routers (default per arm)".into(), args.routers.to_string()),
-        (
-            "KV capacity per worker".into(),
-            format!(
-                "{} blocks × {SIM_BLOCK_TOKENS} tokens = {} tokens",
-                args.num_blocks,
-                args.num_blocks * SIM_BLOCK_TOKENS
-            ),
-        ),
-        ("sim time scale".into(), time_scale.to_string()),
-        ("sim max-num-seqs".into(), args.max_num_seqs.to_string()),
-        (
-            "balancer".into(),
-            match &b.balancer {
-                BalancerKind::Haproxy(p) => format!("HAProxy ({}), TCP mode", p.display()),
-                BalancerKind::Builtin => "builtin TCP balancer (in the load test)".into(),
-            },
-        ),
-        (
-            "isolated claim TTL".into(),
-            format!("{:?}", args.isolated_ttl),
-        ),
-        ("event at".into(), format!("{} of the span", args.event_at)),
-        (
-            "down time at an event".into(),
-            format!("{:.1} s", args.down_for.as_secs_f64()),
-        ),
-        ("valkey restart".into(), args.valkey_restart.clone()),
-        (
-            "valkey".into(),
-            if args.valkey_cluster {
-                "cluster 3+3"
-            } else {
-                "one server"
-            }
-            .into(),
-        ),
-        (
-            "prefix-router".into(),
-            b.routers.program.display().to_string(),
-        ),
-        ("sim-worker".into(), b.sim_program.display().to_string()),
-    ];
-    if let Some(c) = input_cap {
-        s.push(("prompts cut to".into(), format!("{c} tokens")));
-    }
-    if !args.router_args.is_empty() {
-        s.push(("extra router flags".into(), args.router_args.join(" ")));
-    }
-    if !args.sim_args.is_empty() {
-        s.push(("extra sim flags".into(), args.sim_args.join(" ")));
-    }
-    s
 }
 
 /// A `--peer` spec: `NAME=COMMAND`, or just the name of a known peer

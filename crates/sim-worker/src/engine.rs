@@ -5,9 +5,10 @@
 //! FIFO queue; like vLLM's FCFS scheduler, a waiting head that does not fit
 //! blocks those behind it. At admission the whole schedule is computed from
 //! the [`TimeModel`](super::TimeModel): first token at
-//! `admitted_at + prefill` (with [`PrefillSharing::Serial`] the prefill
-//! starts only when those admitted before it are done: one GPU's compute is
-//! shared), completion at `first_token_at + decode`. The engine registers the prompt's blocks in
+//! `admitted_at + prefill` (with [`PrefillSharing::Serial`], the default,
+//! the prefill starts only when those admitted before it are done: one
+//! GPU's compute is shared, as vLLM's token budget per step shares it),
+//! completion at `first_token_at + decode`. The engine registers the prompt's blocks in
 //! the cache when the prefill completes and frees them when the request
 //! completes, then admits waiting requests *at that simulated instant*, so
 //! the results depend only on the submission times, never on how often the

@@ -55,10 +55,11 @@ struct Args {
     /// Most requests running at once (vLLM's --max-num-seqs).
     #[arg(long, default_value_t = 256)]
     max_num_seqs: usize,
-    /// How running requests' prefills share the engine: `parallel`
-    /// (independent; the default, as every recorded benchmark ran) or
-    /// `serial` (one after another, each at full rate, as on one GPU).
-    #[arg(long, default_value = "parallel", value_parser = parse_prefill)]
+    /// How running requests' prefills share the engine: `serial` (one
+    /// after another in admission order, each at the full rate: one GPU's
+    /// compute, as vLLM's chunked prefill shares it) or `parallel`
+    /// (independent, as if each had a GPU of its own; no queueing).
+    #[arg(long, default_value = "serial", value_parser = parse_prefill)]
     prefill: PrefillSharing,
     /// Role in a prefill/decode-disaggregated fleet: `prefill` answers
     /// `do_remote_decode` requests with the handoff's `kv_transfer_params`,
@@ -288,5 +289,30 @@ fn parse_prefill(s: &str) -> Result<PrefillSharing, String> {
         "serial" => Ok(PrefillSharing::Serial),
         "parallel" => Ok(PrefillSharing::Parallel),
         other => Err(format!("{other:?}: expected serial or parallel")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prefill_of(flags: &[&str]) -> Result<PrefillSharing, String> {
+        let args = Args::try_parse_from(std::iter::once("sim-worker").chain(flags.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        Ok(config(args).map_err(|e| e.to_string())?.engine.prefill)
+    }
+
+    #[test]
+    fn prefills_are_serial_unless_asked_parallel() {
+        assert_eq!(prefill_of(&[]), Ok(PrefillSharing::Serial));
+        assert_eq!(
+            prefill_of(&["--prefill", "parallel"]),
+            Ok(PrefillSharing::Parallel)
+        );
+        assert_eq!(
+            prefill_of(&["--prefill=serial"]),
+            Ok(PrefillSharing::Serial)
+        );
+        assert!(prefill_of(&["--prefill", "batched"]).is_err());
     }
 }

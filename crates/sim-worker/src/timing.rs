@@ -1,8 +1,8 @@
 //! [`TimeModel`]: how long a simulated request takes.
 //!
-//! Each running request progresses independently of the others (no batch
-//! interference); concurrency is bounded by the engine's `max_num_seqs`.
-//! For a request with `uncached` prompt tokens to compute, `cached` prompt
+//! These are one request's costs as if it had the GPU alone; how requests
+//! share it is the engine's (`PrefillSharing`: by default prefills run one
+//! after another, decodes never slow down). For a request with `uncached` prompt tokens to compute, `cached` prompt
 //! tokens served from the prefix cache and `output` tokens to generate:
 //!
 //! ```text
@@ -41,8 +41,9 @@ pub struct TimeModel {
 }
 
 impl Default for TimeModel {
-    /// Roughly an 8B model on one modern GPU: 10k prompt tokens/s of
-    /// prefill, 50 output tokens/s per sequence, at real time.
+    /// vLLM serving an 8B model in bf16 on one A100 80GB (estimated from
+    /// its peaks, docs/sim-worker.md "What 1× means"): 10k prompt tokens/s
+    /// of prefill, 50 output tokens/s per sequence, at real time.
     fn default() -> Self {
         TimeModel {
             prefill_per_token: Duration::from_micros(100),

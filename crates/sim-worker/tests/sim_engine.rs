@@ -403,3 +403,24 @@ fn serial_prefills_queue_behind_the_tokens_admitted_before() {
     let c = admitted(p.submit(req(3, 3, 8, 4), at(10)));
     assert_eq!(c.first_token_at, at(20));
 }
+
+#[test]
+fn by_default_prefills_share_one_gpu() {
+    // Only the time model given: the default engine queues a prefill
+    // behind the uncached tokens admitted before it (vLLM's one GPU).
+    let default = EngineConfig {
+        prefill: EngineConfig::default().prefill,
+        ..config(1.0, 8, 64)
+    };
+    assert_eq!(default.prefill, PrefillSharing::Serial);
+    let mut e = Engine::new(default).unwrap().with_audit();
+    let a = admitted(e.submit(req(1, 1, 40, 4), at(0)));
+    let b = admitted(e.submit(req(2, 2, 8, 4), at(0)));
+    assert_eq!(a.first_token_at, at(42));
+    assert_eq!(
+        b.first_token_at,
+        at(42 + 10),
+        "after a's prefill, not at 10 ms"
+    );
+    e.check_invariants().unwrap();
+}

@@ -9,9 +9,12 @@ use std::path::PathBuf;
 
 use super::tokenizer_dir;
 
-/// Starts `sim-worker --port 0 --model <model> --tokenizer-dir <Qwen3>
-/// <args>` (log level warn, no inherited internal token); returns the child
-/// and its stdout, line by line.
+/// Starts `sim-worker --port 0 --prefill parallel --model <model>
+/// --tokenizer-dir <Qwen3> <args>` (log level warn, no inherited internal
+/// token); returns the child and its stdout, line by line. The tests'
+/// sims run their prefills in parallel (no queue between prefills, so a
+/// test's timings do not depend on what else it sent) unless `args` names
+/// `--prefill`.
 pub fn spawn_sim_worker(
     model: &str,
     args: &[String],
@@ -23,8 +26,14 @@ pub fn spawn_sim_worker(
     } else {
         &["--port", "0"]
     };
+    let prefill: &[&str] = if args.iter().any(|a| a.starts_with("--prefill")) {
+        &[]
+    } else {
+        &["--prefill", "parallel"]
+    };
     let mut child = Command::new(sim_worker_bin())
         .args(port)
+        .args(prefill)
         .args(["--model", model, "--tokenizer-dir"])
         .arg(tokenizer_dir())
         .args(args)

@@ -216,12 +216,13 @@ pub enum PrefillSharing {
     /// is busy with one prefill's tokens at a time (vLLM's chunked prefill
     /// fills each step's token budget first come, first served), so a new
     /// request's first token waits for the uncached tokens admitted before
-    /// it. Decodes do not slow prefills.
+    /// it. Decodes do not slow prefills. The default: one GPU's compute,
+    /// shared (docs/sim-worker.md, "Shared compute").
+    #[default]
     Serial,
     /// Each independently, as if every running request had the GPU to
-    /// itself (only `max_num_seqs` bounds concurrency): the model every
-    /// recorded benchmark so far ran with.
-    #[default]
+    /// itself (only `max_num_seqs` bounds concurrency): no queue between
+    /// prefills, for tests that want none.
     Parallel,
 }
 

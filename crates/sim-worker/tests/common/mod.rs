@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use protocol::WorkerRole;
 use protocol::kv_events::{KvEvent, KvEventBatch};
 use serde_json::{Value, json};
+use sim_worker::PrefillSharing;
 use sim_worker::server::{KvEventsSettings, SimConfig, SimServer};
 use tokio::time::timeout;
 use worker::kv_events::{KvEventSubscriber, KvEventSubscriberConfig};
@@ -20,7 +21,8 @@ pub const MODEL: &str = "qwen3";
 pub const PATIENCE: Duration = Duration::from_secs(10);
 
 /// A config for a sim of `role` with the real Qwen3 tokenizer of
-/// `../shared`, publishing KV events on an ephemeral port.
+/// `../shared`, publishing KV events on an ephemeral port, its prefills in
+/// parallel (no queue between them: each test's timings are its own).
 pub fn config(worker_id: &str, role: WorkerRole) -> SimConfig {
     let dir = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -29,6 +31,7 @@ pub fn config(worker_id: &str, role: WorkerRole) -> SimConfig {
     let mut c = SimConfig::new(MODEL, dir);
     c.worker_id = worker_id.into();
     c.role = role;
+    c.engine.prefill = PrefillSharing::Parallel;
     c.kv_events = Some(KvEventsSettings::new("tcp://127.0.0.1:0"));
     c
 }
