@@ -9,6 +9,7 @@
 //! with prefill and decode workers is served disaggregated (`disagg`; the
 //! endpoint picker's two picks: `pd_pick`; what both share: `pd_steps`).
 
+mod admit;
 mod assign;
 mod candidates;
 mod cpu_pool;
@@ -43,6 +44,7 @@ use axum::http::{HeaderMap, Method};
 use axum::response::Response;
 use bytes::Bytes;
 
+use crate::admission::Admission;
 use crate::response_cache::{Lookup, ResponseCache, request_key};
 use crate::routing::{CacheAwareConfig, Policy};
 use crate::telemetry::{self, SPANS};
@@ -93,6 +95,16 @@ pub struct Proxy {
     /// `--pd-prefill-policy`: how a disaggregated request's prefill worker
     /// is chosen.
     pd_prefill: crate::routing::PrefillPolicy,
+    /// Tenants, classes and their limits.
+    admission: Arc<Admission>,
+}
+
+/// A client's request as admitted, on its way to routing.
+struct Outgoing<'a> {
+    method: &'a Method,
+    path_and_query: &'a str,
+    headers: &'a HeaderMap,
+    body: Bytes,
 }
 
 /// When a model's workers were last seen live, and their (id, url, role).
@@ -109,6 +121,7 @@ impl Proxy {
         max_attempts: usize,
     ) -> Self {
         Proxy {
+            admission: Arc::new(Admission::new(Default::default(), store.clone())),
             store,
             prompts: Prompts::new(pipelines, u64::MAX),
             pool: CpuPool::new(
@@ -126,6 +139,17 @@ impl Proxy {
             pd_skip_share: 0.8,
             pd_prefill: crate::routing::PrefillPolicy::default(),
         }
+    }
+
+    /// Classifies and admits requests by `admission` (default: no limits).
+    pub fn with_admission(mut self, admission: Arc<Admission>) -> Self {
+        self.admission = admission;
+        self
+    }
+
+    /// The admission step.
+    pub fn admission(&self) -> &Arc<Admission> {
+        &self.admission
     }
 
     /// Answers identical deterministic completions from `cache`, if any
@@ -229,11 +253,42 @@ impl Proxy {
             }
             _ => None,
         };
+        let parsed = self.read(endpoint, &body).await?;
+        let admitted = self.admit(headers, &parsed, &body).await?;
+        let body = self.with_priority(endpoint, &admitted, body);
+        let out = Outgoing {
+            method,
+            path_and_query,
+            headers,
+            body,
+        };
+        let resp = self
+            .forward_parsed(endpoint, out, parsed, miss, started)
+            .await?;
+        Ok(admitted.attach(resp))
+    }
+
+    /// Routes and forwards an admitted request.
+    async fn forward_parsed(
+        &self,
+        endpoint: Endpoint,
+        out: Outgoing<'_>,
+        parsed: Parsed,
+        miss: Option<(&ResponseCache, crate::response_cache::Miss)>,
+        started: Instant,
+    ) -> Result<Response, ProxyError> {
+        let Outgoing {
+            method,
+            path_and_query,
+            headers,
+            body,
+        } = out;
         let Parsed {
             model,
             chain,
             streamed,
-        } = self.read(endpoint, &body).await?;
+            ..
+        } = parsed;
         tracing::Span::current().record("model", model.as_str());
         // Ask non-streamed completions for vLLM's load report (ORCA),
         // unless the client asked itself.
