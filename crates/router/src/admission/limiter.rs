@@ -21,7 +21,7 @@ use crate::config::TenantLimits;
 
 /// Share of a rate limit that may be used at once, in percent (so that in
 /// any window a tenant gets at most the limit plus this, plus one).
-const BURST_PERCENT: u64 = 4;
+const BURST_PERCENT: u64 = 3;
 
 /// Requests held in flight for one tenant by this router.
 #[derive(Debug, Default, Clone, Copy)]

@@ -92,14 +92,15 @@ impl Refusal {
             self.message,
         );
         e.code = Some("rate_limit_exceeded");
-        e.headers = self.state.headers();
+        let mut headers = self.state.headers();
         let secs = self.retry_after.as_secs_f64().ceil().max(1.0) as u64;
-        put(&mut e.headers, "retry-after", secs.to_string());
+        put(&mut headers, "retry-after", secs.to_string());
         put(
-            &mut e.headers,
+            &mut headers,
             "x-ratelimit-reason",
             self.reason.as_str().to_owned(),
         );
+        e.headers = Some(Box::new(headers));
         e
     }
 }
@@ -174,10 +175,11 @@ mod tests {
         assert_eq!(e.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(e.body()["error"]["code"], "rate_limit_exceeded");
         assert_eq!(e.body()["error"]["type"], "rate_limit_exceeded");
-        assert_eq!(e.headers["retry-after"], "1");
-        assert_eq!(e.headers["x-ratelimit-limit-requests"], "120");
-        assert_eq!(e.headers["x-ratelimit-remaining-requests"], "0");
-        assert_eq!(e.headers["x-ratelimit-reset-requests"], "1m1s");
-        assert!(e.headers.get("x-ratelimit-limit-tokens").is_none());
+        let h = e.headers.unwrap();
+        assert_eq!(h["retry-after"], "1");
+        assert_eq!(h["x-ratelimit-limit-requests"], "120");
+        assert_eq!(h["x-ratelimit-remaining-requests"], "0");
+        assert_eq!(h["x-ratelimit-reset-requests"], "1m1s");
+        assert!(h.get("x-ratelimit-limit-tokens").is_none());
     }
 }

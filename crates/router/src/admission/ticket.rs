@@ -127,6 +127,30 @@ struct Settling<S> {
     ticket: Option<Ticket>,
 }
 
+impl<S> Settling<S> {
+    /// Settles the ticket with what the body showed: the usage it ended
+    /// with (a 2xx answer), none used (an error answer), or the
+    /// reservation (no usage seen, or the client left).
+    fn settle(&mut self) {
+        let used = match &self.tail {
+            Some(tail) => tail.usage().map(|u| u.prompt_tokens + u.completion_tokens),
+            None if !self.success => Some(0),
+            None => None,
+        };
+        if let Some(ticket) = self.ticket.take() {
+            ticket.settle(used);
+        }
+    }
+}
+
+impl<S> Drop for Settling<S> {
+    /// The server may stop polling once a body's announced length is sent,
+    /// before its end is seen: the body is settled when dropped.
+    fn drop(&mut self) {
+        self.settle();
+    }
+}
+
 impl<S> Stream for Settling<S>
 where
     S: Stream<Item = Result<Bytes, axum::Error>> + Unpin,
@@ -141,16 +165,7 @@ where
                     tail.feed(bytes);
                 }
             }
-            Poll::Ready(None) => {
-                let used = match &self.tail {
-                    Some(tail) => tail.usage().map(|u| u.prompt_tokens + u.completion_tokens),
-                    None if !self.success => Some(0),
-                    None => None,
-                };
-                if let Some(ticket) = self.ticket.take() {
-                    ticket.settle(used);
-                }
-            }
+            Poll::Ready(None) => self.settle(),
             _ => {}
         }
         next

@@ -19,8 +19,9 @@ pub struct ApiError {
     /// The body's `code`: this name (OpenAI's, e.g. `rate_limit_exceeded`),
     /// else the status as a number.
     pub code: Option<&'static str>,
-    /// Headers sent with the error (a refusal's `Retry-After`, rate limits).
-    pub headers: HeaderMap,
+    /// Headers sent with the error (a refusal's `Retry-After`, rate
+    /// limits); boxed to keep the error small.
+    pub headers: Option<Box<HeaderMap>>,
 }
 
 impl ApiError {
@@ -36,7 +37,7 @@ impl ApiError {
             kind,
             message: message.into(),
             code: None,
-            headers: HeaderMap::new(),
+            headers: None,
         }
     }
 
@@ -90,7 +91,9 @@ impl IntoResponse for ApiError {
     /// and the client has shown it cannot be waited for.
     fn into_response(self) -> Response {
         let mut response = (self.status, Json(self.body())).into_response();
-        response.headers_mut().extend(self.headers);
+        if let Some(headers) = self.headers {
+            response.headers_mut().extend(*headers);
+        }
         if self.status == StatusCode::REQUEST_TIMEOUT {
             response
                 .headers_mut()
