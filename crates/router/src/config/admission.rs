@@ -359,3 +359,7 @@ fn positive(flag: &str, v: Option<u64>) -> anyhow::Result<Option<u64>> {
         v => Ok(v),
     }
 }
+
+#[cfg(test)]
+#[path = "admission_tests.rs"]
+mod tests;
