@@ -31,20 +31,40 @@ pub struct RateLimitArgs {
     #[command(flatten)]
     pub run: RunArgs,
     /// What the limit counts: `requests` or `tokens` (per minute).
-    #[arg(long, default_value = "requests", help_heading = "Rate limit")]
+    #[arg(
+        long = "rate-unit",
+        default_value = "requests",
+        help_heading = "Rate limit"
+    )]
     pub unit: String,
     /// The busy tenant's limit per minute (requests, or tokens).
-    #[arg(long, default_value_t = 120, help_heading = "Rate limit")]
-    pub limit: u64,
+    #[arg(
+        long = "rate-limit",
+        default_value_t = 120,
+        help_heading = "Rate limit"
+    )]
+    pub rate_limit: u64,
     /// Requests per minute the busy tenant sends.
-    #[arg(long, default_value_t = 600, help_heading = "Rate limit")]
+    #[arg(
+        long = "offered-per-minute",
+        default_value_t = 600,
+        help_heading = "Rate limit"
+    )]
     pub offered: u64,
     /// Requests per minute the quiet tenant sends (its limit is the same).
-    #[arg(long, default_value_t = 30, help_heading = "Rate limit")]
+    #[arg(
+        long = "quiet-per-minute",
+        default_value_t = 30,
+        help_heading = "Rate limit"
+    )]
     pub quiet_offered: u64,
-    /// `max_tokens` of each request (with `--unit tokens`, each request
+    /// `max_tokens` of each request (with `--rate-unit tokens`, each request
     /// counts its prompt and this, corrected by the answer's usage).
-    #[arg(long, default_value_t = 16, help_heading = "Rate limit")]
+    #[arg(
+        long = "request-max-tokens",
+        default_value_t = 16,
+        help_heading = "Rate limit"
+    )]
     pub max_tokens: u64,
     /// How long the tenants send.
     #[arg(long, default_value = "2m", value_parser = protocol::parse_duration, help_heading = "Rate limit")]
@@ -68,10 +88,10 @@ struct Sent {
 pub async fn rate_limit(mut args: RateLimitArgs) -> anyhow::Result<PathBuf> {
     let unit = match args.unit.as_str() {
         "requests" | "tokens" => args.unit.clone(),
-        other => bail!("--unit is requests or tokens, not {other:?}"),
+        other => bail!("--rate-unit is requests or tokens, not {other:?}"),
     };
-    if args.limit == 0 || args.offered == 0 {
-        bail!("--limit and --offered must be positive");
+    if args.rate_limit == 0 || args.offered == 0 {
+        bail!("--rate-limit and --offered-per-minute must be positive");
     }
     if args.run.routers == 1 {
         args.run.routers = 4;
@@ -89,11 +109,11 @@ pub async fn rate_limit(mut args: RateLimitArgs) -> anyhow::Result<PathBuf> {
     let flag = format!("--tenant-{unit}-per-minute");
     spec.routers
         .extra_args
-        .extend([flag, args.limit.to_string()]);
+        .extend([flag, args.rate_limit.to_string()]);
     eprintln!(
         "loadtest rate-limit: {} routers, a tenant limited to {} {unit}/min offered {} requests/min for {:?}; output in {}",
         args.run.routers,
-        args.limit,
+        args.rate_limit,
         args.offered,
         args.offered_for,
         out.display()
@@ -202,12 +222,12 @@ struct Report {
 
 fn summarize(sent: &[Sent], args: &RateLimitArgs, unit: &str) -> Report {
     let minutes = (args.offered_for.as_secs_f64() / 60.0).ceil().max(1.0) as usize;
-    let (low, high) = (args.limit * 95 / 100, args.limit * 105 / 100);
+    let (low, high) = (args.rate_limit * 95 / 100, args.rate_limit * 105 / 100);
     let mut md = String::new();
     let _ = writeln!(
         md,
         "# Rate limit check\n\n{} routers behind the balancer; limit {} {unit}/min per tenant; busy tenant offered {} requests/min, quiet tenant {} requests/min, for {:?}.\n",
-        args.run.routers, args.limit, args.offered, args.quiet_offered, args.offered_for
+        args.run.routers, args.rate_limit, args.offered, args.quiet_offered, args.offered_for
     );
     let _ = writeln!(
         md,
@@ -271,7 +291,7 @@ fn summarize(sent: &[Sent], args: &RateLimitArgs, unit: &str) -> Report {
         json: json!({
             "routers": args.run.routers,
             "unit": unit,
-            "limit": args.limit,
+            "limit": args.rate_limit,
             "offered_per_minute": args.offered,
             "quiet_offered_per_minute": args.quiet_offered,
             "minutes": rows,

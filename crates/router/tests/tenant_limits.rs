@@ -100,6 +100,23 @@ async fn a_refusal_is_openais_429_and_tenants_are_apart() {
     assert_eq!(send(&r, "sk-2", 4, false).await.status().as_u16(), 200);
     // A refused request never reached the worker.
     assert_eq!(worker.hits(), 2);
+    // Explain shows the decision for the client's key, changing nothing.
+    let explain = |key: &'static str| {
+        http()
+            .post(r.url("/admin/explain"))
+            .bearer_auth(support::TOKEN)
+            .header("x-client-authorization", format!("Bearer {key}"))
+            .json(&json!({"model": MODEL, "prompt": "hi", "max_tokens": 4}))
+            .send()
+    };
+    let explained: Value = explain("sk-1").await.unwrap().json().await.unwrap();
+    let admission = &explained["admission"];
+    assert_eq!(admission["decision"], "limited: requests", "{explained}");
+    assert!(admission["tenant"].as_str().unwrap().starts_with("key:"));
+    assert_eq!(admission["limits"]["requests_per_minute"], 2);
+    let fresh: Value = explain("sk-3").await.unwrap().json().await.unwrap();
+    assert_eq!(fresh["admission"]["decision"], "admitted");
+    assert_eq!(send(&r, "sk-3", 4, false).await.status().as_u16(), 200);
     let metrics = support::metrics_text(&r).await;
     // (Tests share the process's recorder: only the series are checked.)
     assert!(

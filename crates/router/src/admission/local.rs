@@ -44,6 +44,11 @@ impl LocalBuckets {
         let now = self.now();
         if self.tats.len() >= MAX_TENANTS {
             self.tats.retain(|_, t| t[0] > now || t[1] > now);
+            // Still full of busy tenants: start over rather than grow (a
+            // degraded mode's buckets are an approximation anyway).
+            if self.tats.len() >= MAX_TENANTS {
+                self.tats.clear();
+            }
         }
         let tats = self.tats.get(tenant).copied().unwrap_or([now, now]);
         let mut after = [now, now];

@@ -142,12 +142,22 @@ pub async fn models(State(app): State<AppState>) -> Result<Json<serde_json::Valu
     Ok(Json(json!({ "object": "list", "data": data })))
 }
 
+/// The header that carries a client's own `Authorization` to explain
+/// (whose own is the operator's token).
+const CLIENT_AUTHORIZATION: &str = "x-client-authorization";
+
 /// `POST /admin/explain`: the admission and routing decisions for a
-/// request (its headers classify it), without changing any state.
+/// request (its headers classify it; its API key goes in
+/// `x-client-authorization`), without changing any state.
 pub async fn explain(
     State(app): State<AppState>,
-    headers: HeaderMap,
+    mut headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    // The operator's token is never taken for a client's key.
+    headers.remove(axum::http::header::AUTHORIZATION);
+    if let Some(client) = headers.remove(CLIENT_AUTHORIZATION) {
+        headers.insert(axum::http::header::AUTHORIZATION, client);
+    }
     Ok(Json(app.proxy.explain(&headers, &body).await?))
 }
