@@ -41,6 +41,38 @@ pub(super) struct Counted {
     pub(super) degraded: bool,
 }
 
+/// A request counted in this router's ledger until it is kept (admitted)
+/// or dropped (refused, abandoned).
+struct Hold<'a> {
+    limiter: &'a Limiter,
+    tenant: &'a str,
+    kept: bool,
+}
+
+impl<'a> Hold<'a> {
+    fn new(limiter: &'a Limiter, tenant: &'a str) -> Self {
+        limiter.hold(tenant, 1);
+        Hold {
+            limiter,
+            tenant,
+            kept: false,
+        }
+    }
+
+    /// Admitted: the ticket releases it at the answer's end.
+    fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.limiter.unhold(self.tenant);
+        }
+    }
+}
+
 /// The fleet-wide limits of every tenant, as this router applies them.
 pub(super) struct Limiter {
     store: StateStore,
@@ -109,46 +141,36 @@ impl Limiter {
             });
         }
         let holds = limits.max_concurrent.is_some();
-        if holds {
-            self.hold(tenant, 1);
-        }
-        match self.store.limit_admit(tenant, &check, false).await {
+        // Counted in the ledger before the call; given back when the
+        // request is refused, or when its admission is abandoned (a client
+        // gone while waiting for the answer).
+        let hold = holds.then(|| Hold::new(self, tenant));
+        let verdict = match self.store.limit_admit(tenant, &check, false).await {
             Ok(v) => {
                 let state = self.state(limits, v.requests_debt_us, v.tokens_debt_us);
                 match v.refused {
-                    None => Ok((
-                        state,
-                        Counted {
-                            held: holds,
-                            degraded: false,
-                        },
-                    )),
-                    Some(reason) => {
-                        if holds {
-                            self.unhold(tenant);
-                        }
-                        Err(self.refusal(reason, state, v.wait_us, limits))
-                    }
+                    None => Ok((state, false)),
+                    Some(reason) => Err(self.refusal(reason, state, v.wait_us, limits)),
                 }
             }
             Err(e) => {
                 tracing::debug!(error = %e, tenant, "limits checked locally: Valkey did not answer");
                 metrics::counter!("prefix_router_admission_degraded_total").increment(1);
-                let verdict = self.admit_locally(tenant, limits, &check);
-                if verdict.is_err() && holds {
-                    self.unhold(tenant);
-                }
-                verdict.map(|state| {
-                    (
-                        state,
-                        Counted {
-                            held: holds,
-                            degraded: true,
-                        },
-                    )
-                })
+                self.admit_locally(tenant, limits, &check)
+                    .map(|state| (state, true))
             }
+        };
+        let (state, degraded) = verdict?;
+        if let Some(hold) = hold {
+            hold.keep();
         }
+        Ok((
+            state,
+            Counted {
+                held: holds,
+                degraded,
+            },
+        ))
     }
 
     /// The degraded decision: this router's share of each limit.
@@ -375,5 +397,71 @@ fn window_name(window: Duration) -> String {
         "minute".into()
     } else {
         format!("{window:?}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store whose server accepts connections and never answers.
+    async fn silent_store() -> (StateStore, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                held.push(conn);
+            }
+        });
+        let mut settings = state::ConnectionSettings::new(&format!("redis://{addr}"));
+        settings.hot_timeout = Duration::from_secs(30);
+        let store = StateStore::new(
+            settings,
+            "pr",
+            "r1",
+            state::StateTtls::default(),
+            state::BatchLimits::default(),
+        )
+        .unwrap();
+        (store, server)
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_admission_gives_its_place_back() {
+        let (store, server) = silent_store().await;
+        let limiter = Limiter::new(store, Duration::from_secs(60));
+        let limits = TenantLimits {
+            max_concurrent: Some(1),
+            ..TenantLimits::default()
+        };
+        // The client goes away while the admission call waits.
+        let waited =
+            tokio::time::timeout(Duration::from_millis(200), limiter.admit("t", &limits, 1)).await;
+        assert!(waited.is_err(), "the call was still waiting");
+        assert_eq!(limiter.held("t"), 0, "the ledger kept an abandoned request");
+        server.abort();
+    }
+
+    #[test]
+    fn limits_as_gcra() {
+        let store = StateStore::new(
+            state::ConnectionSettings::new("redis://127.0.0.1:1"),
+            "pr",
+            "r1",
+            state::StateTtls::default(),
+            state::BatchLimits::default(),
+        )
+        .unwrap();
+        let limiter = Limiter::new(store, Duration::from_secs(60));
+        // 120 a minute: 0.5 s each, 3 at once (3% is 3, plus the request).
+        let g = limiter.gcra(120, false);
+        assert_eq!(g.interval_us, 500_000);
+        assert_eq!(g.tolerance_us, 4 * 500_000);
+        // Tokens: no extra place for one unit.
+        let t = limiter.gcra(6000, true);
+        assert_eq!((t.interval_us, t.tolerance_us), (10_000, 180 * 10_000));
+        // Small limits: one at a time.
+        assert_eq!(limiter.gcra(2, false).tolerance_us, 30_000_000);
     }
 }
