@@ -40,6 +40,10 @@ pub enum Command {
     /// installs them): router matches against the engines' cached tokens,
     /// cache reset and engine restart, RAG against round robin.
     RealEngine(Box<crate::real_engine::RealEngineArgs>),
+    /// Tenants' rate limits held fleet-wide: a tenant limited per minute
+    /// offered 5× that over 4 routers; accepted per tenant per minute and
+    /// whether every refusal was OpenAI's 429 (`rate_limit.md`).
+    RateLimit(Box<crate::rate_limit::RateLimitArgs>),
     /// The thin OpenAI frontend of Dynamo's selection service (the `dynamo`
     /// peer runs one beside each selection-service replica).
     DynamoFrontend(Box<crate::peers::dynamo::FrontendArgs>),

@@ -31,8 +31,10 @@
 //! * [`calibrate`]: the sim's time model against a target.
 //! * [`machine`]: what the machine is, for the report.
 //! * [`real_engine`]: the fleet in front of real vLLM CPU engines.
+//! * [`rate_limit`]: tenants' fleet-wide rate limits per minute across 4
+//!   routers (`loadtest rate-limit`).
 //!
-//! Within: `ramp`, `capacity`, `pd`, `real_engine` → `run` → `runner` → `fleet`, `drive` → `client`;
+//! Within: `ramp`, `capacity`, `pd`, `real_engine`, `rate_limit` → `run` → `runner` → `fleet`, `drive` → `client`;
 //! `report` reads `metrics`.
 
 #![warn(missing_docs)]
@@ -48,6 +50,7 @@ pub mod metrics;
 pub mod pd;
 pub mod peers;
 pub mod ramp;
+pub mod rate_limit;
 pub mod real_engine;
 pub mod report;
 pub mod run;

@@ -37,7 +37,10 @@ pub(crate) fn zero_counters() {
     for outcome in ["hit", "miss", "spill", "fallback", "no_worker"] {
         metrics::counter!("prefix_router_decisions_total", "outcome" => outcome).absolute(0);
     }
+    // Admission: the dashboard's series exist before the first limit.
+    metrics::counter!("prefix_router_tenant_tokens_total", "tenant" => "other").absolute(0);
     for name in [
+        "prefix_router_admission_degraded_total",
         "prefix_router_fallback_routes_total",
         "prefix_router_upstream_retries_total",
         "prefix_router_forwarding_loops_total",

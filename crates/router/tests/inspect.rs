@@ -891,3 +891,32 @@ async fn tls_through_a_valkeys_url() {
     assert_eq!(worker(&json(&o)["models"][0], "w0")["blocks"], 2);
     assert_eq!(run(&["--check"]).status.code(), Some(0));
 }
+
+#[tokio::test]
+async fn tenant_limit_keys_pass_the_check_and_need_a_ttl() {
+    let v = Valkey::start();
+    let s = new_store(&v, "router-a", long_ttls());
+    let gcra = state::Gcra {
+        interval_us: 1_000_000,
+        tolerance_us: 2_000_000,
+    };
+    let limits = state::LimitCheck {
+        requests: Some(gcra),
+        tokens: Some(gcra),
+        cost: 1,
+        max_concurrent: Some(3),
+    };
+    let tenant = "key:0123456789abcdef";
+    s.limit_admit(tenant, &limits, false).await.unwrap();
+    assert_clean(&v, "after an admission");
+    let _: () = redis::cmd("PERSIST")
+        .arg(format!("{NS}:tenant:{{{tenant}}}:cc"))
+        .query(&mut v.conn())
+        .unwrap();
+    let (code, report) = check(&v, "0");
+    assert_ne!(code, 0);
+    assert!(
+        codes(&report).contains(&"tenant-key-without-ttl".to_owned()),
+        "{report:#}"
+    );
+}

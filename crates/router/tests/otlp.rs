@@ -186,9 +186,7 @@ async fn routing_spans_join_the_clients_trace_and_reach_the_worker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_endpoint_picker_exports_its_routing_spans_too() {
-    use envoy::{Envoy, destination, headers_of, request_body};
-    use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
-    use envoy_types::pb::envoy::service::ext_proc::v3::{HttpHeaders, ProcessingRequest};
+    use envoy::{Envoy, client_request, destination, request_body};
 
     let valkey = Valkey::start();
     let (endpoint, spans) = collector().await;
@@ -231,17 +229,11 @@ async fn the_endpoint_picker_exports_its_routing_spans_too() {
     let client_span = "b7ad6b7169203331";
     let traceparent = format!("00-{trace}-{client_span}-01");
     envoy
-        .send(ProcessingRequest {
-            request: Some(Request::RequestHeaders(HttpHeaders {
-                headers: Some(headers_of(&[
-                    (":method", "POST"),
-                    (":path", "/v1/completions"),
-                    ("traceparent", &traceparent),
-                ])),
-                ..HttpHeaders::default()
-            })),
-            ..ProcessingRequest::default()
-        })
+        .send(client_request(
+            "/v1/completions",
+            &[("traceparent", &traceparent)],
+            None,
+        ))
         .await;
     let body = serde_json::to_vec(&json!({"model": MODEL, "prompt": "Pick me a worker."})).unwrap();
     envoy.send(request_body(&body, true)).await;

@@ -71,11 +71,17 @@ pub enum ScriptName {
     Load,
     /// Admit a response to the response cache, within its byte budget.
     ResponsePut,
+    /// Admit a tenant's request against its fleet-wide limits.
+    LimitAdmit,
+    /// Correct a tenant's tokens by an answer's usage; release its place.
+    LimitSettle,
+    /// Renew a router's lease on a tenant's requests in flight.
+    LimitLease,
 }
 
 impl ScriptName {
     /// Every script, in a fixed order.
-    pub const ALL: [ScriptName; 20] = [
+    pub const ALL: [ScriptName; 23] = [
         ScriptName::Heartbeat,
         ScriptName::Deregister,
         ScriptName::Claim,
@@ -96,6 +102,9 @@ impl ScriptName {
         ScriptName::Route,
         ScriptName::Load,
         ScriptName::ResponsePut,
+        ScriptName::LimitAdmit,
+        ScriptName::LimitSettle,
+        ScriptName::LimitLease,
     ];
 
     /// The script's file name in `lua/`, also its metric label.
@@ -121,6 +130,9 @@ impl ScriptName {
             ScriptName::Route => "route.lua",
             ScriptName::Load => "load.lua",
             ScriptName::ResponsePut => "response_put.lua",
+            ScriptName::LimitAdmit => "limit_admit.lua",
+            ScriptName::LimitSettle => "limit_settle.lua",
+            ScriptName::LimitLease => "limit_lease.lua",
         }
     }
 
@@ -146,6 +158,9 @@ impl ScriptName {
             ScriptName::Route => include_str!("../lua/route.lua"),
             ScriptName::Load => include_str!("../lua/load.lua"),
             ScriptName::ResponsePut => include_str!("../lua/response_put.lua"),
+            ScriptName::LimitAdmit => include_str!("../lua/limit_admit.lua"),
+            ScriptName::LimitSettle => include_str!("../lua/limit_settle.lua"),
+            ScriptName::LimitLease => include_str!("../lua/limit_lease.lua"),
         }
     }
 

@@ -1,7 +1,7 @@
 //! [`ApiError`]: every error the HTTP API returns, as a JSON body.
 
 use axum::Json;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -16,6 +16,12 @@ pub struct ApiError {
     pub kind: &'static str,
     /// What went wrong, for a human.
     pub message: String,
+    /// The body's `code`: this name (OpenAI's, e.g. `rate_limit_exceeded`),
+    /// else the status as a number.
+    pub code: Option<&'static str>,
+    /// Headers sent with the error (a refusal's `Retry-After`, rate
+    /// limits); boxed to keep the error small.
+    pub headers: Option<Box<HeaderMap>>,
 }
 
 impl ApiError {
@@ -30,7 +36,18 @@ impl ApiError {
             status,
             kind,
             message: message.into(),
+            code: None,
+            headers: None,
         }
+    }
+
+    /// The JSON body: `{"error": {"message", "type", "code"}}`.
+    pub fn body(&self) -> serde_json::Value {
+        let code = match self.code {
+            Some(name) => json!(name),
+            None => json!(self.status.as_u16()),
+        };
+        json!({ "error": { "message": self.message, "type": self.kind, "code": code } })
     }
 }
 
@@ -74,10 +91,10 @@ impl IntoResponse for ApiError {
     /// closes the connection: the rest of the body may still be on its way,
     /// and the client has shown it cannot be waited for.
     fn into_response(self) -> Response {
-        let body = json!({
-            "error": { "message": self.message, "type": self.kind, "code": self.status.as_u16() }
-        });
-        let mut response = (self.status, Json(body)).into_response();
+        let mut response = (self.status, Json(self.body())).into_response();
+        if let Some(headers) = self.headers {
+            response.headers_mut().extend(*headers);
+        }
         if self.status == StatusCode::REQUEST_TIMEOUT {
             response
                 .headers_mut()

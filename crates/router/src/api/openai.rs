@@ -41,6 +41,7 @@ impl From<ProxyError> for ApiError {
                 "prompt_too_long",
                 e.to_string(),
             ),
+            ProxyError::Limited(refusal) => refusal.into_error(),
             ProxyError::State(s) => {
                 let e = ApiError::from(s);
                 if e.status.is_server_error() {
@@ -141,11 +142,22 @@ pub async fn models(State(app): State<AppState>) -> Result<Json<serde_json::Valu
     Ok(Json(json!({ "object": "list", "data": data })))
 }
 
-/// `POST /admin/explain`: the routing decision for a request, without
-/// changing any state.
+/// The header that carries a client's own `Authorization` to explain
+/// (whose own is the operator's token).
+const CLIENT_AUTHORIZATION: &str = "x-client-authorization";
+
+/// `POST /admin/explain`: the admission and routing decisions for a
+/// request (its headers classify it; its API key goes in
+/// `x-client-authorization`), without changing any state.
 pub async fn explain(
     State(app): State<AppState>,
+    mut headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    Ok(Json(app.proxy.explain(&body).await?))
+    // The operator's token is never taken for a client's key.
+    headers.remove(axum::http::header::AUTHORIZATION);
+    if let Some(client) = headers.remove(CLIENT_AUTHORIZATION) {
+        headers.insert(axum::http::header::AUTHORIZATION, client);
+    }
+    Ok(Json(app.proxy.explain(&headers, &body).await?))
 }

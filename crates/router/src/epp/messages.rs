@@ -151,16 +151,20 @@ pub fn body_pieces(phase: Phase, body: &[u8], end_of_stream: bool) -> Vec<Proces
 /// Answers the client at once with `error` (status and the router's JSON
 /// error body); the request goes nowhere.
 pub fn immediate(error: &ApiError) -> ProcessingResponse {
-    let body = serde_json::json!({
-        "error": { "message": error.message, "type": error.kind, "code": error.status.as_u16() }
-    });
+    let body = error.body();
+    let mut set_headers = vec![header("content-type", "application/json")];
+    for (name, value) in error.headers.iter().flat_map(|h| h.iter()) {
+        if let Ok(value) = value.to_str() {
+            set_headers.push(header(name.as_str(), value));
+        }
+    }
     ProcessingResponse {
         response: Some(Response::ImmediateResponse(ImmediateResponse {
             status: Some(HttpStatus {
                 code: i32::from(error.status.as_u16()),
             }),
             headers: Some(HeaderMutation {
-                set_headers: vec![header("content-type", "application/json")],
+                set_headers,
                 remove_headers: Vec::new(),
             }),
             body: body.to_string().into_bytes(),

@@ -12,6 +12,7 @@
 //! as it is read (`router_fields`); headers only the router sets
 //! (`protocol::headers::RESERVED`) as it is sent (`forward`).
 
+mod admit;
 mod assign;
 mod candidates;
 mod cpu_pool;
@@ -47,6 +48,7 @@ use axum::http::{HeaderMap, Method};
 use axum::response::Response;
 use bytes::Bytes;
 
+use crate::admission::Admission;
 use crate::response_cache::{Lookup, ResponseCache, request_key};
 use crate::routing::{CacheAwareConfig, Policy};
 use crate::telemetry::{self, SPANS};
@@ -97,6 +99,16 @@ pub struct Proxy {
     /// `--pd-prefill-policy`: how a disaggregated request's prefill worker
     /// is chosen.
     pd_prefill: crate::routing::PrefillPolicy,
+    /// Tenants, classes and their limits.
+    admission: Arc<Admission>,
+}
+
+/// A client's request as admitted, on its way to routing.
+struct Outgoing<'a> {
+    method: &'a Method,
+    path_and_query: &'a str,
+    headers: &'a HeaderMap,
+    body: Bytes,
 }
 
 /// When a model's workers were last seen live, and their (id, url, role).
@@ -113,6 +125,7 @@ impl Proxy {
         max_attempts: usize,
     ) -> Self {
         Proxy {
+            admission: Arc::new(Admission::new(Default::default(), store.clone())),
             store,
             prompts: Prompts::new(pipelines, None),
             pool: CpuPool::new(
@@ -130,6 +143,17 @@ impl Proxy {
             pd_skip_share: 0.8,
             pd_prefill: crate::routing::PrefillPolicy::default(),
         }
+    }
+
+    /// Classifies and admits requests by `admission` (default: no limits).
+    pub fn with_admission(mut self, admission: Arc<Admission>) -> Self {
+        self.admission = admission;
+        self
+    }
+
+    /// The admission step.
+    pub fn admission(&self) -> &Arc<Admission> {
+        &self.admission
     }
 
     /// Answers identical deterministic completions from `cache`, if any
@@ -234,13 +258,43 @@ impl Proxy {
             }
             _ => None,
         };
+        let mut parsed = self.read(endpoint, &body).await?;
+        let body = parsed.without_router_fields.take().unwrap_or(body);
+        let admitted = self.admit(headers, &parsed, &body).await?;
+        let body = self.with_priority(endpoint, &admitted, body);
+        let out = Outgoing {
+            method,
+            path_and_query,
+            headers,
+            body,
+        };
+        let resp = self
+            .forward_parsed(endpoint, out, parsed, miss, started)
+            .await?;
+        Ok(admitted.attach(resp))
+    }
+
+    /// Routes and forwards an admitted request.
+    async fn forward_parsed(
+        &self,
+        endpoint: Endpoint,
+        out: Outgoing<'_>,
+        parsed: Parsed,
+        miss: Option<(&ResponseCache, crate::response_cache::Miss)>,
+        started: Instant,
+    ) -> Result<Response, ProxyError> {
+        let Outgoing {
+            method,
+            path_and_query,
+            headers,
+            body,
+        } = out;
         let Parsed {
             model,
             chain,
             streamed,
-            without_router_fields,
-        } = self.read(endpoint, &body).await?;
-        let body = without_router_fields.unwrap_or(body);
+            ..
+        } = parsed;
         tracing::Span::current().record("model", model.as_str());
         // Ask non-streamed completions for vLLM's load report (ORCA),
         // unless the client asked itself.

@@ -15,6 +15,7 @@ use super::pd_steps::uncached;
 use super::prompts::{Chain, Parsed};
 use super::ranking::UrlFilter;
 use super::{Endpoint, InFlightGuard, Proxy, ProxyError, decision, record_outcome};
+use crate::admission::Ticket;
 use crate::telemetry::{self, SPANS};
 
 /// Where a request should go: the workers in order, the first claimed and
@@ -36,6 +37,8 @@ pub struct Pick {
     /// The body the worker must get instead of the client's, when the
     /// client's carried fields only the router sets (`router_fields`).
     without_router_fields: Option<Bytes>,
+    /// The request's hold on its tenant's limits.
+    ticket: Ticket,
 }
 
 impl Pick {
@@ -80,6 +83,13 @@ impl Pick {
         self.without_router_fields.as_ref()
     }
 
+    /// The answer ended having used `used` tokens, when known: the
+    /// tenant's limits are settled (see [`Ticket::settle`]).
+    pub fn settle(self, used: Option<u64>) {
+        let Pick { ticket, .. } = self;
+        ticket.settle(used);
+    }
+
     /// The response's first bytes came: the worker's prefill of it is
     /// over, and so is a prefill worker's part.
     pub fn first_byte(&mut self) {
@@ -107,6 +117,7 @@ impl Pick {
             guard,
             pd: Some(leg),
             without_router_fields: None,
+            ticket: Ticket::none(),
         }
     }
 }
@@ -123,7 +134,7 @@ impl Proxy {
         body: &Bytes,
         allowed: Option<&UrlFilter<'_>>,
     ) -> Result<Pick, ProxyError> {
-        self.pick_in_span(endpoint, body, allowed)
+        self.pick_in_span(endpoint, headers, body, allowed)
             .instrument(telemetry::route_span(headers))
             .await
     }
@@ -131,22 +142,26 @@ impl Proxy {
     async fn pick_in_span(
         &self,
         endpoint: Endpoint,
+        headers: &HeaderMap,
         body: &Bytes,
         allowed: Option<&UrlFilter<'_>>,
     ) -> Result<Pick, ProxyError> {
         let started = Instant::now();
+        let parsed = self.read(endpoint, body).await?;
+        let admitted = self.admit(headers, &parsed, body).await?;
         let Parsed {
             model,
             chain,
             without_router_fields,
             ..
-        } = self.read(endpoint, body).await?;
+        } = parsed;
         let span = tracing::Span::current();
         span.record("model", model.as_str());
         let chain = if endpoint != Endpoint::Other && self.may_disaggregate(&model) {
             match self.pick_disaggregated(&model, chain, allowed).await {
                 PdPicked::Picked(mut pick) => {
                     pick.without_router_fields = without_router_fields;
+                    pick.ticket = admitted.ticket;
                     if let Some(first) = pick.ranked.first() {
                         span.record("worker", first.candidate.worker_id.as_str());
                         record_outcome(&model, first, &pick.chain);
@@ -189,6 +204,7 @@ impl Proxy {
             guard,
             pd: None,
             without_router_fields,
+            ticket: admitted.ticket,
         })
     }
 

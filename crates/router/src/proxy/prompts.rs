@@ -40,6 +40,10 @@ pub(super) struct Parsed {
     /// The body to forward in place of the client's when it carried fields
     /// only the router sets (`router_fields`); `None`: the client's as sent.
     pub(super) without_router_fields: Option<bytes::Bytes>,
+    /// The body's `user`, when a string (a possible tenant source).
+    pub(super) user: Option<String>,
+    /// The body's `max_tokens` (or `max_completion_tokens`), when a number.
+    pub(super) max_tokens: Option<u64>,
 }
 
 /// The fields of a body that routing reads; the rest is only checked to be
@@ -53,6 +57,12 @@ struct Fields {
     stream: Value,
     #[serde(default)]
     cache_salt: Value,
+    #[serde(default)]
+    user: Value,
+    #[serde(default)]
+    max_tokens: Value,
+    #[serde(default)]
+    max_completion_tokens: Value,
     /// Completions only (a chat body is rendered from its own parse).
     #[serde(default)]
     prompt: Option<PromptField>,
@@ -187,6 +197,11 @@ impl Prompts {
             chain,
             streamed: fields.stream == true,
             without_router_fields: None,
+            user: fields.user.as_str().map(str::to_owned),
+            max_tokens: fields
+                .max_tokens
+                .as_u64()
+                .or(fields.max_completion_tokens.as_u64()),
         })
     }
 

@@ -122,6 +122,25 @@ pub fn request_headers(
     }
 }
 
+/// A POST's headers for `path` with the client's own `extra` headers (its
+/// key, trace context), the body to follow; the modes named when `config`.
+pub fn client_request(
+    path: &str,
+    extra: &[(&str, &str)],
+    config: Option<ProtocolConfiguration>,
+) -> ProcessingRequest {
+    let mut pairs = vec![(":method", "POST"), (":path", path)];
+    pairs.extend_from_slice(extra);
+    ProcessingRequest {
+        request: Some(Request::RequestHeaders(HttpHeaders {
+            headers: Some(headers_of(&pairs)),
+            ..HttpHeaders::default()
+        })),
+        protocol_config: config,
+        ..ProcessingRequest::default()
+    }
+}
+
 pub fn request_body(body: &[u8], end_of_stream: bool) -> ProcessingRequest {
     ProcessingRequest {
         request: Some(Request::RequestBody(HttpBody {

@@ -51,6 +51,9 @@ pub struct Shared {
     /// When set, non-streamed answers carry it as `kv_transfer_params`, as
     /// a vLLM prefill worker's answer to a remote decode's request does.
     pub kv_transfer_params: Mutex<Option<serde_json::Value>>,
+    /// When set, answers carry it as their `usage` (a streamed answer in
+    /// an event of its own before `[DONE]`), as vLLM's do.
+    pub usage: Mutex<Option<serde_json::Value>>,
 }
 
 /// The SSE chunks a streamed answer sends, in order.
@@ -191,9 +194,17 @@ async fn handle(
         let endless = json["endless"] == true;
         let (tx, body_rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(1);
         let shared = shared.clone();
+        let usage = shared.usage.lock().unwrap().clone();
         tokio::spawn(async move {
             let mut rx = rx;
-            for chunk in SSE_CHUNKS {
+            for (i, chunk) in SSE_CHUNKS.iter().enumerate() {
+                if let (Some(u), true) = (&usage, i == SSE_CHUNKS.len() - 1) {
+                    let event = format!(
+                        "data: {}\n\n",
+                        serde_json::json!({"choices": [], "usage": u})
+                    );
+                    let _ = tx.send(Ok(Bytes::from(event))).await;
+                }
                 if let Some(r) = rx.as_mut() {
                     let _ = r.recv().await;
                 }
@@ -239,6 +250,9 @@ async fn handle(
     });
     if let Some(params) = shared.kv_transfer_params.lock().unwrap().clone() {
         answer["kv_transfer_params"] = params;
+    }
+    if let Some(usage) = shared.usage.lock().unwrap().clone() {
+        answer["usage"] = usage;
     }
     let mut resp = (status, [("x-fake-worker", name)], axum::Json(answer)).into_response();
     // vLLM's ORCA load report, when asked (only TEXT here).

@@ -52,6 +52,8 @@ pub enum Code {
     StageWithoutTtl,
     /// 3: a response cache key without a TTL (it would never go away).
     ResponseCacheWithoutTtl,
+    /// 3: a tenant limit key without a TTL (it would never go away).
+    TenantKeyWithoutTtl,
     /// 3: a TTL on a key the scripts keep forever (it would vanish).
     UnexpectedTtl,
     /// 4: a leased incarnation without a routing-view record.
@@ -109,6 +111,7 @@ impl Code {
             | RouterLeaseTooFar
             | StageWithoutTtl
             | ResponseCacheWithoutTtl
+            | TenantKeyWithoutTtl
             | UnexpectedTtl => 3,
             MissingViewRecord
             | ViewRecordOfPurged
@@ -145,6 +148,7 @@ impl Code {
             RouterLeaseTooFar => "router-lease-too-far",
             StageWithoutTtl => "stage-without-ttl",
             ResponseCacheWithoutTtl => "response-cache-without-ttl",
+            TenantKeyWithoutTtl => "tenant-key-without-ttl",
             UnexpectedTtl => "unexpected-ttl",
             MissingViewRecord => "missing-view-record",
             ViewRecordOfPurged => "view-record-of-purged",

@@ -202,6 +202,16 @@ pub(crate) fn key_issues(f: &KeyFacts) -> Vec<Issue> {
         }
     );
     let cached = matches!(&f.class, KeyClass::Model { key, .. } if key.is_response_cache());
+    let tenant = matches!(f.class, KeyClass::Tenant(_));
+    if tenant {
+        if f.pttl == -1 {
+            out.push(Issue::new(
+                Code::TenantKeyWithoutTtl,
+                "a tenant limit key without a TTL",
+            ));
+        }
+        return out;
+    }
     if stage && f.pttl == -1 {
         out.push(Issue::new(
             Code::StageWithoutTtl,

@@ -142,8 +142,21 @@ pub(crate) enum KeyClass {
         /// Which key.
         key: ModelKey,
     },
+    /// A key of a tenant's limits (`<ns>:tenant:{<tenant>}:…`).
+    Tenant(TenantKey),
     /// Not in the schema; why.
     Unknown(String),
+}
+
+/// Which key of a tenant's limits (`limit_*.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TenantKey {
+    /// `rq`, `tk`: a GCRA arrival time.
+    ArrivalTime,
+    /// `cc`: router → requests in flight.
+    InFlight,
+    /// `ccl`: router → lease expiry.
+    InFlightLeases,
 }
 
 impl KeyClass {
@@ -153,6 +166,9 @@ impl KeyClass {
             KeyClass::Models => Some(KeyType::Set),
             KeyClass::WorkerModel => Some(KeyType::Hash),
             KeyClass::Model { key, .. } => Some(key.expected_type()),
+            KeyClass::Tenant(TenantKey::ArrivalTime) => Some(KeyType::Str),
+            KeyClass::Tenant(TenantKey::InFlight) => Some(KeyType::Hash),
+            KeyClass::Tenant(TenantKey::InFlightLeases) => Some(KeyType::ZSet),
             KeyClass::Unknown(_) => None,
         }
     }
@@ -171,6 +187,21 @@ pub(crate) fn classify(ns: &str, key: &[u8]) -> KeyClass {
         "models" => return KeyClass::Models,
         "worker_model" => return KeyClass::WorkerModel,
         _ => {}
+    }
+    if let Some(tenant) = rest.strip_prefix("tenant:{") {
+        let key = tenant
+            .split_once('}')
+            .filter(|(t, _)| check_name("tenant", t).is_ok())
+            .and_then(|(_, suffix)| match suffix {
+                ":rq" | ":tk" => Some(TenantKey::ArrivalTime),
+                ":cc" => Some(TenantKey::InFlight),
+                ":ccl" => Some(TenantKey::InFlightLeases),
+                _ => None,
+            });
+        return match key {
+            Some(k) => KeyClass::Tenant(k),
+            None => unknown("not a key of a tenant's limits"),
+        };
     }
     let Some(tagged) = rest.strip_prefix('{') else {
         return unknown("no {model} hash tag and not a namespace key");
@@ -355,6 +386,14 @@ mod tests {
         let cases = [
             ("pr:models", KeyClass::Models),
             ("pr:worker_model", KeyClass::WorkerModel),
+            (
+                "pr:tenant:{key:0123456789abcdef}:rq",
+                KeyClass::Tenant(TenantKey::ArrivalTime),
+            ),
+            (
+                "pr:tenant:{team-a}:ccl",
+                KeyClass::Tenant(TenantKey::InFlightLeases),
+            ),
             ("pr:{Qwen/Q-8B}:ids", m(ModelKey::Ids)),
             ("pr:{Qwen/Q-8B}:f:3a78", m(ModelKey::Bucket(0x3a78))),
             ("pr:{Qwen/Q-8B}:w:12", m(ModelKey::Record(12))),
