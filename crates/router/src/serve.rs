@@ -11,6 +11,7 @@ use crate::api::{
     self, AppState, ConnGuard, ConnLimits, GuardedListener, HttpLimits, InternalAuth, Surface,
 };
 use crate::config::ServeConfig;
+use crate::flow::FlowControl;
 use crate::load_scrape::{ScrapeSettings, scrape_loop};
 use crate::metrics_recorder::{metrics_handle, zero_counters};
 use crate::proxy::{CpuPool, Proxy, Upstream};
@@ -78,6 +79,7 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
     let atomic = (policy.name() == "cache_aware").then_some(cache_aware);
     let cache = (cfg.response_cache.clone())
         .map(|s| ResponseCache::new(store.clone(), s, cfg.valkey.hot_timeout));
+    let flow = (cfg.flow.clone()).map(|s| FlowControl::new(store.clone(), s));
     Ok(
         Proxy::new(store, pipelines, policy, atomic, upstream, cfg.max_attempts)
             .with_max_prompt_tokens(cfg.max_prompt_tokens)
@@ -85,7 +87,8 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
             .with_known_for(cfg.ttls.worker_lease)
             .with_pd_skip_prefill_share(cfg.pd_skip_prefill_share)
             .with_pd_prefill_policy(cfg.pd_prefill_policy)
-            .with_response_cache(cache),
+            .with_response_cache(cache)
+            .with_flow_control(flow),
     )
 }
 

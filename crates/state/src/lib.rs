@@ -40,6 +40,8 @@
 //!   worker's prefill/decode role, when it has one).
 //! * `response_cache`: the optional response cache's entries, admitted
 //!   within a byte budget (`response_put.lua`), read with a plain GET.
+//! * `flow`: flow control's fleet-wide waiting room (`flow_dispatch.lua`,
+//!   `flow_leave.lua`): saturation, priorities, tenants' shares, dispatch.
 //! * `gc`: the periodic cleanup every router runs.
 //! * `models`: the cap on models ([`ModelLimits`]) and forgetting a model
 //!   gc found without workers for the grace period.
@@ -54,6 +56,7 @@ mod blocks;
 mod connections;
 mod error;
 mod fan_out;
+mod flow;
 mod gc;
 mod in_flight;
 pub mod inspect;
@@ -74,6 +77,7 @@ mod view_record;
 pub use blocks::StoredOutcome;
 pub use connections::{ConnectionSettings, normalize_url};
 pub use error::StateError;
+pub use flow::{Arrival, FlowArrival, FlowDispatch, SaturationThresholds, flow_member};
 pub use gc::GcReport;
 pub use in_flight::InFlight;
 pub use keys::KeySpace;

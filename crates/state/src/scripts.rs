@@ -67,11 +67,15 @@ pub enum ScriptName {
     Load,
     /// Admit a response to the response cache, within its byte budget.
     ResponsePut,
+    /// Flow control: saturation, an arriving request's place, dispatches.
+    FlowDispatch,
+    /// Flow control: requests leave the waiting room.
+    FlowLeave,
 }
 
 impl ScriptName {
     /// Every script, in a fixed order.
-    pub const ALL: [ScriptName; 19] = [
+    pub const ALL: [ScriptName; 21] = [
         ScriptName::Heartbeat,
         ScriptName::Deregister,
         ScriptName::Claim,
@@ -91,6 +95,8 @@ impl ScriptName {
         ScriptName::Route,
         ScriptName::Load,
         ScriptName::ResponsePut,
+        ScriptName::FlowDispatch,
+        ScriptName::FlowLeave,
     ];
 
     /// The script's file name in `lua/`, also its metric label.
@@ -115,6 +121,8 @@ impl ScriptName {
             ScriptName::Route => "route.lua",
             ScriptName::Load => "load.lua",
             ScriptName::ResponsePut => "response_put.lua",
+            ScriptName::FlowDispatch => "flow_dispatch.lua",
+            ScriptName::FlowLeave => "flow_leave.lua",
         }
     }
 
@@ -139,6 +147,8 @@ impl ScriptName {
             ScriptName::Route => include_str!("../lua/route.lua"),
             ScriptName::Load => include_str!("../lua/load.lua"),
             ScriptName::ResponsePut => include_str!("../lua/response_put.lua"),
+            ScriptName::FlowDispatch => include_str!("../lua/flow_dispatch.lua"),
+            ScriptName::FlowLeave => include_str!("../lua/flow_leave.lua"),
         }
     }
 

@@ -16,6 +16,9 @@ pub struct ApiError {
     pub kind: &'static str,
     /// What went wrong, for a human.
     pub message: String,
+    /// Headers the response carries besides its content type (e.g.
+    /// `Retry-After`).
+    pub headers: Vec<(header::HeaderName, HeaderValue)>,
 }
 
 impl ApiError {
@@ -30,7 +33,14 @@ impl ApiError {
             status,
             kind,
             message: message.into(),
+            headers: Vec::new(),
         }
+    }
+
+    /// The same error with `name: value` on the response.
+    pub fn with_header(mut self, name: header::HeaderName, value: HeaderValue) -> Self {
+        self.headers.push((name, value));
+        self
     }
 }
 
@@ -77,6 +87,9 @@ impl IntoResponse for ApiError {
             "error": { "message": self.message, "type": self.kind, "code": self.status.as_u16() }
         });
         let mut response = (self.status, Json(body)).into_response();
+        for (name, value) in self.headers {
+            response.headers_mut().insert(name, value);
+        }
         if self.status == StatusCode::REQUEST_TIMEOUT {
             response
                 .headers_mut()

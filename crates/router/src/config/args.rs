@@ -8,6 +8,7 @@ use std::time::Duration;
 use protocol::parse_duration;
 
 use super::StaticWorker;
+use super::flow::FlowArgs;
 use super::response_cache::ResponseCacheArgs;
 
 /// Flags of `prefix-router serve`; each also reads `PREFIX_ROUTER_<NAME>`.
@@ -157,6 +158,9 @@ pub struct ServeArgs {
     /// The optional response cache (boxed, as `exposure`).
     #[command(flatten)]
     pub response_cache: Box<ResponseCacheArgs>,
+    /// Flow control: saturation and the waiting room (boxed, as `exposure`).
+    #[command(flatten)]
+    pub flow: Box<FlowArgs>,
 }
 
 /// Flags of `serve` about the router's exposure to clients (flattened into

@@ -7,6 +7,7 @@ mod debug;
 mod defaults;
 mod epp;
 mod file;
+mod flow;
 mod hub;
 mod models;
 mod response_cache;
@@ -14,6 +15,7 @@ mod static_worker;
 
 pub use args::{ExposureArgs, ServeArgs};
 pub use epp::{BodyMode, EppArgs, EppSettings};
+pub use flow::FlowArgs;
 pub use models::ModelConfig;
 pub use response_cache::ResponseCacheArgs;
 pub use static_worker::StaticWorker;
@@ -109,6 +111,8 @@ pub struct ServeConfig {
     pub epp: Option<EppSettings>,
     /// The response cache; `None` when off.
     pub response_cache: Option<crate::response_cache::Settings>,
+    /// Flow control; `None` when off (no saturation threshold).
+    pub flow: Option<crate::flow::FlowSettings>,
 }
 
 impl ServeConfig {
@@ -287,6 +291,19 @@ impl ServeConfig {
                 max_bytes: file.response_cache_max_bytes,
             },
         )?;
+        let flow = flow::resolve(
+            &args.flow,
+            flow::FileKeys {
+                max_in_flight_per_worker: file.max_in_flight_per_worker,
+                saturation_waiting: file.saturation_waiting,
+                saturation_kv_usage: file.saturation_kv_usage,
+                saturation_prefill_tokens: file.saturation_prefill_tokens,
+                max_queued: file.max_queued,
+                queue_timeout: file.queue_timeout,
+                band_queue_timeouts: file.band_queue_timeouts,
+            },
+            crate::routing::STALE_LOAD,
+        )?;
         let forward_paths = ForwardPaths::new(if args.exposure.forward_paths.is_empty() {
             &file.forward_paths
         } else {
@@ -361,6 +378,7 @@ impl ServeConfig {
             )?),
             epp: None,
             response_cache,
+            flow,
         })
     }
 }

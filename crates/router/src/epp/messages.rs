@@ -126,8 +126,9 @@ pub fn body_pieces(phase: Phase, body: &[u8], end_of_stream: bool) -> Vec<Proces
         .collect()
 }
 
-/// Answers the client at once with `error` (status and the router's JSON
-/// error body); the request goes nowhere.
+/// Answers the client at once with `error` (status, its headers such as
+/// `Retry-After`, and the router's JSON error body); the request goes
+/// nowhere.
 pub fn immediate(error: &ApiError) -> ProcessingResponse {
     let body = serde_json::json!({
         "error": { "message": error.message, "type": error.kind, "code": error.status.as_u16() }
@@ -138,7 +139,11 @@ pub fn immediate(error: &ApiError) -> ProcessingResponse {
                 code: i32::from(error.status.as_u16()),
             }),
             headers: Some(HeaderMutation {
-                set_headers: vec![header("content-type", "application/json")],
+                set_headers: std::iter::once(header("content-type", "application/json"))
+                    .chain(error.headers.iter().filter_map(|(name, value)| {
+                        Some(header(name.as_str(), value.to_str().ok()?))
+                    }))
+                    .collect(),
                 remove_headers: Vec::new(),
             }),
             body: body.to_string().into_bytes(),

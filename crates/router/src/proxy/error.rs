@@ -36,6 +36,9 @@ pub enum ProxyError {
     /// The prompt could not be tokenized.
     #[error("tokenizing the prompt: {0}")]
     Tokenize(#[from] TokenizeError),
+    /// Flow control refused or shed it (the workers are saturated).
+    #[error(transparent)]
+    Overloaded(#[from] crate::flow::Refusal),
     /// The shared state failed in a way routing cannot work around.
     #[error(transparent)]
     State(#[from] StateError),

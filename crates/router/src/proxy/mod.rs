@@ -43,6 +43,7 @@ use axum::http::{HeaderMap, Method};
 use axum::response::Response;
 use bytes::Bytes;
 
+use crate::flow::{FlowClass, FlowControl};
 use crate::response_cache::{Lookup, ResponseCache, request_key};
 use crate::routing::{CacheAwareConfig, Policy};
 use crate::telemetry::{self, SPANS};
@@ -93,6 +94,8 @@ pub struct Proxy {
     /// `--pd-prefill-policy`: how a disaggregated request's prefill worker
     /// is chosen.
     pd_prefill: crate::routing::PrefillPolicy,
+    /// Flow control, when on: the waiting room asked right before routing.
+    flow: Option<Arc<FlowControl>>,
 }
 
 /// When a model's workers were last seen live, and their (id, url, role).
@@ -125,7 +128,33 @@ impl Proxy {
             cache: None,
             pd_skip_share: 0.8,
             pd_prefill: crate::routing::PrefillPolicy::default(),
+            flow: None,
         }
+    }
+
+    /// Holds requests in the waiting room while the workers are saturated
+    /// (off unless given).
+    pub fn with_flow_control(mut self, flow: Option<Arc<FlowControl>>) -> Self {
+        self.flow = flow;
+        self
+    }
+
+    /// Flow control's leave to route a request of `model` now (after its
+    /// wait, if the workers are saturated), or its refusal. The one place
+    /// both modes ask, right after admission.
+    async fn flow_admit(
+        &self,
+        model: &str,
+        class: &FlowClass,
+    ) -> Result<Option<crate::flow::Ticket>, ProxyError> {
+        let Some(flow) = &self.flow else {
+            return Ok(None);
+        };
+        let ticket = flow
+            .admit(model, class)
+            .instrument(tracing::info_span!(target: SPANS, "flow_wait"))
+            .await?;
+        Ok(Some(ticket))
     }
 
     /// Answers identical deterministic completions from `cache`, if any
@@ -235,6 +264,8 @@ impl Proxy {
             streamed,
         } = self.read(endpoint, &body).await?;
         tracing::Span::current().record("model", model.as_str());
+        let class = FlowClass::default();
+        let ticket = self.flow_admit(&model, &class).await?;
         // Ask non-streamed completions for vLLM's load report (ORCA),
         // unless the client asked itself.
         let asked_orca =
@@ -270,6 +301,8 @@ impl Proxy {
             .instrument(tracing::info_span!(target: SPANS, "valkey"))
             .await?;
         phase("valkey", valkey);
+        // Routed (counted in flight): a dispatched request's place goes back.
+        drop(ticket);
         metrics::counter!("prefix_router_decisions_total", "outcome" => decision(&ranked, tracked))
             .increment(1);
         let mut last_error = String::from("no live worker");

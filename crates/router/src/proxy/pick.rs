@@ -128,6 +128,9 @@ impl Proxy {
         let Parsed { model, chain, .. } = self.read(endpoint, body).await?;
         let span = tracing::Span::current();
         span.record("model", model.as_str());
+        // The exchange is held (Envoy waits) while the request waits here.
+        let class = crate::flow::FlowClass::default();
+        let ticket = self.flow_admit(&model, &class).await?;
         let chain = if endpoint != Endpoint::Other && self.may_disaggregate(&model) {
             match self.pick_disaggregated(&model, chain, allowed).await {
                 PdPicked::Picked(pick) => {
@@ -148,6 +151,7 @@ impl Proxy {
             .rank_within(&model, &chain, allowed)
             .instrument(tracing::info_span!(target: SPANS, "valkey"))
             .await?;
+        drop(ticket);
         metrics::counter!("prefix_router_decisions_total", "outcome" => decision(&ranked, tracked))
             .increment(1);
         ranked.truncate(self.max_attempts);
