@@ -11,6 +11,10 @@
 //!   endpoint picker: Envoy's ext_proc gRPC over the same routing path.
 //! * `api`: HTTP handlers (thin): OpenAI routes, the worker push API,
 //!   `/admin/*`, auth, JSON errors, connection guards.
+//! * `admission`: a request's tenant and class (priority), and its
+//!   tenant's fleet-wide limits (requests and tokens per minute, requests
+//!   in flight) in Valkey, checked once after the body is parsed, before
+//!   routing, by `proxy` for both `serve` and `epp`.
 //! * `proxy`: the routing path: prompt → blocks → lookup → policy → claim
 //!   → forward, with retries, fallback and in-flight accounting; a model
 //!   with prefill and decode workers is served disaggregated (`disagg`:
@@ -40,6 +44,7 @@
 //! `state` (the Valkey store, `inspect`), `worker` (push client, reporter),
 //! `protocol` (wire formats).
 
+mod admission;
 mod api;
 mod config;
 mod epp;
@@ -55,8 +60,9 @@ mod serve;
 mod telemetry;
 
 pub use config::{
-    BodyMode, EppArgs, EppSettings, ExposureArgs, FlowArgs, ModelConfig, ResponseCacheArgs,
-    ServeArgs, ServeConfig, StaticWorker,
+    AdmissionArgs, AdmissionConfig, BodyMode, EppArgs, EppSettings, ExposureArgs, FlowArgs,
+    ModelConfig, ResponseCacheArgs, ServeArgs, ServeConfig, StaticWorker, TenantConfig,
+    TenantLimits, TenantSource,
 };
 pub use flow::FlowSettings;
 pub use metrics_recorder::metrics_handle;

@@ -7,6 +7,7 @@ use tokio::net::TcpListener;
 
 use std::sync::Arc;
 
+use crate::admission::Admission;
 use crate::api::{
     self, AppState, ConnGuard, ConnLimits, GuardedListener, HttpLimits, InternalAuth, Surface,
 };
@@ -80,8 +81,10 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
     let cache = (cfg.response_cache.clone())
         .map(|s| ResponseCache::new(store.clone(), s, cfg.valkey.hot_timeout));
     let flow = (cfg.flow.clone()).map(|s| FlowControl::new(store.clone(), s));
+    let admission = Arc::new(Admission::new(cfg.admission.clone(), store.clone()));
     Ok(
         Proxy::new(store, pipelines, policy, atomic, upstream, cfg.max_attempts)
+            .with_admission(admission)
             .with_max_prompt_tokens(cfg.max_prompt_tokens)
             .with_cpu_pool(CpuPool::new(cfg.tokenize_threads, cfg.tokenize_queue))
             .with_known_for(cfg.ttls.worker_lease)
@@ -188,8 +191,15 @@ pub async fn serve_with(
                 .collect(),
         ),
     };
+    let admission = app.proxy.admission().clone();
     let mut tasks = vec![
-        tokio::spawn(lease_loop(store.clone(), cfg.clone(), stop.clone())),
+        tokio::spawn(lease_loop(
+            store.clone(),
+            cfg.clone(),
+            admission.clone(),
+            stop.clone(),
+        )),
+        tokio::spawn(admission.lease_loop(stop.clone())),
         tokio::spawn(gc_loop(store.clone(), cfg.gc_interval, stop.clone())),
     ];
     if let Some(interval) = cfg.scrape_metrics_interval {
@@ -302,8 +312,14 @@ async fn tick(stop: &mut ShutdownSignal, period: Duration) -> bool {
     }
 }
 
-/// Renews this router's lease on every model and the static workers' leases.
-async fn lease_loop(store: StateStore, cfg: ServeConfig, mut stop: ShutdownSignal) {
+/// Renews this router's lease on every model and the static workers'
+/// leases; the live routers seen are the degraded limits' divisor.
+async fn lease_loop(
+    store: StateStore,
+    cfg: ServeConfig,
+    admission: Arc<Admission>,
+    mut stop: ShutdownSignal,
+) {
     // At least every second: after Valkey restarts empty, static workers
     // are unknown (404s) until their next heartbeat here.
     let period = (cfg.ttls.router_lease.min(cfg.ttls.worker_lease) / 3).min(Duration::from_secs(1));
@@ -322,10 +338,17 @@ async fn lease_loop(store: StateStore, cfg: ServeConfig, mut stop: ShutdownSigna
         }
         match store.models().await {
             Ok(models) => {
+                let mut live = 0;
                 for m in models {
-                    if let Err(e) = store.router_lease(&m, cfg.ttls.router_lease).await {
-                        tracing::warn!(error = %e, model = %m, "router lease not renewed");
+                    match store.router_lease(&m, cfg.ttls.router_lease).await {
+                        Ok(n) => live = live.max(n),
+                        Err(e) => {
+                            tracing::warn!(error = %e, model = %m, "router lease not renewed")
+                        }
                     }
+                }
+                if live > 0 {
+                    admission.set_live_routers(live);
                 }
             }
             Err(e) => tracing::warn!(error = %e, "cannot list models"),

@@ -40,6 +40,12 @@ impl KeySpace {
         format!("{}:rc:{key_hex}", self.model_base(part))
     }
 
+    /// `<ns>:tenant:{<tenant>}`: the prefix of every key of a tenant's
+    /// limits (one hash tag per tenant; `limit_*.lua`).
+    pub fn tenant_base(&self, tenant: &str) -> String {
+        format!("{}:tenant:{{{}}}", self.namespace, tenant)
+    }
+
     /// `<ns>:models`: the set of models that ever had a worker.
     pub fn models(&self) -> String {
         format!("{}:models", self.namespace)
@@ -61,6 +67,7 @@ mod tests {
         assert_eq!(ks.worker_ids("Qwen/Qwen3-8B"), "pr:{Qwen/Qwen3-8B}:ids");
         assert_eq!(ks.models(), "pr:models");
         assert_eq!(ks.response_entry("m", "ab"), "pr:{m}:rc:ab");
+        assert_eq!(ks.tenant_base("key:ab"), "pr:tenant:{key:ab}");
     }
 
     #[test]

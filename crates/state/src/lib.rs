@@ -42,6 +42,9 @@
 //!   within a byte budget (`response_put.lua`), read with a plain GET.
 //! * `flow`: flow control's fleet-wide waiting room (`flow_dispatch.lua`,
 //!   `flow_leave.lua`): saturation, priorities, tenants' shares, dispatch.
+//! * `tenant_limits`: a tenant's fleet-wide limits (`limit_*.lua`):
+//!   requests and tokens per window (GCRA), requests in flight under a
+//!   per-router lease.
 //! * `gc`: the periodic cleanup every router runs.
 //! * `models`: the cap on models ([`ModelLimits`]) and forgetting a model
 //!   gc found without workers for the grace period.
@@ -71,6 +74,7 @@ mod router_lease;
 mod scripts;
 mod shards;
 mod sync;
+mod tenant_limits;
 mod ttl;
 mod view_record;
 
@@ -90,6 +94,7 @@ pub use route_claim::{ROUTE_CLAIM, ROUTE_HEAD, RouteOutcome, RouteParams};
 pub use scripts::{ScriptName, ScriptSet};
 pub use shards::{Sharding, key_slot, part_model, part_names};
 pub use sync::SyncOutcome;
+pub use tenant_limits::{Gcra, LimitCheck, LimitReason, LimitVerdict};
 pub use ttl::{BatchLimits, StateTtls};
 pub use view_record::ViewRecord;
 

@@ -71,11 +71,17 @@ pub enum ScriptName {
     FlowDispatch,
     /// Flow control: requests leave the waiting room.
     FlowLeave,
+    /// Admit a tenant's request against its fleet-wide limits.
+    LimitAdmit,
+    /// Correct a tenant's tokens by an answer's usage; release its place.
+    LimitSettle,
+    /// Renew a router's lease on a tenant's requests in flight.
+    LimitLease,
 }
 
 impl ScriptName {
     /// Every script, in a fixed order.
-    pub const ALL: [ScriptName; 21] = [
+    pub const ALL: [ScriptName; 24] = [
         ScriptName::Heartbeat,
         ScriptName::Deregister,
         ScriptName::Claim,
@@ -97,6 +103,9 @@ impl ScriptName {
         ScriptName::ResponsePut,
         ScriptName::FlowDispatch,
         ScriptName::FlowLeave,
+        ScriptName::LimitAdmit,
+        ScriptName::LimitSettle,
+        ScriptName::LimitLease,
     ];
 
     /// The script's file name in `lua/`, also its metric label.
@@ -123,6 +132,9 @@ impl ScriptName {
             ScriptName::ResponsePut => "response_put.lua",
             ScriptName::FlowDispatch => "flow_dispatch.lua",
             ScriptName::FlowLeave => "flow_leave.lua",
+            ScriptName::LimitAdmit => "limit_admit.lua",
+            ScriptName::LimitSettle => "limit_settle.lua",
+            ScriptName::LimitLease => "limit_lease.lua",
         }
     }
 
@@ -149,6 +161,9 @@ impl ScriptName {
             ScriptName::ResponsePut => include_str!("../lua/response_put.lua"),
             ScriptName::FlowDispatch => include_str!("../lua/flow_dispatch.lua"),
             ScriptName::FlowLeave => include_str!("../lua/flow_leave.lua"),
+            ScriptName::LimitAdmit => include_str!("../lua/limit_admit.lua"),
+            ScriptName::LimitSettle => include_str!("../lua/limit_settle.lua"),
+            ScriptName::LimitLease => include_str!("../lua/limit_lease.lua"),
         }
     }
 

@@ -1,7 +1,7 @@
 //! [`ApiError`]: every error the HTTP API returns, as a JSON body.
 
 use axum::Json;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -16,9 +16,11 @@ pub struct ApiError {
     pub kind: &'static str,
     /// What went wrong, for a human.
     pub message: String,
-    /// Headers the response carries besides its content type (e.g.
-    /// `Retry-After`).
-    pub headers: Vec<(header::HeaderName, HeaderValue)>,
+    /// The body's `code`: this name (OpenAI's, e.g. `rate_limit_exceeded`),
+    /// else the status as a number.
+    pub code: Option<&'static str>,
+    /// Headers sent with the error (a refusal's `Retry-After`, rate limits).
+    pub headers: HeaderMap,
 }
 
 impl ApiError {
@@ -33,14 +35,18 @@ impl ApiError {
             status,
             kind,
             message: message.into(),
-            headers: Vec::new(),
+            code: None,
+            headers: HeaderMap::new(),
         }
     }
 
-    /// The same error with `name: value` on the response.
-    pub fn with_header(mut self, name: header::HeaderName, value: HeaderValue) -> Self {
-        self.headers.push((name, value));
-        self
+    /// The JSON body: `{"error": {"message", "type", "code"}}`.
+    pub fn body(&self) -> serde_json::Value {
+        let code = match self.code {
+            Some(name) => json!(name),
+            None => json!(self.status.as_u16()),
+        };
+        json!({ "error": { "message": self.message, "type": self.kind, "code": code } })
     }
 }
 
@@ -83,13 +89,8 @@ impl IntoResponse for ApiError {
     /// closes the connection: the rest of the body may still be on its way,
     /// and the client has shown it cannot be waited for.
     fn into_response(self) -> Response {
-        let body = json!({
-            "error": { "message": self.message, "type": self.kind, "code": self.status.as_u16() }
-        });
-        let mut response = (self.status, Json(body)).into_response();
-        for (name, value) in self.headers {
-            response.headers_mut().insert(name, value);
-        }
+        let mut response = (self.status, Json(self.body())).into_response();
+        response.headers_mut().extend(self.headers);
         if self.status == StatusCode::REQUEST_TIMEOUT {
             response
                 .headers_mut()

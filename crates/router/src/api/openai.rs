@@ -42,6 +42,7 @@ impl From<ProxyError> for ApiError {
                 "prompt_too_long",
                 e.to_string(),
             ),
+            ProxyError::Limited(refusal) => refusal.into_error(),
             ProxyError::State(s) => {
                 let e = ApiError::from(s);
                 if e.status.is_server_error() {
@@ -142,11 +143,12 @@ pub async fn models(State(app): State<AppState>) -> Result<Json<serde_json::Valu
     Ok(Json(json!({ "object": "list", "data": data })))
 }
 
-/// `POST /admin/explain`: the routing decision for a request, without
-/// changing any state.
+/// `POST /admin/explain`: the admission and routing decisions for a
+/// request (its headers classify it), without changing any state.
 pub async fn explain(
     State(app): State<AppState>,
+    headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    Ok(Json(app.proxy.explain(&body).await?))
+    Ok(Json(app.proxy.explain(&headers, &body).await?))
 }

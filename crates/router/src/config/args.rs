@@ -8,6 +8,7 @@ use std::time::Duration;
 use protocol::parse_duration;
 
 use super::StaticWorker;
+use super::admission::AdmissionArgs;
 use super::flow::FlowArgs;
 use super::response_cache::ResponseCacheArgs;
 
@@ -161,6 +162,9 @@ pub struct ServeArgs {
     /// Flow control: saturation and the waiting room (boxed, as `exposure`).
     #[command(flatten)]
     pub flow: Box<FlowArgs>,
+    /// Tenants, classes and their limits (boxed, as `exposure`).
+    #[command(flatten)]
+    pub admission: Box<AdmissionArgs>,
 }
 
 /// Flags of `serve` about the router's exposure to clients (flattened into

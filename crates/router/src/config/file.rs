@@ -81,6 +81,21 @@ pub(super) struct FileConfig {
     /// More base models, each with its own tokenizer (`[[models]]`).
     #[serde(default)]
     pub(super) models: Vec<models::FileModel>,
+    // Admission (config/admission.rs).
+    pub(super) tenant_header: Option<String>,
+    pub(super) tenant_from_user: Option<bool>,
+    pub(super) tenant_requests_per_minute: Option<u64>,
+    pub(super) tenant_tokens_per_minute: Option<u64>,
+    pub(super) tenant_max_concurrent: Option<u64>,
+    /// `[objectives]`: name = priority.
+    #[serde(default)]
+    pub(super) objectives: std::collections::BTreeMap<String, i64>,
+    pub(super) pass_priority: Option<bool>,
+    pub(super) default_max_tokens: Option<u64>,
+    pub(super) rate_limit_window: Option<String>,
+    /// `[[tenants]]`: name, weight and limits of named tenants.
+    #[serde(default)]
+    pub(super) tenants: Vec<super::admission::FileTenant>,
 }
 
 pub(super) fn file_duration(v: Option<String>, name: &str) -> anyhow::Result<Option<Duration>> {

@@ -1,6 +1,7 @@
 //! `serve` configuration: defaults < TOML file (`--config`) < environment
 //! (`PREFIX_ROUTER_*`) < command-line flags.
 
+mod admission;
 mod args;
 mod costs;
 mod debug;
@@ -13,6 +14,7 @@ mod models;
 mod response_cache;
 mod static_worker;
 
+pub use admission::{AdmissionArgs, AdmissionConfig, TenantConfig, TenantLimits, TenantSource};
 pub use args::{ExposureArgs, ServeArgs};
 pub use epp::{BodyMode, EppArgs, EppSettings};
 pub use flow::FlowArgs;
@@ -113,6 +115,8 @@ pub struct ServeConfig {
     pub response_cache: Option<crate::response_cache::Settings>,
     /// Flow control; `None` when off (no saturation threshold).
     pub flow: Option<crate::flow::FlowSettings>,
+    /// Tenants, classes and limits.
+    pub admission: AdmissionConfig,
 }
 
 impl ServeConfig {
@@ -304,6 +308,21 @@ impl ServeConfig {
             },
             crate::routing::STALE_LOAD,
         )?;
+        let admission = admission::resolve(
+            &args.admission,
+            admission::FileKeys {
+                tenant_header: file.tenant_header,
+                tenant_from_user: file.tenant_from_user,
+                tenant_requests_per_minute: file.tenant_requests_per_minute,
+                tenant_tokens_per_minute: file.tenant_tokens_per_minute,
+                tenant_max_concurrent: file.tenant_max_concurrent,
+                objectives: file.objectives,
+                pass_priority: file.pass_priority,
+                default_max_tokens: file.default_max_tokens,
+                rate_limit_window: file.rate_limit_window,
+                tenants: file.tenants,
+            },
+        )?;
         let forward_paths = ForwardPaths::new(if args.exposure.forward_paths.is_empty() {
             &file.forward_paths
         } else {
@@ -379,6 +398,7 @@ impl ServeConfig {
             epp: None,
             response_cache,
             flow,
+            admission,
         })
     }
 }

@@ -16,7 +16,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 use super::EppContext;
 use super::messages::{Phase, body_pieces, destination, immediate, proceed};
 use super::metadata::{endpoint_of, header, served, subset_hint};
-use super::usage::UsageTail;
+use crate::admission::UsageTail;
 use crate::api::ApiError;
 use crate::config::BodyMode;
 use crate::proxy::{Endpoint, Pick, ProxyError};
@@ -82,8 +82,11 @@ pub struct Exchange {
     endpoints: Vec<String>,
     usage: UsageTail,
     response_ok: bool,
-    /// The client's `traceparent` and `tracestate`.
-    trace: HeaderMap,
+    /// The response's status was seen, and is an error (it used no tokens).
+    response_failed: bool,
+    /// The client's request headers (its trace context, and what admission
+    /// classifies it by).
+    headers: HeaderMap,
 }
 
 impl Exchange {
@@ -101,7 +104,8 @@ impl Exchange {
             endpoints: Vec::new(),
             usage: UsageTail::default(),
             response_ok: false,
-            trace: HeaderMap::new(),
+            response_failed: false,
+            headers: HeaderMap::new(),
         }
     }
 
@@ -135,6 +139,7 @@ impl Exchange {
             Some(Request::ResponseHeaders(h)) => {
                 let status = header(h.headers.as_ref(), ":status");
                 self.response_ok = status.as_deref() == Some("200");
+                self.response_failed = status.is_some_and(|s| !s.starts_with('2'));
                 if h.end_of_stream {
                     self.finish();
                 }
@@ -150,14 +155,10 @@ impl Exchange {
     }
 
     async fn on_request_headers(&mut self, h: HttpHeaders) -> Step {
-        // The client's trace context, for the routing span.
-        for name in ["traceparent", "tracestate"] {
-            if let Some(v) = header(h.headers.as_ref(), name)
-                .and_then(|v| axum::http::HeaderValue::from_str(&v).ok())
-            {
-                self.trace.insert(name, v);
-            }
-        }
+        // The client's headers (Envoy's pseudo-headers aside): its trace
+        // context for the routing span, its key, tenant and objective for
+        // admission.
+        self.headers = client_headers(h.headers.as_ref());
         let path = header(h.headers.as_ref(), ":path").unwrap_or_default();
         self.endpoint = match path.split('?').next().unwrap_or_default() {
             "/v1/completions" => Endpoint::Completions,
@@ -264,10 +265,10 @@ impl Exchange {
             Some(subset) => {
                 let allowed = |url: &str| endpoint_of(url).is_some_and(|e| subset.contains(&e));
                 proxy
-                    .pick(self.endpoint, &self.trace, &body, Some(&allowed))
+                    .pick(self.endpoint, &self.headers, &body, Some(&allowed))
                     .await
             }
-            None => proxy.pick(self.endpoint, &self.trace, &body, None).await,
+            None => proxy.pick(self.endpoint, &self.headers, &body, None).await,
         }
         .map_err(|e| self.rejection(e))?;
         self.endpoints = pick.urls().filter_map(endpoint_of).collect();
@@ -372,14 +373,42 @@ impl Exchange {
         let Some(pick) = self.pick.take() else {
             return;
         };
-        if let Some(usage) = self.usage.usage() {
+        let usage = self.usage.usage();
+        if let Some(usage) = usage {
             let model = pick.model().to_owned();
             metrics::counter!("prefix_router_engine_prompt_tokens_total", "model" => model.clone())
                 .increment(usage.prompt_tokens);
             metrics::counter!("prefix_router_engine_cached_tokens_total", "model" => model)
                 .increment(usage.cached_tokens);
         }
+        pick.settle(match usage {
+            Some(u) => Some(u.prompt_tokens + u.completion_tokens),
+            None if self.response_failed => Some(0),
+            None => None,
+        });
     }
+}
+
+/// The request headers Envoy sent, as a header map (pseudo-headers and
+/// anything that is not a valid header skipped).
+fn client_headers(
+    headers: Option<&envoy_types::pb::envoy::config::core::v3::HeaderMap>,
+) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    for h in headers.map_or(&[][..], |h| &h.headers[..]) {
+        let value = if h.raw_value.is_empty() {
+            h.value.as_bytes()
+        } else {
+            &h.raw_value[..]
+        };
+        if let (Ok(name), Ok(value)) = (
+            axum::http::HeaderName::from_bytes(h.key.as_bytes()),
+            axum::http::HeaderValue::from_bytes(value),
+        ) {
+            out.append(name, value);
+        }
+    }
+    out
 }
 
 fn answer(response: ProcessingResponse) -> Step {

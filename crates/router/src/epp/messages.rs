@@ -126,24 +126,23 @@ pub fn body_pieces(phase: Phase, body: &[u8], end_of_stream: bool) -> Vec<Proces
         .collect()
 }
 
-/// Answers the client at once with `error` (status, its headers such as
-/// `Retry-After`, and the router's JSON error body); the request goes
-/// nowhere.
+/// Answers the client at once with `error` (status and the router's JSON
+/// error body); the request goes nowhere.
 pub fn immediate(error: &ApiError) -> ProcessingResponse {
-    let body = serde_json::json!({
-        "error": { "message": error.message, "type": error.kind, "code": error.status.as_u16() }
-    });
+    let body = error.body();
+    let mut set_headers = vec![header("content-type", "application/json")];
+    for (name, value) in &error.headers {
+        if let Ok(value) = value.to_str() {
+            set_headers.push(header(name.as_str(), value));
+        }
+    }
     ProcessingResponse {
         response: Some(Response::ImmediateResponse(ImmediateResponse {
             status: Some(HttpStatus {
                 code: i32::from(error.status.as_u16()),
             }),
             headers: Some(HeaderMutation {
-                set_headers: std::iter::once(header("content-type", "application/json"))
-                    .chain(error.headers.iter().filter_map(|(name, value)| {
-                        Some(header(name.as_str(), value.to_str().ok()?))
-                    }))
-                    .collect(),
+                set_headers,
                 remove_headers: Vec::new(),
             }),
             body: body.to_string().into_bytes(),

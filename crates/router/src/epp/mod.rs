@@ -14,7 +14,6 @@
 //!   immediate error.
 //! * `metadata`: what is read from Envoy's messages (headers, subset hint,
 //!   served endpoint), and worker URLs as `ip:port`.
-//! * `usage`: the engine's prompt and cached tokens, from a response's end.
 //! * `exchange`: one request's stream, message by message.
 //! * this file: the gRPC services (ext_proc and health) and their listener.
 //!
@@ -23,7 +22,6 @@
 mod exchange;
 mod messages;
 mod metadata;
-mod usage;
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -28,32 +28,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use crate::admission::RequestClass;
 use crate::routing::Candidate;
 use room::Room;
 use state::StateStore;
-
-/// What flow control needs of a request's class: its priority (higher
-/// first; negative: sheddable), its tenant and the tenant's weight.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FlowClass {
-    /// Higher is dispatched first; a negative one is refused at once while
-    /// the workers are saturated.
-    pub priority: i32,
-    /// Who shares a priority's capacity with others, by weight.
-    pub tenant: String,
-    /// The tenant's weight, > 0.
-    pub weight: f64,
-}
-
-impl Default for FlowClass {
-    fn default() -> Self {
-        FlowClass {
-            priority: 0,
-            tenant: "anon".to_owned(),
-            weight: 1.0,
-        }
-    }
-}
 
 /// Flow control of one router: every model's waiting room.
 pub struct FlowControl {
@@ -114,7 +92,7 @@ impl FlowControl {
 
     /// Leave to route a request of `model` and `class` now, after waiting
     /// for it if the workers are saturated; or why not.
-    pub async fn admit(&self, model: &str, class: &FlowClass) -> Result<Ticket, Refusal> {
+    pub async fn admit(&self, model: &str, class: &RequestClass) -> Result<Ticket, Refusal> {
         let room = self.room(model);
         if room.may_go_direct() {
             metrics::counter!("prefix_router_flow_admitted_total", "band" => band(class.priority), "path" => "direct")

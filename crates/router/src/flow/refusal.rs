@@ -74,9 +74,12 @@ impl From<Refusal> for crate::api::ApiError {
     /// The response: its status, `Retry-After`, and the error body with the
     /// reason as its type.
     fn from(r: Refusal) -> Self {
-        crate::api::ApiError::new(r.status(), r.reason.code(), r.message.clone()).with_header(
+        let mut e = crate::api::ApiError::new(r.status(), r.reason.code(), r.message.clone());
+        e.code = Some(r.reason.code());
+        e.headers.insert(
             axum::http::header::RETRY_AFTER,
             axum::http::HeaderValue::from(r.retry_after),
-        )
+        );
+        e
     }
 }

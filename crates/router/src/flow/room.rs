@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::{FlowClass, FlowSettings, Refusal, ShedReason, Ticket, band, unix_ms_at};
+use super::{FlowSettings, Refusal, ShedReason, Ticket, band, unix_ms_at};
+use crate::admission::RequestClass;
 use state::{Arrival, FlowArrival, FlowDispatch, StateStore, flow_member};
 
 /// How often the dispatcher asks while requests wait here.
@@ -195,7 +196,7 @@ impl Room {
 
     /// Waits for leave to route a request of `class` (`seq`: unique in
     /// this router), or says why it may not wait.
-    pub async fn wait(self: &Arc<Self>, seq: u64, class: &FlowClass) -> Result<Ticket, Refusal> {
+    pub async fn wait(self: &Arc<Self>, seq: u64, class: &RequestClass) -> Result<Ticket, Refusal> {
         let p = class.priority;
         let started = Instant::now();
         let deadline = started + self.settings.timeout_of(p);
@@ -223,8 +224,8 @@ impl Room {
         let arrival = FlowArrival {
             member: &member,
             priority: p,
-            tenant: &class.tenant,
-            weight: class.weight,
+            tenant: &class.tenant.id,
+            weight: f64::from(class.tenant.weight.max(1)),
             may_wait: p >= 0,
         };
         let t = &self.settings.thresholds;

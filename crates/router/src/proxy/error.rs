@@ -39,6 +39,9 @@ pub enum ProxyError {
     /// Flow control refused or shed it (the workers are saturated).
     #[error(transparent)]
     Overloaded(#[from] crate::flow::Refusal),
+    /// The tenant's limits refuse the request (429 with OpenAI's headers).
+    #[error("{}", .0.message)]
+    Limited(Box<crate::admission::Refusal>),
     /// The shared state failed in a way routing cannot work around.
     #[error(transparent)]
     State(#[from] StateError),

@@ -16,8 +16,13 @@ use protocol::WorkerRole;
 impl Proxy {
     /// The routing decision for `body` (a completions or chat request,
     /// told apart by `messages`), from a read-only lookup: the prompt's
-    /// blocks, every candidate with its match, load and score, and the choice.
-    pub async fn explain(&self, body: &bytes::Bytes) -> Result<Value, ProxyError> {
+    /// blocks, every candidate with its match, load and score, and the
+    /// choice; and the admission decision for a request with `headers`.
+    pub async fn explain(
+        &self,
+        headers: &axum::http::HeaderMap,
+        body: &bytes::Bytes,
+    ) -> Result<Value, ProxyError> {
         let json: Value = serde_json::from_slice(body)
             .map_err(|e| ProxyError::InvalidRequest(format!("invalid JSON body: {e}")))?;
         let endpoint = if json.get("messages").is_some() {
@@ -25,7 +30,9 @@ impl Proxy {
         } else {
             Endpoint::Completions
         };
-        let super::Parsed { model, chain, .. } = self.read(endpoint, body).await?;
+        let parsed = self.read(endpoint, body).await?;
+        let admission = self.explain_admission(headers, &parsed, body).await;
+        let super::Parsed { model, chain, .. } = parsed;
         let block_size = self
             .prompts
             .pipelines()
@@ -129,6 +136,7 @@ impl Proxy {
             "load_bound": cap,
             "candidates": rows,
             "chosen": chosen,
+            "admission": admission,
         });
         if let Some(d) = disaggregation {
             explained["disaggregation"] = d;

@@ -9,6 +9,7 @@
 //! with prefill and decode workers is served disaggregated (`disagg`; the
 //! endpoint picker's two picks: `pd_pick`; what both share: `pd_steps`).
 
+mod admit;
 mod assign;
 mod candidates;
 mod cpu_pool;
@@ -43,7 +44,8 @@ use axum::http::{HeaderMap, Method};
 use axum::response::Response;
 use bytes::Bytes;
 
-use crate::flow::{FlowClass, FlowControl};
+use crate::admission::{Admission, RequestClass};
+use crate::flow::FlowControl;
 use crate::response_cache::{Lookup, ResponseCache, request_key};
 use crate::routing::{CacheAwareConfig, Policy};
 use crate::telemetry::{self, SPANS};
@@ -96,6 +98,18 @@ pub struct Proxy {
     pd_prefill: crate::routing::PrefillPolicy,
     /// Flow control, when on: the waiting room asked right before routing.
     flow: Option<Arc<FlowControl>>,
+    /// Tenants, classes and their limits.
+    admission: Arc<Admission>,
+}
+
+/// A client's request as admitted, on its way to routing.
+struct Outgoing<'a> {
+    method: &'a Method,
+    path_and_query: &'a str,
+    headers: &'a HeaderMap,
+    body: Bytes,
+    /// Flow control's leave to route it, held until it is counted in flight.
+    flow: Option<crate::flow::Ticket>,
 }
 
 /// When a model's workers were last seen live, and their (id, url, role).
@@ -112,6 +126,7 @@ impl Proxy {
         max_attempts: usize,
     ) -> Self {
         Proxy {
+            admission: Arc::new(Admission::new(Default::default(), store.clone())),
             store,
             prompts: Prompts::new(pipelines, u64::MAX),
             pool: CpuPool::new(
@@ -145,7 +160,7 @@ impl Proxy {
     async fn flow_admit(
         &self,
         model: &str,
-        class: &FlowClass,
+        class: &RequestClass,
     ) -> Result<Option<crate::flow::Ticket>, ProxyError> {
         let Some(flow) = &self.flow else {
             return Ok(None);
@@ -155,6 +170,17 @@ impl Proxy {
             .instrument(tracing::info_span!(target: SPANS, "flow_wait"))
             .await?;
         Ok(Some(ticket))
+    }
+
+    /// Classifies and admits requests by `admission` (default: no limits).
+    pub fn with_admission(mut self, admission: Arc<Admission>) -> Self {
+        self.admission = admission;
+        self
+    }
+
+    /// The admission step.
+    pub fn admission(&self) -> &Arc<Admission> {
+        &self.admission
     }
 
     /// Answers identical deterministic completions from `cache`, if any
@@ -258,14 +284,46 @@ impl Proxy {
             }
             _ => None,
         };
+        let parsed = self.read(endpoint, &body).await?;
+        let admitted = self.admit(headers, &parsed, &body).await?;
+        let body = self.with_priority(endpoint, &admitted, body);
+        let flow = self.flow_admit(&parsed.model, &admitted.class).await?;
+        let out = Outgoing {
+            method,
+            path_and_query,
+            headers,
+            body,
+            flow,
+        };
+        let resp = self
+            .forward_parsed(endpoint, out, parsed, miss, started)
+            .await?;
+        Ok(admitted.attach(resp))
+    }
+
+    /// Routes and forwards an admitted request.
+    async fn forward_parsed(
+        &self,
+        endpoint: Endpoint,
+        out: Outgoing<'_>,
+        parsed: Parsed,
+        miss: Option<(&ResponseCache, crate::response_cache::Miss)>,
+        started: Instant,
+    ) -> Result<Response, ProxyError> {
+        let Outgoing {
+            method,
+            path_and_query,
+            headers,
+            body,
+            flow,
+        } = out;
         let Parsed {
             model,
             chain,
             streamed,
-        } = self.read(endpoint, &body).await?;
+            ..
+        } = parsed;
         tracing::Span::current().record("model", model.as_str());
-        let class = FlowClass::default();
-        let ticket = self.flow_admit(&model, &class).await?;
         // Ask non-streamed completions for vLLM's load report (ORCA),
         // unless the client asked itself.
         let asked_orca =
@@ -302,7 +360,7 @@ impl Proxy {
             .await?;
         phase("valkey", valkey);
         // Routed (counted in flight): a dispatched request's place goes back.
-        drop(ticket);
+        drop(flow);
         metrics::counter!("prefix_router_decisions_total", "outcome" => decision(&ranked, tracked))
             .increment(1);
         let mut last_error = String::from("no live worker");

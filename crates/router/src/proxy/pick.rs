@@ -15,6 +15,7 @@ use super::pd_steps::uncached;
 use super::prompts::{Chain, Parsed};
 use super::ranking::UrlFilter;
 use super::{Endpoint, InFlightGuard, Proxy, ProxyError, decision, record_outcome};
+use crate::admission::Ticket;
 use crate::telemetry::{self, SPANS};
 
 /// Where a request should go: the workers in order, the first claimed and
@@ -33,6 +34,8 @@ pub struct Pick {
     /// For a disaggregated model: the prefill half (`ranked` are then
     /// decode workers).
     pd: Option<PrefillLeg>,
+    /// The request's hold on its tenant's limits.
+    ticket: Ticket,
 }
 
 impl Pick {
@@ -71,6 +74,13 @@ impl Pick {
         Some(target.url.as_str())
     }
 
+    /// The answer ended having used `used` tokens, when known: the
+    /// tenant's limits are settled (see [`Ticket::settle`]).
+    pub fn settle(self, used: Option<u64>) {
+        let Pick { ticket, .. } = self;
+        ticket.settle(used);
+    }
+
     /// The response's first bytes came: the worker's prefill of it is
     /// over, and so is a prefill worker's part.
     pub fn first_byte(&mut self) {
@@ -97,6 +107,7 @@ impl Pick {
             counted_on: 0,
             guard,
             pd: Some(leg),
+            ticket: Ticket::none(),
         }
     }
 }
@@ -113,7 +124,7 @@ impl Proxy {
         body: &Bytes,
         allowed: Option<&UrlFilter<'_>>,
     ) -> Result<Pick, ProxyError> {
-        self.pick_in_span(endpoint, body, allowed)
+        self.pick_in_span(endpoint, headers, body, allowed)
             .instrument(telemetry::route_span(headers))
             .await
     }
@@ -121,19 +132,22 @@ impl Proxy {
     async fn pick_in_span(
         &self,
         endpoint: Endpoint,
+        headers: &HeaderMap,
         body: &Bytes,
         allowed: Option<&UrlFilter<'_>>,
     ) -> Result<Pick, ProxyError> {
         let started = Instant::now();
-        let Parsed { model, chain, .. } = self.read(endpoint, body).await?;
+        let parsed = self.read(endpoint, body).await?;
+        let admitted = self.admit(headers, &parsed, body).await?;
+        // The exchange is held (Envoy waits) while the request waits here.
+        let flow = self.flow_admit(&parsed.model, &admitted.class).await?;
+        let Parsed { model, chain, .. } = parsed;
         let span = tracing::Span::current();
         span.record("model", model.as_str());
-        // The exchange is held (Envoy waits) while the request waits here.
-        let class = crate::flow::FlowClass::default();
-        let ticket = self.flow_admit(&model, &class).await?;
         let chain = if endpoint != Endpoint::Other && self.may_disaggregate(&model) {
             match self.pick_disaggregated(&model, chain, allowed).await {
-                PdPicked::Picked(pick) => {
+                PdPicked::Picked(mut pick) => {
+                    pick.ticket = admitted.ticket;
                     if let Some(first) = pick.ranked.first() {
                         span.record("worker", first.candidate.worker_id.as_str());
                         record_outcome(&model, first, &pick.chain);
@@ -151,7 +165,7 @@ impl Proxy {
             .rank_within(&model, &chain, allowed)
             .instrument(tracing::info_span!(target: SPANS, "valkey"))
             .await?;
-        drop(ticket);
+        drop(flow);
         metrics::counter!("prefix_router_decisions_total", "outcome" => decision(&ranked, tracked))
             .increment(1);
         ranked.truncate(self.max_attempts);
@@ -176,6 +190,7 @@ impl Proxy {
             counted_on: 0,
             guard,
             pd: None,
+            ticket: admitted.ticket,
         })
     }
 

@@ -35,6 +35,10 @@ pub(super) struct Parsed {
     pub(super) chain: Chain,
     /// Whether the answer is streamed.
     pub(super) streamed: bool,
+    /// The body's `user`, when a string (a possible tenant source).
+    pub(super) user: Option<String>,
+    /// The body's `max_tokens` (or `max_completion_tokens`), when a number.
+    pub(super) max_tokens: Option<u64>,
 }
 
 /// The fields of a body that routing reads; the rest is only checked to be
@@ -48,6 +52,12 @@ struct Fields {
     stream: Value,
     #[serde(default)]
     cache_salt: Value,
+    #[serde(default)]
+    user: Value,
+    #[serde(default)]
+    max_tokens: Value,
+    #[serde(default)]
+    max_completion_tokens: Value,
     /// Completions only (a chat body is rendered from its own parse).
     #[serde(default)]
     prompt: Option<PromptField>,
@@ -137,6 +147,11 @@ impl Prompts {
             model: resolved.route_model.to_owned(),
             chain,
             streamed: fields.stream == true,
+            user: fields.user.as_str().map(str::to_owned),
+            max_tokens: fields
+                .max_tokens
+                .as_u64()
+                .or(fields.max_completion_tokens.as_u64()),
         })
     }
 

@@ -1,4 +1,4 @@
-//! The engine's own count of a response's prompt and cached tokens, read
+//! The engine's own count of a response's prompt, cached and generated tokens, read
 //! from the end of its body: the `usage` of a JSON answer, or of the last
 //! server-sent event that carries one (streams with `include_usage`).
 
@@ -14,11 +14,13 @@ pub struct UsageTail {
     tail: Vec<u8>,
 }
 
-/// Tokens of the prompt, and of those the engine found in its cache.
+/// Tokens of the prompt, of those the engine found in its cache, and of
+/// the answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Usage {
     pub prompt_tokens: u64,
     pub cached_tokens: u64,
+    pub completion_tokens: u64,
 }
 
 #[derive(Deserialize)]
@@ -29,6 +31,8 @@ struct Answer {
 #[derive(Deserialize)]
 struct UsageField {
     prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
     prompt_tokens_details: Option<Details>,
 }
 
@@ -86,6 +90,7 @@ impl From<UsageField> for Usage {
                 .prompt_tokens_details
                 .and_then(|d| d.cached_tokens)
                 .unwrap_or(0),
+            completion_tokens: u.completion_tokens.unwrap_or(0),
         }
     }
 }
@@ -110,7 +115,8 @@ mod tests {
             usage_of(&[a, b]),
             Some(Usage {
                 prompt_tokens: 40,
-                cached_tokens: 32
+                cached_tokens: 32,
+                completion_tokens: 2
             })
         );
     }
@@ -126,7 +132,8 @@ mod tests {
             usage_of(&events),
             Some(Usage {
                 prompt_tokens: 7,
-                cached_tokens: 0
+                cached_tokens: 0,
+                completion_tokens: 0
             })
         );
     }
@@ -166,7 +173,8 @@ mod tests {
             tail.usage(),
             Some(Usage {
                 prompt_tokens: 9,
-                cached_tokens: 8
+                cached_tokens: 8,
+                completion_tokens: 0
             })
         );
     }

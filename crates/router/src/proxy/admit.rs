@@ -1,0 +1,82 @@
+//! [`Proxy::admit`]: the admission step of the routing path, after the
+//! body is parsed and before anything is routed (`crate::admission`), and
+//! the priority handed on to the engine when configured.
+
+use axum::http::HeaderMap;
+use bytes::Bytes;
+
+use super::prompts::Parsed;
+use super::{Endpoint, Proxy, ProxyError};
+use crate::admission::{Admitted, Cost};
+
+/// Bytes per token when a prompt's tokens are not counted (no tokenizer):
+/// a rough estimate, corrected by the answer's usage.
+const BYTES_PER_TOKEN: u64 = 4;
+
+impl Proxy {
+    /// Classifies the request and admits it against its tenant's limits;
+    /// a refusal is [`ProxyError::Limited`].
+    pub(super) async fn admit(
+        &self,
+        headers: &HeaderMap,
+        parsed: &Parsed,
+        body: &Bytes,
+    ) -> Result<Admitted, ProxyError> {
+        self.admission
+            .admit(headers, parsed.user.as_deref(), cost(parsed, body))
+            .await
+            .map_err(|r| ProxyError::Limited(Box::new(r)))
+    }
+
+    /// The admission decision [`admit`](Self::admit) would make, without
+    /// changing anything (explain).
+    pub(super) async fn explain_admission(
+        &self,
+        headers: &HeaderMap,
+        parsed: &Parsed,
+        body: &Bytes,
+    ) -> serde_json::Value {
+        self.admission
+            .explain(headers, parsed.user.as_deref(), cost(parsed, body))
+            .await
+    }
+
+    /// `body` with the request's priority as vLLM's `priority` field (the
+    /// client's own replaced), when `--pass-priority` asks for it; else as
+    /// it is.
+    pub(super) fn with_priority(
+        &self,
+        endpoint: Endpoint,
+        admitted: &Admitted,
+        body: Bytes,
+    ) -> Bytes {
+        if !self.admission.config().pass_priority || endpoint == Endpoint::Other {
+            return body;
+        }
+        let Ok(serde_json::Value::Object(mut fields)) = serde_json::from_slice(&body) else {
+            return body;
+        };
+        // vLLM serves a lower value first; a class's priority is higher
+        // for more important work.
+        fields.insert(
+            "priority".into(),
+            serde_json::Value::from(-i64::from(admitted.class.priority)),
+        );
+        match serde_json::to_vec(&fields) {
+            Ok(v) => Bytes::from(v),
+            Err(_) => body,
+        }
+    }
+}
+
+/// What a request costs its tenant's tokens limit.
+fn cost(parsed: &Parsed, body: &Bytes) -> Cost {
+    let prompt_tokens = match parsed.chain.prompt_tokens {
+        0 => body.len() as u64 / BYTES_PER_TOKEN,
+        n => n,
+    };
+    Cost {
+        prompt_tokens,
+        max_tokens: parsed.max_tokens,
+    }
+}
