@@ -92,7 +92,7 @@ impl Refusal {
             self.message,
         );
         e.code = Some("rate_limit_exceeded");
-        e.headers = self.state.headers();
+        e.headers = Box::new(self.state.headers());
         let secs = self.retry_after.as_secs_f64().ceil().max(1.0) as u64;
         put(&mut e.headers, "retry-after", secs.to_string());
         put(

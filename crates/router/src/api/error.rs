@@ -20,7 +20,7 @@ pub struct ApiError {
     /// else the status as a number.
     pub code: Option<&'static str>,
     /// Headers sent with the error (a refusal's `Retry-After`, rate limits).
-    pub headers: HeaderMap,
+    pub headers: Box<HeaderMap>,
 }
 
 impl ApiError {
@@ -36,7 +36,7 @@ impl ApiError {
             kind,
             message: message.into(),
             code: None,
-            headers: HeaderMap::new(),
+            headers: Box::default(),
         }
     }
 
@@ -90,7 +90,7 @@ impl IntoResponse for ApiError {
     /// and the client has shown it cannot be waited for.
     fn into_response(self) -> Response {
         let mut response = (self.status, Json(self.body())).into_response();
-        response.headers_mut().extend(self.headers);
+        response.headers_mut().extend(*self.headers);
         if self.status == StatusCode::REQUEST_TIMEOUT {
             response
                 .headers_mut()

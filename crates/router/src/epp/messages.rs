@@ -131,7 +131,7 @@ pub fn body_pieces(phase: Phase, body: &[u8], end_of_stream: bool) -> Vec<Proces
 pub fn immediate(error: &ApiError) -> ProcessingResponse {
     let body = error.body();
     let mut set_headers = vec![header("content-type", "application/json")];
-    for (name, value) in &error.headers {
+    for (name, value) in error.headers.iter() {
         if let Ok(value) = value.to_str() {
             set_headers.push(header(name.as_str(), value));
         }
