@@ -19,4 +19,4 @@ echo "test: the state suite against $("$redis_bin" --version | cut -d' ' -f1-3)"
 VALKEY_SERVER="$redis_bin" cargo test --locked -p prefix-router \
   --test sync --test expiry --test state_model --test route_script --test restart \
   --test inflight_reconcile --test multi_model --test inspect --test api_lifecycle \
-  --test push --test probes --test shards --test response_cache_store --test tier_state
+  --test push --test probes --test shards --test response_cache_store --test tier_state --test flow_store
