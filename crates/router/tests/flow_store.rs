@@ -142,7 +142,7 @@ async fn high_priority_on_one_router_goes_before_low_priority_waiting_on_another
         .flow_dispatch(MODEL, &t, Duration::from_secs(5), None)
         .await
         .unwrap();
-    assert_eq!(d.dispatched, [high.clone()]);
+    assert_eq!(d.dispatched, std::slice::from_ref(&high));
     // Until it is routed (or its dispatch expires) it holds the place.
     let d = b
         .flow_dispatch(MODEL, &t, Duration::from_secs(5), None)

@@ -1,0 +1,122 @@
+//! Flow control end to end: a router over real Valkey and a worker over
+//! real HTTP that holds each request, `--max-in-flight-per-worker 1`: a
+//! request waits while the worker is busy and is routed when it frees; a
+//! wait past `--queue-timeout` is a 503 `queue_timeout` with `Retry-After`;
+//! a client that goes away while waiting is never sent to the worker.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
+mod support;
+
+use std::time::Duration;
+
+use prefix_router::{FlowArgs, ServeArgs};
+use serde_json::{Value, json};
+use support::fake_worker::FakeWorker;
+use support::{Router, Valkey, http};
+
+const MODEL: &str = "m";
+
+async fn fleet(timeout: Duration) -> (Valkey, Router, FakeWorker) {
+    let valkey = Valkey::start();
+    let w = FakeWorker::start("w0").await;
+    *w.shared.answer_delay.lock().unwrap() = Some(Duration::from_millis(700));
+    w.register_in(&valkey, MODEL).await;
+    let args = ServeArgs {
+        flow: Box::new(FlowArgs {
+            max_in_flight_per_worker: Some(1),
+            queue_timeout: Some(timeout),
+            ..FlowArgs::default()
+        }),
+        ..ServeArgs::default()
+    };
+    let router = Router::start(&valkey.url(), args).await;
+    (valkey, router, w)
+}
+
+fn body(prompt: &str) -> Value {
+    json!({ "model": MODEL, "prompt": prompt, "max_tokens": 1 })
+}
+
+#[tokio::test]
+async fn a_waiting_request_is_routed_when_the_worker_frees() {
+    let (_v, router, w) = fleet(Duration::from_secs(5)).await;
+    let url = router.url("/v1/completions");
+    let first = tokio::spawn({
+        let url = url.clone();
+        async move {
+            http()
+                .post(url)
+                .json(&body("one"))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = std::time::Instant::now();
+    let second = http().post(&url).json(&body("two")).send().await.unwrap();
+    assert_eq!(second.status(), 200);
+    assert_eq!(first.await.unwrap(), 200);
+    // It waited for the first to finish: it was never on the worker at
+    // the same time.
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(w.hits(), 2);
+}
+
+#[tokio::test]
+async fn a_wait_past_the_timeout_is_a_503_and_a_gone_client_is_never_sent() {
+    let (_v, router, w) = fleet(Duration::from_millis(300)).await;
+    let url = router.url("/v1/completions");
+    let first = tokio::spawn({
+        let url = url.clone();
+        async move {
+            http()
+                .post(url)
+                .json(&body("one"))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let resp = http().post(&url).json(&body("two")).send().await.unwrap();
+    assert_eq!(resp.status(), 503);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    let err: Value = resp.json().await.unwrap();
+    assert_eq!(err["error"]["type"], "queue_timeout", "{err}");
+    // A client that gives up while its request waits.
+    let gone = http()
+        .post(&url)
+        .timeout(Duration::from_millis(100))
+        .json(&body("three"))
+        .send()
+        .await;
+    assert!(gone.is_err());
+    assert_eq!(first.await.unwrap(), 200);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let prompts: Vec<Value> = w
+        .shared
+        .bodies
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|b| b["prompt"].clone())
+        .collect();
+    assert_eq!(prompts, [json!("one")], "only the first reached the worker");
+    // The third left when its client went away, not by its timeout.
+    let metrics = support::metrics_text(&router).await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("prefix_router_flow_shed_total")
+                && l.contains("reason=\"client_gone\"")),
+        "{metrics}"
+    );
+}
