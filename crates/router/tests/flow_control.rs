@@ -38,22 +38,17 @@ fn body(prompt: &str) -> Value {
     json!({ "model": MODEL, "prompt": prompt, "max_tokens": 1 })
 }
 
+/// Sends the request that holds the worker ("one"); its status when done.
+fn occupy(url: &str) -> tokio::task::JoinHandle<reqwest::StatusCode> {
+    let request = http().post(url).json(&body("one"));
+    tokio::spawn(async move { request.send().await.unwrap().status() })
+}
+
 #[tokio::test]
 async fn a_waiting_request_is_routed_when_the_worker_frees() {
     let (_v, router, w) = fleet(Duration::from_secs(5)).await;
     let url = router.url("/v1/completions");
-    let first = tokio::spawn({
-        let url = url.clone();
-        async move {
-            http()
-                .post(url)
-                .json(&body("one"))
-                .send()
-                .await
-                .unwrap()
-                .status()
-        }
-    });
+    let first = occupy(&url);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let started = std::time::Instant::now();
     let second = http().post(&url).json(&body("two")).send().await.unwrap();
@@ -73,18 +68,7 @@ async fn a_waiting_request_is_routed_when_the_worker_frees() {
 async fn a_wait_past_the_timeout_is_a_503_and_a_gone_client_is_never_sent() {
     let (_v, router, w) = fleet(Duration::from_millis(300)).await;
     let url = router.url("/v1/completions");
-    let first = tokio::spawn({
-        let url = url.clone();
-        async move {
-            http()
-                .post(url)
-                .json(&body("one"))
-                .send()
-                .await
-                .unwrap()
-                .status()
-        }
-    });
+    let first = occupy(&url);
     tokio::time::sleep(Duration::from_millis(150)).await;
     let resp = http().post(&url).json(&body("two")).send().await.unwrap();
     assert_eq!(resp.status(), 503);
