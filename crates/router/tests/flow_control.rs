@@ -96,6 +96,18 @@ async fn a_wait_past_the_timeout_is_a_503_and_a_gone_client_is_never_sent() {
     assert_eq!(prompts, [json!("one")], "only the first reached the worker");
     // The third left when its client went away, not by its timeout.
     let metrics = support::metrics_text(&router).await;
+    // What the dashboard's flow control panels read (tests/dashboards.rs).
+    for name in [
+        "prefix_router_flow_waiting",
+        "prefix_router_flow_queued_total",
+        "prefix_router_flow_fleet_waiting",
+        "prefix_router_flow_saturated",
+        "prefix_router_flow_wait_seconds",
+        "prefix_router_flow_admitted_total",
+        "prefix_router_flow_shed_total",
+    ] {
+        assert!(metrics.lines().any(|l| l.starts_with(name)), "no {name}");
+    }
     assert!(
         metrics
             .lines()
