@@ -10,7 +10,7 @@ mod support;
 
 use std::time::Duration;
 
-use prefix_router::{FlowArgs, ServeArgs};
+use prefix_router::{AdmissionArgs, FlowArgs, ServeArgs};
 use serde_json::{Value, json};
 use support::fake_worker::FakeWorker;
 use support::{Router, Valkey, http};
@@ -19,19 +19,125 @@ const MODEL: &str = "m";
 
 async fn fleet(timeout: Duration) -> (Valkey, Router, FakeWorker) {
     let valkey = Valkey::start();
+    let w = worker(&valkey, 700).await;
+    let router = Router::start(&valkey.url(), args(timeout, 1024)).await;
+    (valkey, router, w)
+}
+
+/// A worker that answers each request after `delay_ms`, registered.
+async fn worker(valkey: &Valkey, delay_ms: u64) -> FakeWorker {
     let w = FakeWorker::start("w0").await;
-    *w.shared.answer_delay.lock().unwrap() = Some(Duration::from_millis(700));
-    w.register_in(&valkey, MODEL).await;
-    let args = ServeArgs {
+    *w.shared.answer_delay.lock().unwrap() = Some(Duration::from_millis(delay_ms));
+    w.register_in(valkey, MODEL).await;
+    w
+}
+
+/// One request in flight per worker; objective `high` is priority 10,
+/// `batch` -1 (sheddable); no header: 0.
+fn args(timeout: Duration, max_queued: usize) -> ServeArgs {
+    ServeArgs {
         flow: Box::new(FlowArgs {
             max_in_flight_per_worker: Some(1),
             queue_timeout: Some(timeout),
+            max_queued: Some(max_queued),
             ..FlowArgs::default()
         }),
+        admission: Box::new(AdmissionArgs {
+            objectives: vec!["high=10".into(), "batch=-1".into()],
+            ..AdmissionArgs::default()
+        }),
         ..ServeArgs::default()
-    };
-    let router = Router::start(&valkey.url(), args).await;
-    (valkey, router, w)
+    }
+}
+
+/// Sends `prompt` with `objective` (none: priority 0) to `router`; returns
+/// the status and the error type of a refusal.
+fn send(
+    router: &Router,
+    prompt: &str,
+    objective: Option<&str>,
+) -> tokio::task::JoinHandle<(u16, String)> {
+    let mut request = http()
+        .post(router.url("/v1/completions"))
+        .json(&body(prompt));
+    if let Some(o) = objective {
+        request = request.header("x-gateway-inference-objective", o);
+    }
+    tokio::spawn(async move {
+        let resp = request.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let v: Value = resp.json().await.unwrap_or(Value::Null);
+        (status, v["error"]["type"].as_str().unwrap_or("").to_owned())
+    })
+}
+
+/// The prompts the worker received, in order.
+fn received(w: &FakeWorker) -> Vec<String> {
+    w.shared
+        .bodies
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|b| b["prompt"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn high_priority_sent_to_router_a_goes_before_low_priority_waiting_on_router_b() {
+    let valkey = Valkey::start();
+    let w = worker(&valkey, 300).await;
+    let a = Router::start(&valkey.url(), args(Duration::from_secs(20), 1024)).await;
+    let b = Router::start(&valkey.url(), args(Duration::from_secs(20), 1024)).await;
+    let mut all = vec![send(&b, "one", None)];
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    for i in 0..3 {
+        all.push(send(&b, &format!("low{i}"), None));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for i in 0..2 {
+        all.push(send(&a, &format!("high{i}"), Some("high")));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A sheddable request while saturated: refused at once.
+    let (status, kind) = send(&a, "batch", Some("batch")).await.unwrap();
+    assert_eq!((status, kind.as_str()), (429, "sheddable_refused"));
+    for r in all {
+        assert_eq!(r.await.unwrap().0, 200);
+    }
+    let got = received(&w);
+    assert_eq!(got[0], "one");
+    let mut highs: Vec<&String> = got[1..3].iter().collect();
+    highs.sort();
+    assert_eq!(highs, ["high0", "high1"], "worker received {got:?}");
+    assert_eq!(
+        got[3..],
+        ["low0", "low1", "low2"],
+        "worker received {got:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_full_waiting_room_sheds_the_lowest_priority_first() {
+    let valkey = Valkey::start();
+    let w = worker(&valkey, 400).await;
+    let r = Router::start(&valkey.url(), args(Duration::from_secs(20), 2)).await;
+    let first = send(&r, "one", None);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let low0 = send(&r, "low0", None);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let low1 = send(&r, "low1", None);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Full: a high-priority arrival sheds the latest low-priority waiter.
+    let high = send(&r, "high", Some("high"));
+    assert_eq!(low1.await.unwrap(), (503, "queue_full".to_owned()));
+    // Full again: a low-priority arrival is itself the lowest.
+    let low2 = send(&r, "low2", None);
+    assert_eq!(low2.await.unwrap(), (503, "queue_full".to_owned()));
+    assert_eq!(first.await.unwrap().0, 200);
+    assert_eq!(high.await.unwrap().0, 200);
+    assert_eq!(low0.await.unwrap().0, 200);
+    assert_eq!(received(&w), ["one", "high", "low0"]);
 }
 
 fn body(prompt: &str) -> Value {
