@@ -13,6 +13,8 @@
 //! * [`run`]: one run: arms, scenarios, the report's files.
 //! * [`capacity`]: runs at rising rates per prompt size; CPU per request
 //!   and requests per core of Valkey and the routers.
+//! * [`overload`]: classes and tenants at half and twice the fleet's
+//!   capacity, flow control off and on (`loadtest overload`).
 //! * [`pd`]: prefill/decode disaggregation against colocated workers
 //!   (`loadtest pd`): the P/D arms, each role's counters, `pd.md`.
 //! * [`runner`]: drives one arm's fleet through a workload and a scenario.
@@ -43,6 +45,7 @@ pub mod drive;
 pub mod fleet;
 pub mod machine;
 pub mod metrics;
+pub mod overload;
 pub mod pd;
 pub mod peers;
 pub mod real_engine;

@@ -22,6 +22,10 @@ fn main() -> anyhow::Result<()> {
                 r = loadtest::pd::pd(*args) => r.map(|_| ()),
                 _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted; every process started was stopped")),
             },
+            Command::Overload(args) => tokio::select! {
+                r = loadtest::overload::overload(*args) => r.map(|_| ()),
+                _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted; every process started was stopped")),
+            },
             Command::RealEngine(args) => tokio::select! {
                 r = loadtest::real_engine::real_engine(*args) => r.map(|_| ()),
                 _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted; every process started was stopped")),
