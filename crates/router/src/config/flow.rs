@@ -13,7 +13,7 @@ use super::file::file_duration;
 use crate::flow::FlowSettings;
 use state::SaturationThresholds;
 
-/// Requests that may wait per router by default.
+/// Requests that may wait per model in each router by default.
 const DEFAULT_MAX_QUEUED: usize = 1024;
 /// Longest wait by default.
 const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -40,8 +40,9 @@ pub struct FlowArgs {
     /// not yet past their first token [default: off].
     #[arg(long, env = "PREFIX_ROUTER_SATURATION_PREFILL_TOKENS")]
     pub saturation_prefill_tokens: Option<u64>,
-    /// Requests that may wait in this router while the workers are
-    /// saturated; past it the lowest priority is shed [default: 1024].
+    /// Requests of one model that may wait in this router while its
+    /// workers are saturated; past it the lowest priority is shed
+    /// [default: 1024].
     #[arg(long, env = "PREFIX_ROUTER_MAX_QUEUED")]
     pub max_queued: Option<usize>,
     /// Longest wait in the router; then the request gets a 503
