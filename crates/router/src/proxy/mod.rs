@@ -8,6 +8,9 @@
 //! Valkey, the last known workers are ranked by consistent hashing. A model
 //! with prefill and decode workers is served disaggregated (`disagg`; the
 //! endpoint picker's two picks: `pd_pick`; what both share: `pd_steps`).
+//! Before any of it, the request is admitted (`admit`) and passes flow
+//! control's gate (`flow_gate`: it may wait while the workers are
+//! saturated).
 
 mod admit;
 mod assign;
@@ -16,6 +19,7 @@ mod cpu_pool;
 mod disagg;
 mod error;
 mod explain;
+mod flow_gate;
 mod forward;
 mod inflight;
 mod orca;
@@ -44,7 +48,7 @@ use axum::http::{HeaderMap, Method};
 use axum::response::Response;
 use bytes::Bytes;
 
-use crate::admission::{Admission, RequestClass};
+use crate::admission::Admission;
 use crate::flow::FlowControl;
 use crate::response_cache::{Lookup, ResponseCache, request_key};
 use crate::routing::{CacheAwareConfig, Policy};
@@ -145,31 +149,6 @@ impl Proxy {
             pd_prefill: crate::routing::PrefillPolicy::default(),
             flow: None,
         }
-    }
-
-    /// Holds requests in the waiting room while the workers are saturated
-    /// (off unless given).
-    pub fn with_flow_control(mut self, flow: Option<Arc<FlowControl>>) -> Self {
-        self.flow = flow;
-        self
-    }
-
-    /// Flow control's leave to route a request of `model` now (after its
-    /// wait, if the workers are saturated), or its refusal. The one place
-    /// both modes ask, right after admission.
-    async fn flow_admit(
-        &self,
-        model: &str,
-        class: &RequestClass,
-    ) -> Result<Option<crate::flow::Ticket>, ProxyError> {
-        let Some(flow) = &self.flow else {
-            return Ok(None);
-        };
-        let ticket = flow
-            .admit(model, class)
-            .instrument(tracing::info_span!(target: SPANS, "flow_wait"))
-            .await?;
-        Ok(Some(ticket))
     }
 
     /// Classifies and admits requests by `admission` (default: no limits).
