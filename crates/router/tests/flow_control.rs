@@ -19,15 +19,44 @@ const MODEL: &str = "m";
 
 async fn fleet(timeout: Duration) -> (Valkey, Router, FakeWorker) {
     let valkey = Valkey::start();
-    let w = worker(&valkey, 700).await;
+    let w = worker(&valkey).await;
     let router = Router::start(&valkey.url(), args(timeout, 1024)).await;
+    warm(&valkey, &[&router], &w, 700).await;
     (valkey, router, w)
 }
 
-/// A worker that answers each request after `delay_ms`, registered.
-async fn worker(valkey: &Valkey, delay_ms: u64) -> FakeWorker {
-    let w = FakeWorker::start("w0").await;
+/// Sends each router one request and waits until each holds its lease on
+/// the model (a router's in-flight counts weigh only under its lease,
+/// which a new router takes at its first request), then makes the worker
+/// hold each request `delay_ms`; the warm-up requests are forgotten.
+async fn warm(valkey: &Valkey, routers: &[&Router], w: &FakeWorker, delay_ms: u64) {
+    for r in routers {
+        let resp = http()
+            .post(r.url("/v1/completions"))
+            .json(&body("warm"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+    }
+    let mut c = valkey.conn();
+    for _ in 0..100 {
+        let n: usize = redis::cmd("ZCARD")
+            .arg("pr:{m}:routers")
+            .query(&mut c)
+            .unwrap();
+        if n >= routers.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    w.shared.bodies.lock().unwrap().clear();
     *w.shared.answer_delay.lock().unwrap() = Some(Duration::from_millis(delay_ms));
+}
+
+/// A worker, registered.
+async fn worker(valkey: &Valkey) -> FakeWorker {
+    let w = FakeWorker::start("w0").await;
     w.register_in(valkey, MODEL).await;
     w
 }
@@ -85,9 +114,10 @@ fn received(w: &FakeWorker) -> Vec<String> {
 #[tokio::test]
 async fn high_priority_sent_to_router_a_goes_before_low_priority_waiting_on_router_b() {
     let valkey = Valkey::start();
-    let w = worker(&valkey, 300).await;
+    let w = worker(&valkey).await;
     let a = Router::start(&valkey.url(), args(Duration::from_secs(20), 1024)).await;
     let b = Router::start(&valkey.url(), args(Duration::from_secs(20), 1024)).await;
+    warm(&valkey, &[&a, &b], &w, 300).await;
     let mut all = vec![send(&b, "one", None)];
     tokio::time::sleep(Duration::from_millis(150)).await;
     for i in 0..3 {
@@ -120,8 +150,9 @@ async fn high_priority_sent_to_router_a_goes_before_low_priority_waiting_on_rout
 #[tokio::test]
 async fn a_full_waiting_room_sheds_the_lowest_priority_first() {
     let valkey = Valkey::start();
-    let w = worker(&valkey, 400).await;
+    let w = worker(&valkey).await;
     let r = Router::start(&valkey.url(), args(Duration::from_secs(20), 2)).await;
+    warm(&valkey, &[&r], &w, 400).await;
     let first = send(&r, "one", None);
     tokio::time::sleep(Duration::from_millis(150)).await;
     let low0 = send(&r, "low0", None);
@@ -167,7 +198,7 @@ async fn a_waiting_request_is_routed_when_the_worker_frees() {
         "{:?}",
         started.elapsed()
     );
-    assert_eq!(w.hits(), 2);
+    assert_eq!(w.shared.bodies.lock().unwrap().len(), 2);
 }
 
 #[tokio::test]

@@ -92,6 +92,10 @@ impl StateStore {
     ) -> Result<FlowDispatch, StateError> {
         const S: ScriptName = ScriptName::FlowDispatch;
         let part = self.flow_part(model)?;
+        // This router's in-flight counts weigh only under its lease: a new
+        // router's first requests must count before the script judges the
+        // capacity, or the next would see a free place they hold.
+        self.lease_if_new(model).await;
         let opt = |x: Option<String>| x.unwrap_or_else(|| "-1".to_owned());
         let mut args = vec![
             self.router_id().to_owned(),

@@ -193,16 +193,19 @@ impl Proxy {
     }
 
     /// Tells flow control whether the workers this decision saw are
-    /// saturated, the chosen one counting the request just routed to it.
+    /// saturated, the first counting the request routed to it.
     fn observe_flow(&self, model: &str, ranked: &[Target]) {
         let Some(flow) = &self.flow else {
             return;
         };
+        // The first is where the request goes (counted by the atomic step,
+        // or by the caller right after).
         let counted: Vec<crate::routing::Candidate> = ranked
             .iter()
-            .map(|t| {
+            .enumerate()
+            .map(|(i, t)| {
                 let mut c = t.candidate.clone();
-                if t.assigned {
+                if i == 0 {
                     c.in_flight += 1;
                     c.prefill_tokens += t.prefill_tokens;
                 }
