@@ -20,4 +20,4 @@ VALKEY_SERVER="$redis_bin" cargo test --locked -p prefix-router \
   --test sync --test expiry --test state_model --test route_script --test restart \
   --test inflight_reconcile --test multi_model --test inspect --test api_lifecycle \
   --test push --test probes --test shards --test response_cache_store --test tier_state \
-  --test tenant_limits_store
+  --test tenant_limits_store --test flow_store

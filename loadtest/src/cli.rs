@@ -36,6 +36,9 @@ pub enum Command {
     /// or RAG workload: TTFT, time per output token, each role's hit rate,
     /// skipped prefills (`pd.md`).
     Pd(Box<crate::pd::PdArgs>),
+    /// Overload: classes and tenants offered half, then twice what the
+    /// fleet serves, flow control off and on side by side (`overload.md`).
+    Overload(Box<crate::overload::OverloadArgs>),
     /// The fleet in front of two real vLLM CPU engines (scripts/real-vllm.sh
     /// installs them): router matches against the engines' cached tokens,
     /// cache reset and engine restart, RAG against round robin.

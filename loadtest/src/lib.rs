@@ -15,6 +15,8 @@
 //!   load factors until TTFT p99 or failures pass a bound.
 //! * [`capacity`]: runs at rising rates per prompt size; CPU per request
 //!   and requests per core of Valkey and the routers.
+//! * [`overload`]: classes and tenants at half and twice the fleet's
+//!   capacity, flow control off and on (`loadtest overload`).
 //! * [`pd`]: prefill/decode disaggregation against colocated workers
 //!   (`loadtest pd`): the P/D arms, each role's counters, `pd.md`.
 //! * [`runner`]: drives one arm's fleet through a workload and a scenario.
@@ -47,6 +49,7 @@ pub mod drive;
 pub mod fleet;
 pub mod machine;
 pub mod metrics;
+pub mod overload;
 pub mod pd;
 pub mod peers;
 pub mod ramp;

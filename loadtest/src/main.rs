@@ -30,6 +30,10 @@ fn main() -> anyhow::Result<()> {
                 r = loadtest::rate_limit::rate_limit(*args) => r.map(|_| ()),
                 _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted; every process started was stopped")),
             },
+            Command::Overload(args) => tokio::select! {
+                r = loadtest::overload::overload(*args) => r.map(|_| ()),
+                _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted; every process started was stopped")),
+            },
             Command::RealEngine(args) => tokio::select! {
                 r = loadtest::real_engine::real_engine(*args) => r.map(|_| ()),
                 _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted; every process started was stopped")),

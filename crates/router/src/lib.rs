@@ -27,6 +27,9 @@
 //!   `least_loaded`, `power_of_two`, `consistent_hash`, bounded load; and
 //!   `decode`, the decode pick and skip-prefill rule of disaggregated
 //!   serving, and `prefill`, its prefill pick (`--pd-prefill-policy`).
+//! * `flow`: flow control: saturation, the waiting room in each router
+//!   and its fleet-wide order in Valkey (priorities, tenants by weight),
+//!   shedding; asked by `proxy` right before routing.
 //! * `response_cache`: the optional cache of deterministic completions in
 //!   Valkey, asked by `proxy` before routing, replayed byte for byte.
 //! * `metrics_recorder`: the Prometheus recorder, installed once per process.
@@ -47,6 +50,7 @@ mod admission;
 mod api;
 mod config;
 mod epp;
+mod flow;
 mod forward_paths;
 mod hop;
 mod load_scrape;
@@ -59,10 +63,12 @@ mod serve;
 mod telemetry;
 
 pub use config::{
-    AdmissionArgs, AdmissionConfig, BodyMode, EppArgs, EppSettings, ExposureArgs, GrpcTls,
+    AdmissionArgs, AdmissionConfig, BodyMode, EppArgs, EppSettings, ExposureArgs, FlowArgs,
+    GrpcTls,
     ModelConfig, ResponseCacheArgs, ServeArgs, ServeConfig, StaticWorker, TenantConfig,
     TenantLimits, TenantSource,
 };
+pub use flow::FlowSettings;
 pub use metrics_recorder::metrics_handle;
 pub use protocol::headers::WORKER_HEADER;
 pub use response_cache::{CACHE_HEADER, Settings as ResponseCacheSettings};

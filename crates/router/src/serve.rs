@@ -12,6 +12,7 @@ use crate::api::{
     self, AppState, ConnGuard, ConnLimits, GuardedListener, HttpLimits, InternalAuth, Surface,
 };
 use crate::config::ServeConfig;
+use crate::flow::FlowControl;
 use crate::load_scrape::{ScrapeSettings, scrape_loop};
 use crate::metrics_recorder::{metrics_handle, zero_counters};
 use crate::proxy::{CpuPool, Proxy, Upstream};
@@ -79,6 +80,7 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
     let atomic = (policy.name() == "cache_aware").then_some(cache_aware);
     let cache = (cfg.response_cache.clone())
         .map(|s| ResponseCache::new(store.clone(), s, cfg.valkey.hot_timeout));
+    let flow = (cfg.flow.clone()).map(|s| FlowControl::new(store.clone(), s));
     let admission = Arc::new(Admission::new(cfg.admission.clone(), store.clone()));
     let proxy = Proxy::new(store, pipelines, policy, atomic, upstream, cfg.max_attempts)
         .with_admission(admission);
@@ -91,7 +93,8 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
         .with_known_for(cfg.ttls.worker_lease)
         .with_pd_skip_prefill_share(cfg.pd_skip_prefill_share)
         .with_pd_prefill_policy(cfg.pd_prefill_policy)
-        .with_response_cache(cache))
+        .with_response_cache(cache)
+        .with_flow_control(flow))
 }
 
 /// The async runtime `cfg` asks for: a single thread for

@@ -40,6 +40,8 @@
 //!   worker's prefill/decode role, when it has one).
 //! * `response_cache`: the optional response cache's entries, admitted
 //!   within a byte budget (`response_put.lua`), read with a plain GET.
+//! * `flow`: flow control's fleet-wide waiting room (`flow_dispatch.lua`,
+//!   `flow_leave.lua`): saturation, priorities, tenants' shares, dispatch.
 //! * `tenant_limits`: a tenant's fleet-wide limits (`limit_*.lua`):
 //!   requests and tokens per window (GCRA), requests in flight under a
 //!   per-router lease.
@@ -57,6 +59,7 @@ mod blocks;
 mod connections;
 mod error;
 mod fan_out;
+mod flow;
 mod gc;
 mod in_flight;
 pub mod inspect;
@@ -78,6 +81,7 @@ mod view_record;
 pub use blocks::StoredOutcome;
 pub use connections::{ConnectionSettings, normalize_url};
 pub use error::StateError;
+pub use flow::{Arrival, FlowArrival, FlowDispatch, SaturationThresholds, flow_member};
 pub use gc::GcReport;
 pub use in_flight::InFlight;
 pub use keys::KeySpace;

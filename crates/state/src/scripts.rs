@@ -71,6 +71,10 @@ pub enum ScriptName {
     Load,
     /// Admit a response to the response cache, within its byte budget.
     ResponsePut,
+    /// Flow control: saturation, an arriving request's place, dispatches.
+    FlowDispatch,
+    /// Flow control: requests leave the waiting room.
+    FlowLeave,
     /// Admit a tenant's request against its fleet-wide limits.
     LimitAdmit,
     /// Correct a tenant's tokens by an answer's usage; release its place.
@@ -81,7 +85,7 @@ pub enum ScriptName {
 
 impl ScriptName {
     /// Every script, in a fixed order.
-    pub const ALL: [ScriptName; 23] = [
+    pub const ALL: [ScriptName; 25] = [
         ScriptName::Heartbeat,
         ScriptName::Deregister,
         ScriptName::Claim,
@@ -102,6 +106,8 @@ impl ScriptName {
         ScriptName::Route,
         ScriptName::Load,
         ScriptName::ResponsePut,
+        ScriptName::FlowDispatch,
+        ScriptName::FlowLeave,
         ScriptName::LimitAdmit,
         ScriptName::LimitSettle,
         ScriptName::LimitLease,
@@ -130,6 +136,8 @@ impl ScriptName {
             ScriptName::Route => "route.lua",
             ScriptName::Load => "load.lua",
             ScriptName::ResponsePut => "response_put.lua",
+            ScriptName::FlowDispatch => "flow_dispatch.lua",
+            ScriptName::FlowLeave => "flow_leave.lua",
             ScriptName::LimitAdmit => "limit_admit.lua",
             ScriptName::LimitSettle => "limit_settle.lua",
             ScriptName::LimitLease => "limit_lease.lua",
@@ -158,6 +166,8 @@ impl ScriptName {
             ScriptName::Route => include_str!("../lua/route.lua"),
             ScriptName::Load => include_str!("../lua/load.lua"),
             ScriptName::ResponsePut => include_str!("../lua/response_put.lua"),
+            ScriptName::FlowDispatch => include_str!("../lua/flow_dispatch.lua"),
+            ScriptName::FlowLeave => include_str!("../lua/flow_leave.lua"),
             ScriptName::LimitAdmit => include_str!("../lua/limit_admit.lua"),
             ScriptName::LimitSettle => include_str!("../lua/limit_settle.lua"),
             ScriptName::LimitLease => include_str!("../lua/limit_lease.lua"),

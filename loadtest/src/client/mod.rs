@@ -118,30 +118,45 @@ impl Client {
 
     /// Sends `body` to `api`'s route and reads the whole answer.
     pub async fn send(&self, api: Api, body: &Value) -> Outcome {
+        self.send_with(api, body, &[]).await
+    }
+
+    /// As [`send`](Self::send), with extra request `headers` (a tenant, an
+    /// objective).
+    pub async fn send_with(&self, api: Api, body: &Value, headers: &[(String, String)]) -> Outcome {
         let path = match api {
             Api::Completions => "/v1/completions",
             Api::Chat => "/v1/chat/completions",
         };
         let stream = body["stream"].as_bool().unwrap_or(false);
         let start = Instant::now();
-        match tokio::time::timeout(self.timeout, self.exchange(path, body, stream, start)).await {
+        let exchange = self.exchange(path, body, headers, stream, start);
+        match tokio::time::timeout(self.timeout, exchange).await {
             Ok(o) => o,
             Err(_) => Outcome::failed(start, None, format!("timeout after {:?}", self.timeout)),
         }
     }
 
-    async fn exchange(&self, path: &str, body: &Value, stream: bool, start: Instant) -> Outcome {
+    async fn exchange(
+        &self,
+        path: &str,
+        body: &Value,
+        headers: &[(String, String)],
+        stream: bool,
+        start: Instant,
+    ) -> Outcome {
         let bytes = match serde_json::to_vec(body) {
             Ok(b) => b,
             Err(e) => return Outcome::failed(start, None, format!("encoding the body: {e}")),
         };
-        let resp = self
+        let mut request = self
             .http
             .post(format!("{}{path}", self.base))
-            .header("content-type", "application/json")
-            .body(bytes)
-            .send()
-            .await;
+            .header("content-type", "application/json");
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        let resp = request.body(bytes).send().await;
         let mut resp = match resp {
             Ok(r) => r,
             Err(e) => return Outcome::failed(start, None, format!("transport: {e}")),

@@ -36,6 +36,7 @@ impl From<ProxyError> for ApiError {
             ProxyError::Tokenize(_) => {
                 ApiError::new(StatusCode::BAD_REQUEST, "invalid_prompt", e.to_string())
             }
+            ProxyError::Overloaded(refusal) => ApiError::from(refusal),
             ProxyError::PromptTooLong { .. } => ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "prompt_too_long",

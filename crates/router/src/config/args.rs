@@ -9,6 +9,7 @@ use protocol::parse_duration;
 
 use super::StaticWorker;
 use super::admission::AdmissionArgs;
+use super::flow::FlowArgs;
 use super::response_cache::ResponseCacheArgs;
 
 /// Flags of `prefix-router serve`; each also reads `PREFIX_ROUTER_<NAME>`.
@@ -158,6 +159,9 @@ pub struct ServeArgs {
     /// The optional response cache (boxed, as `exposure`).
     #[command(flatten)]
     pub response_cache: Box<ResponseCacheArgs>,
+    /// Flow control: saturation and the waiting room (boxed, as `exposure`).
+    #[command(flatten)]
+    pub flow: Box<FlowArgs>,
     /// Tenants, classes and their limits (boxed, as `exposure`).
     #[command(flatten)]
     pub admission: Box<AdmissionArgs>,

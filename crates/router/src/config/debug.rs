@@ -39,6 +39,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("pd_prefill_policy", &self.pd_prefill_policy)
             .field("epp", &self.epp)
             .field("response_cache", &self.response_cache)
+            .field("flow", &self.flow)
             .field("admission", &self.admission)
             .finish()
     }

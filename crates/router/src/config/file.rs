@@ -74,6 +74,15 @@ pub(super) struct FileConfig {
     pub(super) response_cache_ttl: Option<String>,
     pub(super) response_cache_max_entry_bytes: Option<usize>,
     pub(super) response_cache_max_bytes: Option<u64>,
+    pub(super) max_in_flight_per_worker: Option<u64>,
+    pub(super) saturation_waiting: Option<u64>,
+    pub(super) saturation_kv_usage: Option<f64>,
+    pub(super) saturation_prefill_tokens: Option<u64>,
+    pub(super) max_queued: Option<usize>,
+    pub(super) queue_timeout: Option<String>,
+    /// Priority (as a string key) → longest wait.
+    #[serde(default)]
+    pub(super) band_queue_timeouts: std::collections::BTreeMap<String, String>,
     /// More base models, each with its own tokenizer (`[[models]]`).
     #[serde(default)]
     pub(super) models: Vec<models::FileModel>,

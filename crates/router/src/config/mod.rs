@@ -8,6 +8,7 @@ mod debug;
 mod defaults;
 mod epp;
 mod file;
+mod flow;
 mod hub;
 mod models;
 mod response_cache;
@@ -16,6 +17,7 @@ mod static_worker;
 pub use admission::{AdmissionArgs, AdmissionConfig, TenantConfig, TenantLimits, TenantSource};
 pub use args::{ExposureArgs, ServeArgs};
 pub use epp::{BodyMode, EppArgs, EppSettings, GrpcTls};
+pub use flow::FlowArgs;
 pub use models::ModelConfig;
 pub use response_cache::ResponseCacheArgs;
 pub use static_worker::StaticWorker;
@@ -112,6 +114,8 @@ pub struct ServeConfig {
     pub epp: Option<EppSettings>,
     /// The response cache; `None` when off.
     pub response_cache: Option<crate::response_cache::Settings>,
+    /// Flow control; `None` when off (no saturation threshold).
+    pub flow: Option<crate::flow::FlowSettings>,
     /// Tenants, classes and limits.
     pub admission: AdmissionConfig,
 }
@@ -288,6 +292,19 @@ impl ServeConfig {
                 max_bytes: file.response_cache_max_bytes,
             },
         )?;
+        let flow = flow::resolve(
+            &args.flow,
+            flow::FileKeys {
+                max_in_flight_per_worker: file.max_in_flight_per_worker,
+                saturation_waiting: file.saturation_waiting,
+                saturation_kv_usage: file.saturation_kv_usage,
+                saturation_prefill_tokens: file.saturation_prefill_tokens,
+                max_queued: file.max_queued,
+                queue_timeout: file.queue_timeout,
+                band_queue_timeouts: file.band_queue_timeouts,
+            },
+            crate::routing::STALE_LOAD,
+        )?;
         let admission = admission::resolve(
             &args.admission,
             admission::FileKeys {
@@ -377,6 +394,7 @@ impl ServeConfig {
             )?),
             epp: None,
             response_cache,
+            flow,
             admission,
         })
     }

@@ -36,6 +36,9 @@ pub enum ProxyError {
     /// The prompt could not be tokenized.
     #[error("tokenizing the prompt: {0}")]
     Tokenize(#[from] TokenizeError),
+    /// Flow control refused or shed it (the workers are saturated).
+    #[error(transparent)]
+    Overloaded(#[from] crate::flow::Refusal),
     /// The tenant's limits refuse the request (429 with OpenAI's headers).
     #[error("{}", .0.message)]
     Limited(Box<crate::admission::Refusal>),

@@ -141,6 +141,10 @@ impl Proxy {
         if let Some(d) = disaggregation {
             explained["disaggregation"] = d;
         }
+        explained["flow"] = match &self.flow {
+            Some(flow) => flow.explain(&model, candidates.iter()),
+            None => json!({ "enabled": false, "decision": "route now: flow control is off" }),
+        };
         Ok(explained)
     }
 }

@@ -11,6 +11,9 @@
 //! Body fields only the router sets are taken out of a client's request
 //! as it is read (`router_fields`); headers only the router sets
 //! (`protocol::headers::RESERVED`) as it is sent (`forward`).
+//! Before any of it, the request is admitted (`admit`) and passes flow
+//! control's gate (`flow_gate`: it may wait while the workers are
+//! saturated).
 
 mod admit;
 mod assign;
@@ -19,6 +22,7 @@ mod cpu_pool;
 mod disagg;
 mod error;
 mod explain;
+mod flow_gate;
 mod forward;
 mod inflight;
 mod orca;
@@ -49,6 +53,7 @@ use axum::response::Response;
 use bytes::Bytes;
 
 use crate::admission::Admission;
+use crate::flow::FlowControl;
 use crate::response_cache::{Lookup, ResponseCache, request_key};
 use crate::routing::{CacheAwareConfig, Policy};
 use crate::telemetry::{self, SPANS};
@@ -99,6 +104,8 @@ pub struct Proxy {
     /// `--pd-prefill-policy`: how a disaggregated request's prefill worker
     /// is chosen.
     pd_prefill: crate::routing::PrefillPolicy,
+    /// Flow control, when on: the waiting room asked right before routing.
+    flow: Option<Arc<FlowControl>>,
     /// Tenants, classes and their limits.
     admission: Arc<Admission>,
 }
@@ -109,6 +116,8 @@ struct Outgoing<'a> {
     path_and_query: &'a str,
     headers: &'a HeaderMap,
     body: Bytes,
+    /// Flow control's leave to route it, held until it is counted in flight.
+    flow: Option<crate::flow::Ticket>,
 }
 
 /// When a model's workers were last seen live, and their (id, url, role).
@@ -142,6 +151,7 @@ impl Proxy {
             cache: None,
             pd_skip_share: 0.8,
             pd_prefill: crate::routing::PrefillPolicy::default(),
+            flow: None,
         }
     }
 
@@ -262,11 +272,13 @@ impl Proxy {
         let body = parsed.without_router_fields.take().unwrap_or(body);
         let admitted = self.admit(headers, &parsed, &body).await?;
         let body = self.with_priority(endpoint, &admitted, body);
+        let flow = self.flow_admit(&parsed.model, &admitted.class).await?;
         let out = Outgoing {
             method,
             path_and_query,
             headers,
             body,
+            flow,
         };
         let resp = self
             .forward_parsed(endpoint, out, parsed, miss, started)
@@ -288,6 +300,7 @@ impl Proxy {
             path_and_query,
             headers,
             body,
+            flow,
         } = out;
         let Parsed {
             model,
@@ -331,6 +344,8 @@ impl Proxy {
             .instrument(tracing::info_span!(target: SPANS, "valkey"))
             .await?;
         phase("valkey", valkey);
+        // Routed (counted in flight): a dispatched request's place goes back.
+        drop(flow);
         metrics::counter!("prefix_router_decisions_total", "outcome" => decision(&ranked, tracked))
             .increment(1);
         let mut last_error = String::from("no live worker");

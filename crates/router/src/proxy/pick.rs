@@ -149,6 +149,8 @@ impl Proxy {
         let started = Instant::now();
         let parsed = self.read(endpoint, body).await?;
         let admitted = self.admit(headers, &parsed, body).await?;
+        // The exchange is held (Envoy waits) while the request waits here.
+        let flow = self.flow_admit(&parsed.model, &admitted.class).await?;
         let Parsed {
             model,
             chain,
@@ -179,6 +181,7 @@ impl Proxy {
             .rank_within(&model, &chain, allowed)
             .instrument(tracing::info_span!(target: SPANS, "valkey"))
             .await?;
+        drop(flow);
         metrics::counter!("prefix_router_decisions_total", "outcome" => decision(&ranked, tracked))
             .increment(1);
         ranked.truncate(self.max_attempts);

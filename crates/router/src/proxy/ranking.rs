@@ -103,7 +103,10 @@ impl Proxy {
                 );
                 Ok((keep(self.fallback(model, &request, true)), false))
             }
-            Ok(ranked) => Ok((ranked, true)),
+            Ok(ranked) => {
+                self.observe_flow(model, &ranked);
+                Ok((ranked, true))
+            }
             Err(e) if e.is_unavailable() => {
                 tracing::warn!(error = %e, model, "valkey unavailable; routing by consistent hash over known workers");
                 Ok((keep(self.fallback(model, &request, false)), false))
@@ -187,6 +190,29 @@ impl Proxy {
         let mut ranked = vec![first];
         ranked.extend(self.order(self.policy.as_ref(), request, all));
         Ok(ranked)
+    }
+
+    /// Tells flow control whether the workers this decision saw are
+    /// saturated, the first counting the request routed to it.
+    fn observe_flow(&self, model: &str, ranked: &[Target]) {
+        let Some(flow) = &self.flow else {
+            return;
+        };
+        // The first is where the request goes (counted by the atomic step,
+        // or by the caller right after).
+        let counted: Vec<crate::routing::Candidate> = ranked
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let mut c = t.candidate.clone();
+                if i == 0 {
+                    c.in_flight += 1;
+                    c.prefill_tokens += t.prefill_tokens;
+                }
+                c
+            })
+            .collect();
+        flow.observe(model, counted.iter());
     }
 
     /// Takes back what the atomic step counted for `target` (the request

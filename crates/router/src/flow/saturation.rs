@@ -1,0 +1,81 @@
+//! Saturation seen from routing's candidates: a worker is past its limits
+//! when it reaches any configured threshold; a model is saturated when
+//! every live worker is (the same rule as `flow_dispatch.lua`).
+
+use crate::routing::Candidate;
+use state::SaturationThresholds;
+
+/// Which thresholds `c` has reached (empty: it may take more).
+pub fn past(t: &SaturationThresholds, c: &Candidate) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if t.max_in_flight > 0 && c.in_flight >= t.max_in_flight {
+        out.push("in_flight");
+    }
+    // Stale reports were zeroed with the candidate (as routing ignores them).
+    if t.waiting.is_some_and(|w| c.waiting >= w) {
+        out.push("waiting");
+    }
+    if t.kv_usage.is_some_and(|k| c.kv_usage >= k) {
+        out.push("kv_usage");
+    }
+    if t.prefill_tokens.is_some_and(|p| c.prefill_tokens >= p) {
+        out.push("prefill_tokens");
+    }
+    out
+}
+
+/// Whether every one of `candidates` is past a threshold (none: not
+/// saturated, there is nothing to wait for).
+pub fn saturated<'a>(
+    t: &SaturationThresholds,
+    candidates: impl Iterator<Item = &'a Candidate>,
+) -> bool {
+    let mut any = false;
+    for c in candidates {
+        if past(t, c).is_empty() {
+            return false;
+        }
+        any = true;
+    }
+    any
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn t() -> SaturationThresholds {
+        SaturationThresholds {
+            max_in_flight: 4,
+            waiting: Some(2),
+            kv_usage: Some(0.9),
+            prefill_tokens: None,
+            stale_load: Duration::from_secs(10),
+        }
+    }
+
+    fn c(in_flight: u64, waiting: u64, kv: f64) -> Candidate {
+        Candidate {
+            in_flight,
+            waiting,
+            kv_usage: kv,
+            ..Candidate::default()
+        }
+    }
+
+    #[test]
+    fn saturated_only_when_every_worker_is_past_a_threshold() {
+        let t = t();
+        assert!(!saturated(&t, [].iter()));
+        assert!(!saturated(&t, [c(4, 0, 0.0), c(3, 1, 0.5)].iter()));
+        assert!(saturated(
+            &t,
+            [c(4, 0, 0.0), c(0, 2, 0.0), c(0, 0, 0.95)].iter()
+        ));
+        assert_eq!(
+            past(&t, &c(5, 3, 1.0)),
+            ["in_flight", "waiting", "kv_usage"]
+        );
+    }
+}

@@ -1,0 +1,22 @@
+-- flow_leave.lua: requests leave the fleet-wide waiting room of a model:
+-- a waiting one that timed out, was shed or whose client went away, or a
+-- dispatched one now routed (its place in the free capacity is then held
+-- by its in-flight count).
+-- KEYS[1] = <base>:ids (the model's first part)
+-- ARGV[1] = base, ARGV[2] = n, then n pairs (member "router\tseq\t
+-- deadline ms", its priority, or '' for a dispatched member).
+-- Returns the number of entries removed.
+-- Complexity: O(n log N).
+local removed = 0
+for i = 3, 2 + 2 * (tonumber(ARGV[2]) or 0), 2 do
+  local member, p = ARGV[i], ARGV[i + 1]
+  if p == '' then
+    removed = removed + redis.call('ZREM', BASE .. ':fg', member)
+  elseif p then
+    local q = BASE .. ':fq:' .. p
+    local n = redis.call('ZREM', q, member)
+    removed = removed + n
+    if n > 0 and redis.call('ZCARD', q) == 0 then redis.call('ZREM', BASE .. ':fb', p) end
+  end
+end
+return removed

@@ -1,0 +1,378 @@
+//! `loadtest overload` (issue 28): classes (objective, priority, offered
+//! share) and tenants (weight, offered share) sent through one fleet at
+//! half, then twice, the rate it serves, with flow control off and on as
+//! side-by-side arms on fresh fleets. Per arm, phase, class and tenant:
+//! requests sent, served, shed (429/503 with their reason) and failed, TTFT
+//! p50/p99; per phase, Jain's fairness index over the tenants' served
+//! requests per unit of weight. Sims must share their compute
+//! (`--sim-arg=--prefill --sim-arg=serial`), or nothing ever queues.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use serde_json::json;
+
+use crate::cli::RunArgs;
+use crate::client::{Client, Outcome, completion_body};
+use crate::fleet::{Arm, Fleet};
+use crate::metrics::nearest_rank;
+use crate::report::out_dir;
+use crate::run::fleet_runner;
+use crate::workload::Api;
+
+/// The header the fleet takes tenants from in this test.
+const TENANT_HEADER: &str = "x-loadtest-tenant";
+/// The objective header of the Gateway API Inference Extension.
+const OBJECTIVE_HEADER: &str = "x-gateway-inference-objective";
+
+/// `loadtest overload`: the `run` flags (fleet, binaries, output) and the
+/// classes, tenants and rates.
+#[derive(Args, Debug, Clone)]
+pub struct OverloadArgs {
+    /// The fleet, as for `loadtest run` (`--routers`, `--workers`,
+    /// `--sim-arg`, `--time-scale`, ...; the workload flags are unused).
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// A class `NAME=PRIORITY:SHARE` (repeatable): its objective name, its
+    /// priority (negative: sheddable) and its share of the offered requests.
+    #[arg(long = "class", help_heading = "Overload",
+          default_values_t = ["interactive=10:0.3".to_owned(), "standard=0:0.4".to_owned(), "batch=-1:0.3".to_owned()])]
+    pub classes: Vec<String>,
+    /// A tenant `NAME=WEIGHT:SHARE` (repeatable): its weight and its share
+    /// of the offered requests.
+    #[arg(long = "tenant", help_heading = "Overload",
+          default_values_t = ["a=1:0.9".to_owned(), "b=1:0.1".to_owned()])]
+    pub tenants: Vec<String>,
+    /// Requests per second the fleet serves (the phases offer half and
+    /// twice this).
+    #[arg(long, default_value_t = 10.0, help_heading = "Overload")]
+    pub capacity: f64,
+    /// Length of each phase.
+    #[arg(long, default_value = "30s", value_parser = protocol::parse_duration, help_heading = "Overload")]
+    pub phase: Duration,
+    /// Prompt length, in words (each request's own, so nothing is cached).
+    #[arg(long, default_value_t = 400, help_heading = "Overload")]
+    pub prompt_words: usize,
+    /// Tokens each answer generates.
+    #[arg(long, default_value_t = 8, help_heading = "Overload")]
+    pub max_tokens: u32,
+    /// Flags of the arm with flow control (the other arm has none).
+    #[arg(long = "flow-arg", allow_hyphen_values = true, help_heading = "Overload",
+          default_values_t = ["--max-in-flight-per-worker".to_owned(), "4".to_owned(), "--queue-timeout".to_owned(), "20s".to_owned()])]
+    pub flow_args: Vec<String>,
+}
+
+/// A name, a number and a share, from `NAME=NUMBER:SHARE`.
+#[derive(Debug, Clone, PartialEq)]
+struct Part {
+    name: String,
+    number: f64,
+    share: f64,
+}
+
+fn parse_parts(specs: &[String], what: &str) -> anyhow::Result<Vec<Part>> {
+    let parts = specs
+        .iter()
+        .map(|s| {
+            let (name, rest) = s
+                .split_once('=')
+                .with_context(|| format!("--{what} {s:?}: expected NAME=NUMBER:SHARE"))?;
+            let (n, share) = rest
+                .split_once(':')
+                .with_context(|| format!("--{what} {s:?}: expected NAME=NUMBER:SHARE"))?;
+            let part = Part {
+                name: name.trim().to_owned(),
+                number: n
+                    .trim()
+                    .parse()
+                    .with_context(|| format!("--{what} {s:?}"))?,
+                share: share
+                    .trim()
+                    .parse()
+                    .with_context(|| format!("--{what} {s:?}"))?,
+            };
+            if part.name.is_empty() || part.share.is_nan() || part.share <= 0.0 {
+                bail!("--{what} {s:?}: needs a name and a positive share");
+            }
+            Ok(part)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if parts.is_empty() {
+        bail!("at least one --{what}");
+    }
+    Ok(parts)
+}
+
+/// Picks by share with `u` in [0, 1).
+fn pick(parts: &[Part], u: f64) -> usize {
+    let total: f64 = parts.iter().map(|p| p.share).sum();
+    let mut acc = 0.0;
+    for (i, p) in parts.iter().enumerate() {
+        acc += p.share / total;
+        if u < acc {
+            return i;
+        }
+    }
+    parts.len() - 1
+}
+
+/// Jain's fairness index of `x` (1: all equal).
+pub fn jain(x: &[f64]) -> Option<f64> {
+    let sum: f64 = x.iter().sum();
+    let squares: f64 = x.iter().map(|v| v * v).sum();
+    (squares > 0.0).then(|| sum * sum / (x.len() as f64 * squares))
+}
+
+/// One request's class, tenant and what it gave.
+struct Sent {
+    class: usize,
+    tenant: usize,
+    outcome: Outcome,
+}
+
+/// The routers' config file: the tenant header, the classes' objectives,
+/// the tenants' weights.
+fn router_config(classes: &[Part], tenants: &[Part]) -> String {
+    let mut s = format!("tenant_header = \"{TENANT_HEADER}\"\n\n[objectives]\n");
+    for c in classes {
+        let _ = writeln!(s, "\"{}\" = {}", c.name, c.number as i64);
+    }
+    for t in tenants {
+        let _ = write!(
+            s,
+            "\n[[tenants]]\nname = \"{}\"\nweight = {}\n",
+            t.name,
+            t.number.max(1.0) as i64
+        );
+    }
+    s
+}
+
+/// Offers `rate` requests per second for `span`, as a Poisson process.
+async fn phase(
+    client: &Client,
+    model: &str,
+    args: &OverloadArgs,
+    classes: &[Part],
+    tenants: &[Part],
+    rate: f64,
+    span: Duration,
+) -> Vec<Sent> {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    let mut at = Duration::ZERO;
+    let mut n = 0u64;
+    while at < span {
+        let u: f64 = rand::random();
+        at += Duration::from_secs_f64(-(1.0 - u).ln() / rate);
+        tokio::time::sleep_until((start + at).into()).await;
+        let (class, tenant) = (pick(classes, rand::random()), pick(tenants, rand::random()));
+        let words: Vec<String> = (0..args.prompt_words)
+            .map(|i| format!("w{}", (n * 7919 + i as u64 * 104_729) % 50_000))
+            .collect();
+        n += 1;
+        let prompt = format!("{n} {}", words.join(" "));
+        let body = completion_body(model, json!(prompt), args.max_tokens, true);
+        let headers = vec![
+            (OBJECTIVE_HEADER.to_owned(), classes[class].name.clone()),
+            (TENANT_HEADER.to_owned(), tenants[tenant].name.clone()),
+        ];
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let outcome = client.send_with(Api::Completions, &body, &headers).await;
+            Sent {
+                class,
+                tenant,
+                outcome,
+            }
+        }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        if let Ok(s) = t.await {
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// Counts and TTFTs of a set of requests.
+fn row(sent: &[&Sent]) -> String {
+    let served: Vec<&&Sent> = sent.iter().filter(|s| s.outcome.ok()).collect();
+    let status = |code: u16| {
+        sent.iter()
+            .filter(|s| s.outcome.status == Some(code))
+            .count()
+    };
+    let failed = sent.len() - served.len() - status(429) - status(503);
+    let mut ttft: Vec<f64> = served
+        .iter()
+        .filter_map(|s| s.outcome.ttft.map(|t| t.as_secs_f64() * 1000.0))
+        .collect();
+    ttft.sort_by(f64::total_cmp);
+    let q = |p: f64| {
+        if ttft.is_empty() {
+            "-".to_owned()
+        } else {
+            format!("{:.0}", nearest_rank(&ttft, p))
+        }
+    };
+    format!(
+        "{} | {} | {} | {} | {} | {} | {}",
+        sent.len(),
+        served.len(),
+        status(429),
+        status(503),
+        failed,
+        q(0.5),
+        q(0.99)
+    )
+}
+
+/// Runs `loadtest overload`; returns the path of `overload.md`.
+pub async fn overload(args: OverloadArgs) -> anyhow::Result<PathBuf> {
+    let classes = parse_parts(&args.classes, "class")?;
+    let tenants = parse_parts(&args.tenants, "tenant")?;
+    if args.capacity.is_nan() || args.capacity <= 0.0 {
+        bail!("--capacity must be positive");
+    }
+    let run = &args.run;
+    let out = out_dir(run.out.as_deref(), "overload-");
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let config = out.join("router.toml");
+    std::fs::write(&config, router_config(&classes, &tenants))
+        .with_context(|| format!("writing {}", config.display()))?;
+    let drive = crate::drive::DriveOptions {
+        model: run.model.clone(),
+        stream: true,
+    };
+    let time_scale = run.time_scale.unwrap_or(1.0);
+    let runner = Arc::new(fleet_runner(run, time_scale, &out, drive)?);
+    let mut md = format!(
+        "# Overload: flow control off and on\n\n{} routers, {} sims, capacity {} req/s; phases of {:?} at {} and {} req/s; flow arm flags: `{}`\n\n",
+        run.routers,
+        run.workers,
+        args.capacity,
+        args.phase,
+        args.capacity * 0.5,
+        args.capacity * 2.0,
+        args.flow_args.join(" ")
+    );
+    md.push_str("| arm | phase | class or tenant | sent | served | 429 | 503 | failed | TTFT p50 ms | TTFT p99 ms |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    let mut fairness = String::new();
+    for (arm_name, flow) in [("off", false), ("on", true)] {
+        let mut arm = Arm::parse("cache_aware", run.routers, run.isolated_ttl, &[])?;
+        arm.label = format!("flow control {arm_name}");
+        arm.router_args = vec!["--config".into(), config.display().to_string()];
+        if flow {
+            arm.router_args.extend(args.flow_args.iter().cloned());
+        }
+        let mut spec = runner.base.clone();
+        spec.arm = arm;
+        spec.dir = out.join(format!("logs-{arm_name}"));
+        eprintln!("loadtest overload: arm {arm_name}: starting the fleet");
+        let fleet = Fleet::start(spec).await?;
+        let client = Client::new(&fleet.url(), run.request_timeout)?;
+        for (phase_name, factor) in [("half", 0.5), ("2x", 2.0)] {
+            eprintln!("loadtest overload: arm {arm_name}, phase {phase_name}");
+            let sent = phase(
+                &client,
+                &run.model,
+                &args,
+                &classes,
+                &tenants,
+                args.capacity * factor,
+                args.phase,
+            )
+            .await;
+            for (i, c) in classes.iter().enumerate() {
+                let of: Vec<&Sent> = sent.iter().filter(|s| s.class == i).collect();
+                let _ = writeln!(
+                    md,
+                    "| {arm_name} | {phase_name} | class {} (priority {}) | {} |",
+                    c.name,
+                    c.number,
+                    row(&of)
+                );
+            }
+            let mut per_weight = Vec::new();
+            for (i, t) in tenants.iter().enumerate() {
+                let of: Vec<&Sent> = sent.iter().filter(|s| s.tenant == i).collect();
+                let served = of.iter().filter(|s| s.outcome.ok()).count();
+                per_weight.push(served as f64 / t.number.max(1.0));
+                let _ = writeln!(
+                    md,
+                    "| {arm_name} | {phase_name} | tenant {} (weight {}) | {} |",
+                    t.name,
+                    t.number,
+                    row(&of)
+                );
+            }
+            let total_served: usize = sent.iter().filter(|s| s.outcome.ok()).count();
+            let shares: Vec<String> = tenants
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let n = sent
+                        .iter()
+                        .filter(|s| s.tenant == i && s.outcome.ok())
+                        .count();
+                    format!(
+                        "{} {:.0}%",
+                        t.name,
+                        100.0 * n as f64 / total_served.max(1) as f64
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                fairness,
+                "| {arm_name} | {phase_name} | {} | {} |",
+                shares.join(", "),
+                jain(&per_weight).map_or("-".into(), |j| format!("{j:.3}"))
+            );
+            let lost: Vec<&Sent> = sent
+                .iter()
+                .filter(|s| !s.outcome.ok() && !matches!(s.outcome.status, Some(429 | 503)))
+                .collect();
+            for l in lost.iter().take(3) {
+                eprintln!("  failed: {:?}", l.outcome.error);
+            }
+        }
+        fleet.stop().await;
+    }
+    md.push_str("\n| arm | phase | served share by tenant | Jain's index (served per weight) |\n|---|---|---|---|\n");
+    md.push_str(&fairness);
+    let path = out.join("overload.md");
+    std::fs::write(&path, &md).with_context(|| format!("writing {}", path.display()))?;
+    println!("{md}");
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jain_is_one_when_equal_and_one_over_n_when_one_takes_all() {
+        assert_eq!(jain(&[3.0, 3.0, 3.0]), Some(1.0));
+        assert!((jain(&[1.0, 0.0, 0.0, 0.0]).unwrap() - 0.25).abs() < 1e-12);
+        assert_eq!(jain(&[0.0, 0.0]), None);
+    }
+
+    #[test]
+    fn parts_parse_and_pick_by_share() {
+        let p = parse_parts(&["a=3:0.75".into(), "b=1:0.25".into()], "tenant").unwrap();
+        assert_eq!(p[0].number, 3.0);
+        assert_eq!(pick(&p, 0.7), 0);
+        assert_eq!(pick(&p, 0.8), 1);
+        assert!(parse_parts(&["a=1".into()], "tenant").is_err());
+        assert!(parse_parts(&["a=1:0".into()], "tenant").is_err());
+        let toml = router_config(&p, &p);
+        assert!(toml.contains("\"a\" = 3"));
+        assert!(toml.contains("[[tenants]]\nname = \"b\"\nweight = 1"));
+    }
+}
