@@ -82,7 +82,9 @@ pub use models::ModelLimits;
 pub use probe::{PrefixProbe, TierBlocks, WorkerInfo, WorkerMatch, WorkerStatus};
 pub use repair::{MAX_REPAIR_BUCKETS, RepairOutcome};
 pub use response_cache::ResponsePut;
-pub use route_claim::{ROUTE_CLAIM, ROUTE_HEAD, RouteOutcome, RouteParams};
+pub use route_claim::{
+    DEFAULT_LOAD_SLACK, ROUTE_CLAIM, ROUTE_HEAD, RouteOutcome, RouteParams, STALE_LOAD,
+};
 pub use scripts::{ScriptName, ScriptSet};
 pub use shards::{Sharding, key_slot, part_model, part_names};
 pub use sync::SyncOutcome;
