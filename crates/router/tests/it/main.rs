@@ -1,0 +1,40 @@
+//! The router's tests through its public surface (`prefix_router`, the
+//! `prefix-router` binary) with real valkey-servers, real HTTP on
+//! loopback, fake or simulated workers. One test binary (each test binary
+//! links the whole router): one module per concern; run one with
+//! `cargo test -p prefix-router --test it <module>::`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
+mod support;
+
+mod api_input;
+mod api_lifecycle;
+mod config;
+mod connections;
+mod epp;
+mod epp_pd;
+mod forward_paths;
+mod fuzz_api;
+mod hub_models;
+mod inflight_reconcile;
+mod inspect;
+mod load_bounds;
+mod load_scrape;
+mod models_lifecycle;
+mod multi_model;
+mod otlp;
+mod pd_picks;
+mod pd_routing;
+mod pd_sims;
+mod prefill_count;
+mod probes;
+mod proxy;
+mod push;
+mod response_cache;
+mod restart;
+mod route_script;
+mod security;
+mod tokenize_limits;
+mod valkey_auth_tls;
+mod worker_urls;
