@@ -8,6 +8,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+/// The signals a test sends a process by hand ([`signal_pid`]).
+pub use libc::{SIGKILL, SIGTERM};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -272,6 +274,11 @@ impl ChildProc {
     /// Sends `signal` (`libc::SIGTERM`, …) to it, without waiting.
     pub fn signal(&self, signal: libc::c_int) {
         signal_pid(self.pid, signal);
+    }
+
+    /// SIGTERM, as an orchestrator stops it, without waiting.
+    pub fn signal_term(&self) {
+        self.signal(libc::SIGTERM);
     }
 
     /// SIGTERM, as an orchestrator stops it, then waits up to `patience`

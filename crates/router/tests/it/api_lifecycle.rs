@@ -14,7 +14,7 @@ use support::{M, Router, TOKEN, Valkey, args, free_port, http, post, raw_state, 
 
 #[tokio::test]
 async fn valkey_down_gives_503_and_the_router_reconnects_by_itself() {
-    let port = free_port();
+    let port = free_port().unwrap();
     let url = format!("redis://127.0.0.1:{port}");
     let r = Router::start(&url, args()).await;
     assert_eq!(

@@ -6,9 +6,7 @@
 
 use crate::support;
 
-#[path = "epp/envoy.rs"]
-#[allow(dead_code)] // shared by several test binaries, each using part of it
-mod envoy;
+use crate::envoy;
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -77,7 +75,9 @@ async fn fleet_with(body_mode: BodyMode, tune: impl Fn(&mut ServeArgs)) -> Fleet
         a.epsilon = Some(100.0);
         a.queue_cost_tokens = Some(0.0);
         tune(&mut a);
-        let grpc: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let grpc: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap())
+            .parse()
+            .unwrap();
         let router = Router::start_epp(&valkey.url(), a, grpc, body_mode).await;
         pickers.push((router, grpc));
     }

@@ -9,9 +9,7 @@
 
 use crate::support;
 
-#[path = "epp/envoy.rs"]
-#[allow(dead_code)] // shared by several test binaries, each using part of it
-mod envoy;
+use crate::envoy;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -43,7 +41,9 @@ async fn picker(valkey: &Valkey, roles: bool) -> (Router, SocketAddr) {
     a.model = Some(MODEL.into());
     a.tokenizer_dir = Some(tokenizer_dir());
     a.worker_lease = Some(Duration::from_secs(600));
-    let grpc: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let grpc: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap())
+        .parse()
+        .unwrap();
     let r = Router::start_epp(&valkey.url(), a, grpc, BodyMode::FullDuplexStreamed).await;
     for (id, endpoint, role) in WORKERS {
         let mut hb = json!({"worker_id": id, "url": format!("http://{endpoint}"), "model": MODEL});

@@ -596,9 +596,8 @@ impl Rig {
             }
             assert!(agreed, "forward and reverse maps of {model:?} disagree");
         }
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_prefix-router"))
-            .args(["inspect", "--check", "--valkey", &valkey.url()])
-            .env("PREFIX_ROUTER_LOG", "warn")
+        let out = support::router_command("inspect")
+            .args(["--check", "--valkey", &valkey.url()])
             .output()
             .expect("run inspect");
         assert!(

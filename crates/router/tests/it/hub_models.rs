@@ -9,7 +9,6 @@
 use crate::support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -136,14 +135,14 @@ async fn explained(r: &RouterProcess, model: &str) -> (u64, serde_json::Value) {
 
 /// `prefix-router serve` that is expected to refuse to start: its stderr.
 fn refused(valkey: &str, extra: &[&str], env: &[(&str, &str)]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_prefix-router"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--valkey", valkey])
-        .args(extra)
-        .env("PREFIX_ROUTER_INTERNAL_TOKEN", TOKEN)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let mut serve = support::router_command("serve")
+        .args(["--listen", "127.0.0.1:0", "--valkey", valkey])
+        .args(extra.iter().copied())
+        .env("PREFIX_ROUTER_INTERNAL_TOKEN", TOKEN);
+    for (k, v) in env {
+        serve = serve.env(k, v);
+    }
+    let out = serve.output().unwrap();
     assert!(!out.status.success());
     String::from_utf8_lossy(&out.stderr).into_owned()
 }

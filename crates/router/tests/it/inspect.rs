@@ -7,7 +7,7 @@
 
 use crate::support;
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -27,12 +27,10 @@ const M: &str = "Qwen/Qwen3-8B";
 /// Runs `prefix-router inspect` with `args` (the connection comes from the
 /// same environment variables as `serve`).
 fn inspect_env(url: &str, ns: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_prefix-router"))
-        .arg("inspect")
-        .args(args)
+    support::router_command("inspect")
+        .args(args.iter().copied())
         .env("PREFIX_ROUTER_VALKEY", url)
         .env("PREFIX_ROUTER_KEY_PREFIX", ns)
-        .env("PREFIX_ROUTER_LOG", "warn")
         .output()
         .expect("run prefix-router inspect")
 }
@@ -878,10 +876,9 @@ async fn tls_through_a_valkeys_url() {
     s.stored(M, "w0", &pick(&[1, 2])).await.unwrap();
     let url = tls.url();
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_prefix-router"))
-            .arg("inspect")
+        support::router_command("inspect")
             .args(["--valkey", &url, "--key-prefix", NS])
-            .args(args)
+            .args(args.iter().copied())
             .env("SSL_CERT_FILE", &tls.ca_file)
             .output()
             .unwrap()

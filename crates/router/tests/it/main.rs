@@ -7,6 +7,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
 
 mod support;
+// Envoy's side of ext_proc, for `epp`, `epp_pd` and `otlp`.
+#[allow(dead_code)] // each user takes a part
+mod envoy;
 
 mod api_input;
 mod api_lifecycle;

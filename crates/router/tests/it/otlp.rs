@@ -7,9 +7,7 @@
 
 use crate::support;
 
-#[path = "epp/envoy.rs"]
-#[allow(dead_code)]
-mod envoy;
+use crate::envoy;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -199,16 +197,15 @@ async fn the_endpoint_picker_exports_its_routing_spans_too() {
         load: None,
     };
     probe.heartbeat(MODEL, &hb).await.unwrap();
-    let (http_port, grpc_port) = (support::free_port(), support::free_port());
+    let (http_port, grpc_port) = (support::free_port().unwrap(), support::free_port().unwrap());
     let tokenizer = tokenizer_dir();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_prefix-router"))
-        .args(["epp", "--listen", &format!("127.0.0.1:{http_port}")])
+    let mut child = support::router_command("epp")
+        .args(["--listen", &format!("127.0.0.1:{http_port}")])
         .args(["--grpc-listen", &format!("127.0.0.1:{grpc_port}")])
         .args(["--valkey", &valkey.url(), "--model", MODEL])
         .args(["--tokenizer-dir", tokenizer.to_str().unwrap()])
         .args(["--otlp-endpoint", &endpoint])
         .env("PREFIX_ROUTER_INTERNAL_TOKEN", support::TOKEN)
-        .env("PREFIX_ROUTER_LOG", "warn")
         .env("OTEL_BSP_SCHEDULE_DELAY", "100")
         .spawn()
         .unwrap();
@@ -253,14 +250,13 @@ async fn the_endpoint_picker_exports_its_routing_spans_too() {
         assert_eq!(hex(&named(&got, child).parent_span_id), hex(&route.span_id));
     }
     envoy.close().await;
-    let _ = child.kill();
-    let _ = child.wait();
+    child.kill().await;
 }
 
 #[test]
 fn otlp_over_tls_is_refused_with_a_reason() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_prefix-router"))
-        .args(["serve", "--otlp-endpoint", "https://collector:4318"])
+    let out = support::router_command("serve")
+        .args(["--otlp-endpoint", "https://collector:4318"])
         .output()
         .unwrap();
     assert!(!out.status.success());

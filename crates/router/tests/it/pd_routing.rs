@@ -75,7 +75,7 @@ fn bodies(w: &FakeWorker) -> Vec<Value> {
 
 /// A URL nothing listens on: a prefill worker that is down.
 fn dead_url() -> String {
-    format!("http://127.0.0.1:{}", free_port())
+    format!("http://127.0.0.1:{}", free_port().unwrap())
 }
 
 /// A prompt of about `lines` × 12 tokens, distinct per `topic`.

@@ -9,57 +9,26 @@
 
 use crate::support;
 
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::sim_process::spawn_sim_worker;
 use support::{Router, TOKEN, Valkey, args, get, http, tokenizer_dir};
 
 /// The model the sims serve.
 const MODEL: &str = "qwen3";
 
-/// A running `sim-worker`; killed on drop, like a crash.
-struct Sim {
-    child: Child,
-}
-
-impl Sim {
-    /// A sim of `role` reporting to router `r` as `id`.
-    fn start(r: &Router, id: &str, role: &str) -> Sim {
-        let url = r.url("");
-        let args: Vec<String> = [
-            "--fleet-url",
-            url.as_str(),
-            "--internal-token",
-            TOKEN,
-            "--worker-id",
-            id,
-            "--role",
-            role,
-            "--time-scale",
-            "0.02",
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
-        let (child, lines) = spawn_sim_worker(MODEL, &args, Stdio::inherit());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = lines.recv_timeout(left).expect("sim-worker did not start");
-            if line.starts_with("listening on ") {
-                return Sim { child };
-            }
-        }
-    }
-}
-
-impl Drop for Sim {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A sim of `role` reporting to router `r` as `id` ([`fleet::SimSpec`]);
+/// killed on drop, like a crash.
+async fn start_sim(r: &Router, id: &str, role: &str) -> fleet::Sim {
+    let program = fleet::binaries::workspace_binary("sim-worker").unwrap();
+    let log = std::path::PathBuf::from("/dev/null");
+    fleet::SimSpec::new(id, program, MODEL, tokenizer_dir(), log)
+        .worker_id(id)
+        .pushing(&r.url(""), TOKEN)
+        .args(["--role", role, "--time-scale", "0.02"])
+        .start(Duration::from_secs(20))
+        .await
+        .expect("sim-worker did not start")
 }
 
 async fn router(valkey: &Valkey) -> Router {
@@ -89,13 +58,13 @@ async fn wait_live(r: &Router, want: &[(&str, &str)]) {
 }
 
 /// A router with a sim of each (id, role), all listed live.
-async fn fleet(sims: &[(&str, &str)]) -> (Valkey, Router, Vec<Sim>) {
+async fn fleet(sims: &[(&str, &str)]) -> (Valkey, Router, Vec<fleet::Sim>) {
     let valkey = Valkey::start();
     let r = router(&valkey).await;
-    let started = sims
-        .iter()
-        .map(|(id, role)| Sim::start(&r, id, role))
-        .collect();
+    let mut started = Vec::new();
+    for (id, role) in sims {
+        started.push(start_sim(&r, id, role).await);
+    }
     wait_live(&r, sims).await;
     (valkey, r, started)
 }

@@ -265,7 +265,7 @@ async fn a_client_that_goes_away_cancels_the_upstream_request() {
 async fn a_dead_worker_is_replaced_by_the_next_best_before_the_first_byte() {
     let f = fleet(1).await;
     // "dead" holds the prefix, so it ranks first, but nothing listens there.
-    let dead = format!("http://127.0.0.1:{}", support::free_port());
+    let dead = format!("http://127.0.0.1:{}", support::free_port().unwrap());
     register(&f.store, "dead", &dead).await;
     let pipeline = ModelPipeline::load(&tokenizer_dir(), 16, &HashSeed::Default).unwrap();
     let prompt = long_prompt("retries");

@@ -270,7 +270,8 @@ async fn client_errors_say_what_failed_and_whether_to_retry() {
     assert!(err.is_unknown_worker() && !err.is_retryable(), "{err}");
     assert!(err.to_string().contains("/internal/stored"), "{err}");
 
-    let mut config = FleetClientConfig::new(format!("http://127.0.0.1:{}", free_port()), None);
+    let mut config =
+        FleetClientConfig::new(format!("http://127.0.0.1:{}", free_port().unwrap()), None);
     config.attempts = 2;
     let err = FleetClient::new(config)
         .unwrap()

@@ -337,11 +337,10 @@ async fn without_valkey_requests_are_still_served() {
 
 /// `prefix-router inspect --check --json` on namespace `pr`: (exit code, report).
 fn inspect_check(valkey: &Valkey) -> (i32, Value) {
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_prefix-router"))
-        .args(["inspect", "--check", "--json", "--recheck-delay", "0"])
-        .env("PREFIX_ROUTER_VALKEY", valkey.url())
+    let o = support::router_command("inspect")
+        .args(["--check", "--json", "--recheck-delay", "0"])
+        .env("PREFIX_ROUTER_VALKEY", &valkey.url())
         .env("PREFIX_ROUTER_KEY_PREFIX", "pr")
-        .env("PREFIX_ROUTER_LOG", "warn")
         .output()
         .unwrap();
     let report = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);

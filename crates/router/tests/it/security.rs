@@ -774,7 +774,10 @@ async fn secrets_never_reach_the_logs() {
         format!("valkey://router:{ACL_PASSWORD}@127.0.0.1:{}/0", v.port),
         format!("redis://:{WRONG}@127.0.0.1:{}", v.port),
         // Nobody listens there: connection errors are logged too.
-        format!("redis://:{WRONG}@127.0.0.1:{}", support::free_port()),
+        format!(
+            "redis://:{WRONG}@127.0.0.1:{}",
+            support::free_port().unwrap()
+        ),
     ];
     for url in &urls {
         let mut r = RouterProcess::start_with(
@@ -826,8 +829,8 @@ async fn secrets_never_reach_the_logs() {
         format!("valkey = \"redis://:{PASSWORD}@h:1\"\ninternal_token = \"{SECRET_TOKEN}\" oops\n"),
     )
     .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_prefix-router"))
-        .args(["serve", "--config", bad_file.to_str().unwrap()])
+    let out = support::router_command("serve")
+        .args(["--config", bad_file.to_str().unwrap()])
         .env("PREFIX_ROUTER_LOG", "trace")
         .output()
         .unwrap();

@@ -14,12 +14,12 @@ use crate::harness;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use harness::{MODEL, Sim, completion, prompt, tokenizer_dir};
 use serde_json::Value;
-use support::{Router, TOKEN, Valkey, args, free_port, http, metrics_text};
+use support::reporter_process::Reporter;
+use support::{Router, Valkey, args, free_port, http, metrics_text};
 
 /// Metrics recorded only when something fails, with the reason they are
 /// absent from a healthy fleet's pages.
@@ -169,24 +169,17 @@ fn recorded_in_code() -> BTreeSet<String> {
     out
 }
 
-fn reporter(engine: &Sim, router: &Router, metrics_port: u16) -> Child {
-    let kv = engine.kv.clone().unwrap();
-    let port = kv.rsplit(':').next().unwrap().to_owned();
-    Command::new(crate::support::router_bin())
-        .arg("reporter")
-        .args(["--kv-events", &format!("tcp://*:{port}")])
-        .args(["--replay", engine.kv_replay.as_deref().unwrap()])
-        .args(["--engine-url", &engine.base])
-        .args(["--fleet-url", &router.url("")])
-        .args(["--internal-token", TOKEN])
-        .args(["--worker-id", "engine-0", "--model", MODEL])
-        .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
-        .args(["--flush-interval", "50ms"])
-        .env("PREFIX_ROUTER_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn reporter")
+fn reporter(engine: &Sim, router: &Router, metrics_port: u16) -> Reporter {
+    let port = |url: &str| url.rsplit(':').next().unwrap().parse::<u16>().unwrap();
+    let kv = port(engine.kv.as_deref().unwrap());
+    let replay = port(engine.kv_replay.as_deref().unwrap());
+    let spec = Reporter::spec("engine-0", MODEL, &engine.base, router, (kv, replay)).args([
+        "--metrics-listen",
+        &format!("127.0.0.1:{metrics_port}"),
+        "--flush-interval",
+        "50ms",
+    ]);
+    Reporter::from_spec(&spec)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -208,8 +201,8 @@ async fn every_metric_the_dashboard_and_the_rules_use_is_exported() {
     a.response_cache.response_cache_ttl = Some(Duration::from_secs(60));
     let router = Router::start(&valkey.url(), a).await;
     let engine = Sim::engine("engine-0", (0, 0), &[]).await;
-    let metrics_port = free_port();
-    let mut rep = reporter(&engine, &router, metrics_port);
+    let metrics_port = free_port().unwrap();
+    let rep = reporter(&engine, &router, metrics_port);
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut pages = String::new();
     let mut missing: Vec<String> = Vec::new();
@@ -241,8 +234,7 @@ async fn every_metric_the_dashboard_and_the_rules_use_is_exported() {
             break;
         }
     }
-    let _ = rep.kill();
-    let _ = rep.wait();
+    drop(rep);
     assert!(missing.is_empty(), "not on any /metrics page: {missing:?}");
     // The per-worker gauges name the worker.
     assert!(

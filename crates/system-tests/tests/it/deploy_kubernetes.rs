@@ -130,8 +130,8 @@ fn pod_templates(objects: &[Value]) -> Vec<(&Value, &Value)> {
 
 /// `prefix-router <sub> --help`.
 fn help(sub: &str) -> String {
-    let out = std::process::Command::new(crate::support::router_bin())
-        .args([sub, "--help"])
+    let out = crate::support::router_command(sub)
+        .arg("--help")
         .output()
         .unwrap();
     assert!(out.status.success());

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use serde_json::json;
@@ -24,7 +24,7 @@ fn root() -> &'static Path {
 /// loudly when it is missing: fleet.sh needs it.
 fn haproxy() -> &'static str {
     for bin in ["haproxy", "/usr/sbin/haproxy"] {
-        if Command::new(bin)
+        if fleet::ProcSpec::quiet("haproxy", bin)
             .arg("-v")
             .output()
             .is_ok_and(|o| o.status.success())
@@ -59,10 +59,10 @@ impl Fleet {
     fn run(&self, cmd: &str) -> Output {
         let router = crate::support::router_bin();
         let bin_dir = router.parent().expect("bin dir");
-        let out = Command::new(root().join("scripts/fleet.sh"))
+        let out = fleet::ProcSpec::quiet("fleet.sh", root().join("scripts/fleet.sh"))
             .arg(cmd)
-            .env("FLEET_DIR", self.dir.path())
-            .env("FLEET_BIN_DIR", bin_dir)
+            .env("FLEET_DIR", &self.dir.path().display().to_string())
+            .env("FLEET_BIN_DIR", &bin_dir.display().to_string())
             .env("FLEET_ROUTERS", "2")
             .env("FLEET_WORKERS", "3")
             .env("FLEET_SIM_ARGS", "--time-scale 0.1")
@@ -71,9 +71,9 @@ impl Fleet {
             // starvation into fallback routing.
             .env("PREFIX_ROUTER_VALKEY_TIMEOUT", "2s")
             .env("PREFIX_ROUTER_LOG", "info")
-            .env_remove("PREFIX_ROUTER_INTERNAL_TOKEN")
-            .env_remove("FLEET_PORT")
-            .env_remove("FLEET_VALKEY_PORT")
+            .unset("PREFIX_ROUTER_INTERNAL_TOKEN")
+            .unset("FLEET_PORT")
+            .unset("FLEET_VALKEY_PORT")
             .output()
             .expect("running scripts/fleet.sh");
         eprintln!(
@@ -215,9 +215,9 @@ async fn routed_by(router: &str) -> u64 {
 
 #[test]
 fn deploy_haproxy_cfg_is_valid_for_haproxy() {
-    let out = Command::new(haproxy())
+    let out = fleet::ProcSpec::quiet("haproxy", haproxy())
         .args(["-c", "-f"])
-        .arg(root().join("deploy/haproxy.cfg"))
+        .arg(root().join("deploy/haproxy.cfg").display().to_string())
         .output()
         .unwrap();
     let text = format!(
@@ -377,10 +377,7 @@ async fn fleet_script_starts_a_working_fleet_and_stops_it() {
     // and status says so.
     let victim = pids["router-0"];
     assert!(cmdline(victim)[0].ends_with("prefix-router"));
-    let killed = Command::new("kill")
-        .args(["-KILL", &victim.to_string()])
-        .status();
-    assert!(killed.unwrap().success());
+    assert!(fleet::process::signal_pid(victim, fleet::process::SIGKILL));
     // Connections made while it is being torn down die with it (as they
     // would in any crash). Once its port refuses connections (a zombie
     // leader's threads may still hold the socket), none may fail.

@@ -122,8 +122,16 @@ async fn the_fleets_state_equals_every_workers_cache_through_faults() {
         pushing("push-b", &router).await,
     ];
     let ports = [
-        (free_port(), free_port(), free_port()),
-        (free_port(), free_port(), free_port()),
+        (
+            free_port().unwrap(),
+            free_port().unwrap(),
+            free_port().unwrap(),
+        ),
+        (
+            free_port().unwrap(),
+            free_port().unwrap(),
+            free_port().unwrap(),
+        ),
     ];
     let zmq = [
         engine("zmq-a", ports[0]).await,
@@ -249,7 +257,11 @@ async fn blocks_offloaded_to_the_cpu_tier_stay_in_the_index() {
     a.model = Some(MODEL.into());
     a.tokenizer_dir = Some(tokenizer_dir());
     let router = Router::start(&valkey.url(), a).await;
-    let ports = (free_port(), free_port(), free_port());
+    let ports = (
+        free_port().unwrap(),
+        free_port().unwrap(),
+        free_port().unwrap(),
+    );
     let sim = engine_with("zmq-cpu", ports, &["--cpu-blocks", "64"]).await;
     let _reporter = reporter("zmq-cpu", &sim, &router, ports);
     serve(&sim, &["alpha", "beta", "gamma", "delta"]).await;

@@ -288,7 +288,7 @@ async fn a_prefix_the_gpu_evicted_to_the_cpu_stays_a_cpu_hit_by_push() {
 async fn a_prefix_the_gpu_evicted_to_the_cpu_stays_a_cpu_hit_by_reporter() {
     let valkey = Valkey::start();
     let r = router(&valkey).await;
-    let ports = (free_port(), free_port());
+    let ports = (free_port().unwrap(), free_port().unwrap());
     let sim = Sim::engine("engine", ports, &SIM_FLAGS).await;
     let _reporter = Reporter::start("engine", MODEL, &sim.base, &r, ports);
     cpu_hit_after_gpu_eviction(&valkey, &r, &sim, "engine").await;

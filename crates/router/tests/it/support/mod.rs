@@ -1,6 +1,7 @@
 //! Test support: a real valkey-server on an ephemeral loopback port, a
-//! router served in-process, and a reader of the raw state in Valkey; and
-//! child processes: routers, sims, reporters.
+//! router served in-process, and a reader of the raw state in Valkey (the
+//! state suite's support); and child processes, started through `fleet`:
+//! routers, reporters, `prefix-router` commands.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -12,7 +13,6 @@ pub mod fake_worker;
 
 pub mod reporter_process;
 pub mod router_process;
-pub mod sim_process;
 pub mod tls;
 
 // The state suite's support (Valkey, stores, the raw state): one
@@ -28,18 +28,20 @@ pub fn tokenizer_dir() -> PathBuf {
     fleet::binaries::shared_tokenizer_dir()
 }
 
-/// A free TCP port on 127.0.0.1 (bound, then released; never 6379).
-pub fn free_port() -> u16 {
-    fleet::free_port().expect("no free port")
-}
+pub use fleet::free_port;
 
 /// The `prefix-router` binary of this test's profile (`target/<profile>/`,
 /// beside `deps/`; `cargo test --workspace` builds it with the tests).
 pub fn router_bin() -> PathBuf {
-    fleet::binaries::beside_current_exe("prefix-router").expect(
-        "no prefix-router beside this test: run `cargo build --bin prefix-router` \
-         (cargo test --workspace builds it)",
-    )
+    fleet::binaries::workspace_binary("prefix-router").unwrap()
+}
+
+/// `prefix-router <sub>` run to completion (log level `warn`):
+/// [`fleet::ProcSpec::output`].
+pub fn router_command(sub: &str) -> fleet::ProcSpec {
+    fleet::ProcSpec::quiet(sub, router_bin())
+        .arg(sub)
+        .env("PREFIX_ROUTER_LOG", "warn")
 }
 
 /// A router served in-process on an ephemeral port.

@@ -1,44 +1,54 @@
-//! A `prefix-router reporter` process beside an engine (a sim publishing
-//! vLLM KV events), reporting to a router.
+//! A `prefix-router reporter` process ([`fleet::ReporterSpec`]) beside an
+//! engine (a sim publishing vLLM KV events), reporting to a router.
 
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 
-use super::{Router, TOKEN};
+use super::{Router, TOKEN, router_bin};
 
 /// A reporter process; SIGKILLed on drop.
-pub struct Reporter(Child);
+pub struct Reporter(fleet::ChildProc);
 
 impl Reporter {
-    /// Starts a reporter for `worker` of `model`: vLLM binds its KV-event
-    /// socket as `tcp://*:<kv_port>` (the reporter connects to it) and
-    /// serves replays on `replay_port`; the engine answers at `engine_url`.
-    pub fn start(
+    /// The spec of a reporter for `worker` of `model`: vLLM binds its
+    /// KV-event socket as `tcp://*:<kv_port>` (the reporter connects to
+    /// it) and serves replays on `replay_port`; the engine answers at
+    /// `engine_url`.
+    pub fn spec(
         worker: &str,
         model: &str,
         engine_url: &str,
         router: &Router,
         (kv_port, replay_port): (u16, u16),
-    ) -> Reporter {
-        let child = Command::new(super::router_bin())
-            .arg("reporter")
-            .args(["--kv-events", &format!("tcp://*:{kv_port}")])
-            .args(["--replay", &format!("tcp://127.0.0.1:{replay_port}")])
-            .args(["--engine-url", engine_url])
-            .args(["--fleet-url", &router.url("")])
-            .args(["--internal-token", TOKEN])
-            .args(["--worker-id", worker, "--model", model])
-            .env("PREFIX_ROUTER_LOG", "warn")
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn reporter");
-        Reporter(child)
+    ) -> fleet::ReporterSpec {
+        fleet::ReporterSpec {
+            name: format!("reporter-{worker}"),
+            program: router_bin(),
+            kv_events: format!("tcp://*:{kv_port}"),
+            replay: format!("tcp://127.0.0.1:{replay_port}"),
+            engine_url: engine_url.to_owned(),
+            fleet_url: router.url(""),
+            token: TOKEN.to_owned(),
+            worker: worker.to_owned(),
+            model: model.to_owned(),
+            log_level: "warn".to_owned(),
+            args: Vec::new(),
+            log: PathBuf::from("/dev/null"),
+        }
     }
-}
 
-impl Drop for Reporter {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+    /// Starts a reporter of [`Reporter::spec`].
+    pub fn start(
+        worker: &str,
+        model: &str,
+        engine_url: &str,
+        router: &Router,
+        ports: (u16, u16),
+    ) -> Reporter {
+        Self::from_spec(&Self::spec(worker, model, engine_url, router, ports))
+    }
+
+    /// Starts `spec`.
+    pub fn from_spec(spec: &fleet::ReporterSpec) -> Reporter {
+        Reporter(spec.proc_spec().spawn().expect("spawn reporter"))
     }
 }

@@ -1,17 +1,16 @@
-//! A `prefix-router serve` child process on an ephemeral port; SIGKILLed
-//! on drop, like a crash.
+//! A `prefix-router serve` child process ([`fleet::RouterSpec`]) on an
+//! ephemeral port; SIGKILLed on drop, like a crash.
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{TOKEN, free_port, http};
+use super::{TOKEN, free_port, http, router_bin};
 
 /// A running router process.
 pub struct RouterProcess {
-    child: Child,
+    child: fleet::ChildProc,
     /// `http://127.0.0.1:<port>`.
     pub base: String,
 }
@@ -20,12 +19,13 @@ impl RouterProcess {
     /// Starts `prefix-router serve` on `valkey_url` with `extra` flags and
     /// waits until it answers `/health`.
     pub async fn start(valkey_url: &str, extra: &[&str]) -> RouterProcess {
-        Self::start_with(valkey_url, extra, &[("PREFIX_ROUTER_LOG", "warn")], None).await
+        Self::start_with(valkey_url, extra, &[], None).await
     }
 
-    /// As [`RouterProcess::start`], with `env` set on top of the token (it
-    /// may override `PREFIX_ROUTER_LOG`, unset otherwise) and the process's
-    /// stdout and stderr appended to `log` when given (else discarded).
+    /// As [`RouterProcess::start`], with `env` set on top of the token and
+    /// the log level `warn` (it may override `PREFIX_ROUTER_LOG`) and the
+    /// process's stdout and stderr appended to `log` when given (else
+    /// discarded).
     pub async fn start_with(
         valkey_url: &str,
         extra: &[&str],
@@ -35,7 +35,7 @@ impl RouterProcess {
         // The port is probed free, then bound by the child: another process
         // may take it in between, and then the child exits; try another.
         for _ in 0..5 {
-            let port = free_port();
+            let port = free_port().unwrap();
             let patience = Duration::from_secs(10);
             if let Some(r) = Self::try_start_on(port, valkey_url, extra, env, log, patience).await {
                 return r;
@@ -70,66 +70,36 @@ impl RouterProcess {
         log: Option<&Path>,
         patience: Duration,
     ) -> Option<RouterProcess> {
-        let output = |log: Option<&Path>| match log {
-            Some(path) => std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .map(Stdio::from)
-                .expect("open the log file"),
-            None => Stdio::null(),
-        };
-        let child = Command::new(super::router_bin())
-            .args([
-                "serve",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--valkey",
-                valkey_url,
-            ])
-            .args(extra)
-            .env("PREFIX_ROUTER_INTERNAL_TOKEN", TOKEN)
-            .envs(env.iter().copied())
-            .stdout(output(log))
-            .stderr(output(log))
-            .spawn()
-            .expect("spawn prefix-router");
+        let log = log.map_or_else(|| PathBuf::from("/dev/null"), Path::to_owned);
+        let mut spec = fleet::RouterSpec::new(
+            format!("router-{port}"),
+            router_bin(),
+            format!("127.0.0.1:{port}"),
+            valkey_url,
+            TOKEN,
+            log,
+        )
+        .args(extra.iter().copied());
+        for (k, v) in env {
+            spec = spec.env(k, v);
+        }
+        let child = spec.proc_spec().spawn().expect("spawn prefix-router");
         let mut r = RouterProcess {
             child,
             base: format!("http://127.0.0.1:{port}"),
         };
-        let deadline = std::time::Instant::now() + patience;
-        while std::time::Instant::now() < deadline {
-            if let Ok(Some(_)) = r.child.try_wait() {
-                return None;
-            }
-            if http()
-                .get(format!("{}/health", r.base))
-                .send()
-                .await
-                .is_ok()
-            {
-                return Some(r);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let url = format!("{}/health", r.base);
+        match fleet::wait_http_ok(&http(), &url, patience, Some(&mut r.child)).await {
+            Ok(()) => Some(r),
+            Err(_) if r.child.exited().is_some() => None,
+            Err(e) => panic!("router did not come up: {e:#}"),
         }
-        panic!("router did not come up");
     }
 
     /// SIGTERM, as an orchestrator stops it, then waits for its exit (at
     /// most 10 s, then SIGKILL): its last log lines are written by then.
     pub fn terminate(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        for _ in 0..200 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.terminate(Duration::from_secs(10));
     }
 
     /// POSTs JSON with the internal token; returns (status, JSON or Null).
@@ -157,12 +127,10 @@ impl RouterProcess {
             .expect("request");
         resp.text().await.expect("body")
     }
-}
 
-impl RouterProcess {
     /// Its process id.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.child.pid()
     }
 
     /// The port it listens on.
@@ -174,16 +142,12 @@ impl RouterProcess {
             .expect("port of the base URL")
     }
 
-    /// SIGKILL, like a crash, and reaps it.
+    /// SIGKILL, like a crash, and reaps it (waiting at most 5 s).
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for RouterProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.kill_now();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while self.child.exited().is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }

@@ -40,7 +40,7 @@ impl TlsValkey {
         // test may take it in between, so a failed start tries another.
         let mut attempt = 0;
         let (valkey, tls_port) = loop {
-            let tls_port = free_port();
+            let tls_port = free_port().unwrap();
             let port = tls_port.to_string();
             let started = Valkey::try_start_with(&[
                 "--save",

@@ -23,10 +23,7 @@ pub fn tokenizer_dir() -> PathBuf {
 /// The `sim-worker` binary of this test's profile (`target/<profile>/`,
 /// beside `deps/`): `cargo test --workspace` builds it with the tests.
 pub fn sim_worker_bin() -> PathBuf {
-    fleet::binaries::beside_current_exe("sim-worker").expect(
-        "no sim-worker beside this test: run `cargo build --bin sim-worker` \
-         (cargo test --workspace builds it)",
-    )
+    fleet::binaries::workspace_binary("sim-worker").unwrap()
 }
 
 /// A sim of [`MODEL`] named `name`, with `extra` flags: the spec every

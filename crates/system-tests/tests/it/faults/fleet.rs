@@ -6,16 +6,13 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::slow_proxy::SlowProxy;
 use crate::support::router_process::RouterProcess;
-use crate::support::sim_process::spawn_sim_worker;
 use crate::support::{TOKEN, Valkey, free_port, http, tokenizer_dir};
 use fleet::Haproxy;
 
@@ -124,63 +121,42 @@ impl Default for FleetSpec {
 
 /// A running `sim-worker`; SIGKILLed on drop.
 pub struct SimProcess {
-    child: Child,
+    child: fleet::ChildProc,
     /// `http://127.0.0.1:<port>`.
     pub base: String,
     /// Its worker id.
     pub id: String,
 }
 
-/// A sim spawned, not yet serving.
+/// A sim spawned ([`fleet::SimSpec`]), not yet serving.
 struct Launching {
-    child: Child,
+    child: fleet::ChildProc,
     id: String,
-    lines: mpsc::Receiver<String>,
 }
 
 impl Launching {
     fn spawn(id: &str, fleet_url: &str, flags: &Flags, log: &Path) -> Launching {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .expect("sim log");
-        let mut args: Vec<String> = ["--worker-id", id, "--fleet-url", fleet_url]
-            .into_iter()
-            .chain(["--internal-token", TOKEN])
-            .map(String::from)
-            .collect();
-        args.extend(flags.args());
-        let (child, lines) = spawn_sim_worker(MODEL, &args, Stdio::from(log));
+        let program = fleet::binaries::workspace_binary("sim-worker").unwrap();
+        let spec = fleet::SimSpec::new(id, program, MODEL, tokenizer_dir(), log.to_owned())
+            .worker_id(id)
+            .pushing(fleet_url, TOKEN)
+            .args(flags.args());
         Launching {
-            child,
+            child: spec.proc_spec().spawn().expect("spawn sim-worker"),
             id: id.to_owned(),
-            lines,
         }
     }
 
     async fn ready(mut self) -> SimProcess {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            match self.lines.try_recv() {
-                Ok(line) => {
-                    if let Some(a) = line.strip_prefix("listening on ") {
-                        return SimProcess {
-                            child: self.child,
-                            base: a.to_owned(),
-                            id: self.id,
-                        };
-                    }
-                }
-                Err(mpsc::TryRecvError::Empty) => {
-                    assert!(Instant::now() < deadline, "sim {} did not start", self.id);
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                Err(mpsc::TryRecvError::Disconnected) => {
-                    let status = self.child.wait();
-                    panic!("sim {} exited before serving: {status:?}", self.id);
-                }
-            }
+        let base = self
+            .child
+            .wait_line("listening on ", PATIENCE)
+            .await
+            .unwrap_or_else(|e| panic!("sim {} did not start: {e:#}", self.id));
+        SimProcess {
+            child: self.child,
+            base,
+            id: self.id,
         }
     }
 }
@@ -230,7 +206,7 @@ impl SimProcess {
             .await;
         let deadline = Instant::now() + PATIENCE;
         loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
+            if let Some(status) = self.child.exited() {
                 assert_eq!(status.code(), Some(137), "crash exit status");
                 return;
             }
@@ -241,23 +217,14 @@ impl SimProcess {
 
     /// SIGTERM (it deregisters from the fleet), then waits for its exit.
     pub async fn terminate(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
+        self.child.signal_term();
         let deadline = Instant::now() + PATIENCE;
-        while self.child.try_wait().expect("try_wait").is_none() {
+        while self.child.exited().is_none() {
             if Instant::now() > deadline {
-                let _ = self.child.kill();
+                self.child.kill_now();
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-    }
-}
-
-impl Drop for SimProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -319,7 +286,7 @@ impl Fleet {
         } else {
             None
         };
-        let router_ports: Vec<u16> = (0..spec.routers).map(|_| free_port()).collect();
+        let router_ports: Vec<u16> = (0..spec.routers).map(|_| free_port().unwrap()).collect();
         let haproxy = fleet::haproxy::program().expect("haproxy");
         let balancer =
             Haproxy::start(&haproxy, &logs, &router_ports, "/health").expect("starting haproxy");
@@ -593,12 +560,12 @@ impl Fleet {
 
     /// `prefix-router inspect --check` on the state: exit 0.
     pub async fn inspect_check(&self, what: &str) {
-        let out = tokio::process::Command::new(crate::support::router_bin())
-            .args(["inspect", "--check", "--valkey", &self.valkey.url()])
-            .args(["--key-prefix", PREFIX])
-            .env("PREFIX_ROUTER_LOG", "warn")
-            .output()
+        let inspect = crate::support::router_command("inspect")
+            .args(["--check", "--valkey", &self.valkey.url()])
+            .args(["--key-prefix", PREFIX]);
+        let out = tokio::task::spawn_blocking(move || inspect.output())
             .await
+            .expect("inspect task")
             .expect("run inspect --check");
         assert!(
             out.status.success(),
