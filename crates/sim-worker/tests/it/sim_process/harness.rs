@@ -15,6 +15,10 @@ pub const MODEL: &str = "qwen3";
 /// The longest a test waits for anything to happen (machines are shared).
 pub const PATIENCE: Duration = Duration::from_secs(10);
 
+/// The longest a sim may take to start: it loads its tokenizer, and on 2
+/// shared cores under load that alone can take several seconds per sim.
+pub const START_PATIENCE: Duration = Duration::from_secs(60);
+
 /// The real Qwen3 tokenizer of `../shared`.
 pub fn tokenizer_dir() -> PathBuf {
     fleet::binaries::shared_tokenizer_dir()
@@ -60,7 +64,7 @@ impl Sim {
     /// Starts `spec` and reads the addresses it prints.
     pub async fn from_spec(spec: fleet::SimSpec) -> Sim {
         let inner = spec
-            .start(PATIENCE)
+            .start(START_PATIENCE)
             .await
             .expect("sim-worker did not start");
         let base = inner.url.clone();
