@@ -88,12 +88,24 @@ impl RouterProcess {
             child,
             base: format!("http://127.0.0.1:{port}"),
         };
-        let url = format!("{}/health", r.base);
-        match fleet::wait_http_ok(&http(), &url, patience, Some(&mut r.child)).await {
-            Ok(()) => Some(r),
-            Err(_) if r.child.exited().is_some() => None,
-            Err(e) => panic!("router did not come up: {e:#}"),
+        // Up once it answers `/health` at all (a 503 included: e.g. still
+        // without workers); gone if it exits first.
+        let deadline = std::time::Instant::now() + patience;
+        while std::time::Instant::now() < deadline {
+            if r.child.exited().is_some() {
+                return None;
+            }
+            if http()
+                .get(format!("{}/health", r.base))
+                .send()
+                .await
+                .is_ok()
+            {
+                return Some(r);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        panic!("router did not come up");
     }
 
     /// SIGTERM, as an orchestrator stops it, then waits for its exit (at
