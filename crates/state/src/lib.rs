@@ -34,7 +34,9 @@
 //!   then tiers).
 //! * `probe`: read-only probes of which worker holds how much of a prompt,
 //!   per tier (`lookup.lua`), and the worker listing.
-//! * `route_claim`: the cache-aware policy's atomic call (`route.lua`):
+//! * `route_claim`: the cache-aware policy's inputs ([`RouteParams`], whose
+//!   `Default` is the one definition of its defaults) and its atomic call
+//!   (`route.lua`):
 //!   probe, route (choose the worker) and claim, in one step.
 //! * `view_record`: the routing view's binary per-worker records (with the
 //!   worker's prefill/decode role, when it has one).

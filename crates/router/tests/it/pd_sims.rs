@@ -26,7 +26,7 @@ async fn start_sim(r: &Router, id: &str, role: &str) -> fleet::Sim {
         .worker_id(id)
         .pushing(&r.url(""), TOKEN)
         .args(["--role", role, "--time-scale", "0.02"])
-        .start(Duration::from_secs(20))
+        .start(Duration::from_secs(60))
         .await
         .expect("sim-worker did not start")
 }
