@@ -13,11 +13,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
 
 # The state suite on Redis 7: the Lua library must run on plain Redis too.
-# The tests start their server from $VALKEY_SERVER (crates/fleet).
+# The tests start their server from $VALKEY_SERVER (crates/fleet); the
+# suite is the state crate's own (crates/state/tests).
 redis_bin=$(command -v redis-server || echo /usr/bin/redis-server)
 echo "test: the state suite against $("$redis_bin" --version | cut -d' ' -f1-3)"
-VALKEY_SERVER="$redis_bin" cargo test --locked -p prefix-router \
-  --test sync --test expiry --test state_model --test route_script --test restart \
-  --test inflight_reconcile --test multi_model --test inspect --test api_lifecycle \
-  --test push --test probes --test shards --test response_cache_store --test tier_state \
-  --test tenant_limits_store --test flow_store
+VALKEY_SERVER="$redis_bin" cargo test --locked -p state

@@ -3,7 +3,6 @@
 //! when missing), `valkey-server` and `haproxy` from the system.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{Context, bail};
 
@@ -28,6 +27,17 @@ pub fn beside_current_exe(name: &str) -> Option<PathBuf> {
         dir = dir.parent()?;
     }
     Some(dir.join(name)).filter(|p| p.is_file())
+}
+
+/// The workspace binary `name` beside the running test
+/// ([`beside_current_exe`]); the error says how to build it.
+pub fn workspace_binary(name: &str) -> anyhow::Result<PathBuf> {
+    beside_current_exe(name).with_context(|| {
+        format!(
+            "no {name} beside this test: run `cargo build --bin {name}` \
+             (cargo test --workspace builds it)"
+        )
+    })
 }
 
 /// The real Qwen3 tokenizer of `../shared`, beside the workspace.
@@ -96,7 +106,8 @@ impl WorkspaceBinaries {
 /// `cargo build [--release] --bin prefix-router --bin sim-worker` in the
 /// workspace root.
 fn build(profile: &str) -> anyhow::Result<()> {
-    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    let mut cmd =
+        std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cmd.current_dir(workspace_root()).args([
         "build",
         "--bin",

@@ -9,9 +9,15 @@
 //! * [`binaries`]: where `prefix-router`, `sim-worker`, `valkey-server` and
 //!   `haproxy` are (the workspace's target directory, built when missing
 //!   for the load test; beside a test's own executable for tests).
-//! * [`process`]: a restartable recipe ([`ProcSpec`]) and a kill-on-drop
-//!   child ([`ChildProc`]) with its log, output lines and CPU time.
+//! * [`process`]: a restartable recipe ([`ProcSpec`]) of any program (a
+//!   server, a command-line tool run to completion, a third-party peer)
+//!   and a kill-on-drop child ([`ChildProc`]) with its log, output lines
+//!   and CPU time.
 //! * `valkey`: [`Valkey`], a private `valkey-server`.
+//! * [`router`]: [`RouterSpec`] (`prefix-router serve`) and
+//!   [`ReporterSpec`] (`prefix-router reporter`), their flags in one place.
+//! * [`sim`]: [`SimSpec`], the flags of a `sim-worker`, and [`Sim`], one
+//!   running with the addresses it printed.
 //! * [`valkey_cluster`]: [`ValkeyCluster`], a real Valkey Cluster (3
 //!   primaries + 3 replicas) through `scripts/valkey-cluster.sh`.
 //! * [`haproxy`]: [`Haproxy`], the L4 balancer, and its one [`config`]
@@ -20,20 +26,29 @@
 //!   kustomize`, for the deployment tests.
 //!
 //! Within: `valkey` and `haproxy` use `ports` and `binaries`;
-//! `valkey_cluster` and `kustomize` use `binaries`; `process` stands alone.
+//! `valkey_cluster` and `kustomize` use `binaries`; `router` and `sim` use `process`;
+//! `process` stands alone.
 //!
 //! [`config`]: haproxy::config
+
+// The one crate that starts processes: clippy.toml disallows
+// `Command::new` everywhere else.
+#![allow(clippy::disallowed_methods)]
 
 pub mod binaries;
 pub mod haproxy;
 pub mod kustomize;
 mod ports;
 pub mod process;
+pub mod router;
+pub mod sim;
 mod valkey;
 pub mod valkey_cluster;
 
 pub use haproxy::Haproxy;
 pub use ports::free_port;
 pub use process::{ChildProc, ProcSpec, proc_cpu_seconds, wait_http_ok};
+pub use router::{ReporterSpec, RouterSpec};
+pub use sim::{KvEndpoints, Sim, SimSpec};
 pub use valkey::{Valkey, ValkeySpec};
 pub use valkey_cluster::ValkeyCluster;

@@ -8,6 +8,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+/// The signals a test sends a process by hand ([`signal_pid`]).
+pub use libc::{SIGKILL, SIGTERM};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -23,6 +25,8 @@ pub struct ProcSpec {
     pub args: Vec<String>,
     /// Extra environment variables.
     pub env: Vec<(String, String)>,
+    /// Environment variables it must not inherit.
+    pub unset: Vec<String>,
     /// Where its stderr (and stdout, unless piped) goes.
     pub log: PathBuf,
     /// Pipe stdout so that [`ChildProc::wait_line`] can read it.
@@ -40,10 +44,17 @@ impl ProcSpec {
             program: program.into(),
             args: Vec::new(),
             env: Vec::new(),
+            unset: Vec::new(),
             log,
             pipe_stdout: false,
             own_group: false,
         }
+    }
+
+    /// A spec whose output is discarded (a run to completion captures it:
+    /// [`output`](Self::output)).
+    pub fn quiet(name: impl Into<String>, program: impl Into<PathBuf>) -> Self {
+        Self::new(name, program, PathBuf::from("/dev/null"))
     }
 
     /// Runs it in its own process group, killed as a whole.
@@ -62,9 +73,21 @@ impl ProcSpec {
         self
     }
 
+    /// Appends one argument.
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
     /// Adds an environment variable.
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Removes an inherited environment variable.
+    pub fn unset(mut self, key: &str) -> Self {
+        self.unset.push(key.to_owned());
         self
     }
 
@@ -74,6 +97,21 @@ impl ProcSpec {
             .chain(self.args.iter().cloned())
             .collect::<Vec<_>>()
             .join(" ")
+    }
+
+    /// Runs it to completion (a command-line tool, a script, an
+    /// installer), stdin closed, capturing stdout and stderr; blocks.
+    pub fn output(&self) -> anyhow::Result<std::process::Output> {
+        let mut cmd = std::process::Command::new(&self.program);
+        for key in &self.unset {
+            cmd.env_remove(key);
+        }
+        cmd.args(&self.args)
+            .env("NO_COLOR", "1")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("running {}", self.command_line()))
     }
 
     /// Starts the process (appending to its log file).
@@ -89,6 +127,9 @@ impl ProcSpec {
             Stdio::from(log.try_clone()?)
         };
         let mut cmd = Command::new(&self.program);
+        for key in &self.unset {
+            cmd.env_remove(key);
+        }
         cmd.args(&self.args)
             // Plain logs: no colour codes in the log files.
             .env("NO_COLOR", "1")
@@ -230,6 +271,36 @@ impl ChildProc {
         self.child.try_wait().ok().flatten()
     }
 
+    /// Sends `signal` (`libc::SIGTERM`, …) to it, without waiting.
+    pub fn signal(&self, signal: libc::c_int) {
+        signal_pid(self.pid, signal);
+    }
+
+    /// SIGTERM, as an orchestrator stops it, without waiting.
+    pub fn signal_term(&self) {
+        self.signal(libc::SIGTERM);
+    }
+
+    /// SIGTERM, as an orchestrator stops it, then waits up to `patience`
+    /// for its exit (then SIGKILL); blocks.
+    pub fn terminate(&mut self, patience: Duration) {
+        self.signal(libc::SIGTERM);
+        let deadline = Instant::now() + patience;
+        while self.exited().is_none() {
+            if Instant::now() > deadline {
+                self.kill_now();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL, like a crash, without waiting for it to be reaped.
+    pub fn kill_now(&mut self) {
+        self.kill_group();
+        let _ = self.child.start_kill();
+    }
+
     /// SIGKILL, like a crash, and reap it.
     pub async fn kill(&mut self) {
         self.cpu_spent += proc_cpu_seconds(self.pid).unwrap_or(0.0);
@@ -312,6 +383,16 @@ pub async fn wait_http_ok(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Sends `signal` to process `pid` (one this fleet did not start itself,
+/// e.g. one a script started and wrote down); false if it is gone.
+pub fn signal_pid(pid: u32, signal: libc::c_int) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    // SAFETY: kill has no memory effects.
+    unsafe { libc::kill(pid as libc::pid_t, signal) == 0 }
 }
 
 /// User + system CPU seconds of `pid` from `/proc/<pid>/stat`.

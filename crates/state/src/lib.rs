@@ -34,7 +34,9 @@
 //!   then tiers).
 //! * `probe`: read-only probes of which worker holds how much of a prompt,
 //!   per tier (`lookup.lua`), and the worker listing.
-//! * `route_claim`: the cache-aware policy's atomic call (`route.lua`):
+//! * `route_claim`: the cache-aware policy's inputs ([`RouteParams`], whose
+//!   `Default` is the one definition of its defaults) and its atomic call
+//!   (`route.lua`):
 //!   probe, route (choose the worker) and claim, in one step.
 //! * `view_record`: the routing view's binary per-worker records (with the
 //!   worker's prefill/decode role, when it has one).
@@ -90,7 +92,9 @@ pub use models::ModelLimits;
 pub use probe::{PrefixProbe, TierBlocks, WorkerInfo, WorkerMatch, WorkerStatus};
 pub use repair::{MAX_REPAIR_BUCKETS, RepairOutcome};
 pub use response_cache::ResponsePut;
-pub use route_claim::{ROUTE_CLAIM, ROUTE_HEAD, RouteOutcome, RouteParams};
+pub use route_claim::{
+    DEFAULT_LOAD_SLACK, ROUTE_CLAIM, ROUTE_HEAD, RouteOutcome, RouteParams, STALE_LOAD,
+};
 pub use scripts::{ScriptName, ScriptSet};
 pub use shards::{Sharding, key_slot, part_model, part_names};
 pub use sync::SyncOutcome;

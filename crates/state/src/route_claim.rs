@@ -20,7 +20,18 @@ pub const ROUTE_HEAD: usize = 8192;
 /// the caller claims the rest.
 pub const ROUTE_CLAIM: usize = 64;
 
-/// The cache-aware choice's inputs (see `src/routing/cache_aware.rs`).
+/// Requests a worker may always have on top of the proportional load
+/// bound, so that an almost idle fleet keeps affinity (with loads 1, 0, 0
+/// the bare bound ⌈1.25 × 2 / 3⌉ = 1 would already refuse the first worker).
+pub const DEFAULT_LOAD_SLACK: u64 = 2;
+
+/// Worker-reported load older than this is ignored (in-flight still counts).
+pub const STALE_LOAD: Duration = Duration::from_secs(10);
+
+/// The cache-aware choice's inputs (see the router's
+/// `src/routing/cache_aware.rs`). [`Default`] holds the policy's defaults,
+/// the one definition of them: the router's `CacheAwareConfig` starts
+/// from it.
 #[derive(Debug, Clone, Copy)]
 pub struct RouteParams {
     /// Prompt length in tokens.
@@ -53,6 +64,42 @@ pub struct RouteParams {
     pub stale_load: Duration,
     /// Breaks ties between equal workers.
     pub seed: u32,
+}
+
+impl Default for RouteParams {
+    /// The cache-aware policy's default weights, for an empty prompt of
+    /// 16-token blocks and seed 0.
+    fn default() -> Self {
+        RouteParams {
+            prompt_tokens: 0,
+            block_size: 16,
+            epsilon: 0.25,
+            load_slack: DEFAULT_LOAD_SLACK,
+            tokens_per_queued_request: 512.0,
+            max_num_seqs: 256,
+            tokens_per_running_request: 16.0,
+            uncached_weight: 3.0,
+            cpu_tier_weight: 0.5,
+            disk_tier_weight: 0.25,
+            kv_pressure_tokens: 2048.0,
+            kv_pressure_from: 0.9,
+            stale_load: STALE_LOAD,
+            seed: 0,
+        }
+    }
+}
+
+impl RouteParams {
+    /// The default weights for a prompt of `prompt_tokens` in blocks of
+    /// `block_size` tokens, breaking ties with `seed`.
+    pub fn new(prompt_tokens: u64, block_size: usize, seed: u32) -> Self {
+        RouteParams {
+            prompt_tokens,
+            block_size,
+            seed,
+            ..RouteParams::default()
+        }
+    }
 }
 
 /// What the atomic routing step decided.

@@ -4,8 +4,9 @@
 //!
 //! Files: `kind` (what runs behind the balancer: our router or a peer's
 //! command template, an [`Arm`]), `template` (filling in a template's
-//! placeholders), `routers` (each replica's command and companion), `sims`
-//! (the sim-workers, with or without KV events), `store` (Valkey),
+//! placeholders), `routers` (each replica's command and companion; ours
+//! through `fleet::RouterSpec`), `sims` (the sim-workers, with or without
+//! KV events, through `fleet::SimSpec`), `store` (Valkey),
 //! `balancer`/`tcp_proxy` (HAProxy or the builtin one), `cpu` ([`CpuUse`]),
 //! `counters` (what the sims and routers counted: [`FleetCounters`]).
 

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use super::kind::{LaunchContext, RouterKind, View};
 use super::template::fill;
+use fleet::RouterSpec;
 use fleet::process::ProcSpec;
 
 /// What every replica of a fleet shares.
@@ -31,11 +32,6 @@ pub fn router_spec(
     match kind {
         RouterKind::PrefixRouter { policy, view } => {
             let mut args: Vec<String> = vec![
-                "serve".into(),
-                "--listen".into(),
-                format!("{}:{}", ctx.host, ctx.port),
-                "--valkey".into(),
-                ctx.valkey_url.clone(),
                 "--model".into(),
                 ctx.model.clone(),
                 "--tokenizer-dir".into(),
@@ -60,10 +56,18 @@ pub fn router_spec(
                 }
             }
             args.extend(common.extra_args.iter().cloned());
-            ProcSpec::new(name, &common.program, log)
-                .args(args)
-                .env("PREFIX_ROUTER_INTERNAL_TOKEN", &common.token)
-                .env("PREFIX_ROUTER_LOG", &common.log_level)
+            let listen = format!("{}:{}", ctx.host, ctx.port);
+            let mut spec = RouterSpec::new(
+                name,
+                &common.program,
+                listen,
+                &ctx.valkey_url,
+                &common.token,
+                log,
+            )
+            .args(args);
+            spec.log_level = common.log_level.clone();
+            spec.proc_spec()
         }
         RouterKind::External(ext) => {
             let mut spec = ProcSpec::new(name, &ext.program, log).args(ext.render_args(ctx));

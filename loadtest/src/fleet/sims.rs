@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fleet::process::{ChildProc, ProcSpec};
+pub use fleet::KvEndpoints;
+use fleet::SimSpec;
+use fleet::process::ChildProc;
 
 /// How every sim-worker of a fleet is configured.
 #[derive(Debug, Clone)]
@@ -34,15 +36,6 @@ pub struct Sim {
     pub kv_events: Option<KvEndpoints>,
 }
 
-/// A sim's vLLM KV-event sockets (ZMQ, as vLLM's `ZmqEventPublisher`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KvEndpoints {
-    /// The PUB socket (`tcp://127.0.0.1:<port>`).
-    pub publisher: String,
-    /// The replay ROUTER socket.
-    pub replay: String,
-}
-
 /// Starts the `index`-th sim-worker of `program` and waits for its
 /// `listening on` line. With `fleet_url`, it reports its cache there; with
 /// `kv_events`, it publishes vLLM KV events (and serves their replay) on
@@ -60,67 +53,37 @@ pub async fn start_sim(
     log_dir: &Path,
 ) -> anyhow::Result<Sim> {
     let id = format!("sim-{index}");
-    let mut args: Vec<String> = vec![
-        "--port".into(),
-        "0".into(),
-        "--worker-id".into(),
-        id.clone(),
-        "--model".into(),
-        model.into(),
-        "--tokenizer-dir".into(),
-        tokenizer_dir.display().to_string(),
-        "--num-blocks".into(),
-        settings.num_blocks.to_string(),
-        "--max-num-seqs".into(),
-        settings.max_num_seqs.to_string(),
-        "--time-scale".into(),
-        settings.time_scale.to_string(),
-        "--seed".into(),
-        index.to_string(),
-    ];
-    if let Some(url) = fleet_url {
-        args.extend(["--fleet-url".into(), url.to_owned()]);
-    }
-    if kv_events {
-        args.extend(
-            [
-                "--kv-events-endpoint",
-                "tcp://127.0.0.1:0",
-                "--kv-events-replay-endpoint",
-                "tcp://127.0.0.1:0",
-            ]
-            .map(String::from),
-        );
-    }
-    args.extend(settings.extra_args.iter().cloned());
-    let mut spec = ProcSpec::new(&id, program, log_dir.join(format!("{id}.log")))
-        .args(args)
-        .env("PREFIX_ROUTER_INTERNAL_TOKEN", token)
-        .env("SIM_WORKER_LOG", "warn");
-    spec.pipe_stdout = true;
-    let mut proc = spec.spawn()?;
-    let mut prefixes = vec!["listening on "];
-    if kv_events {
-        prefixes.extend(["kv-events on ", "kv-events replay on "]);
-    }
-    let mut lines = proc
-        .wait_lines(&prefixes, Duration::from_secs(60))
-        .await?
-        .into_iter();
-    let url = lines.next().unwrap_or_default();
-    let kv_events = match (lines.next(), lines.next()) {
-        (Some(publisher), Some(replay)) => Some(KvEndpoints { publisher, replay }),
-        _ => None,
+    let log = log_dir.join(format!("{id}.log"));
+    let mut spec = SimSpec::new(&id, program, model, tokenizer_dir, log)
+        .worker_id(&id)
+        .args([
+            "--num-blocks".to_owned(),
+            settings.num_blocks.to_string(),
+            "--max-num-seqs".into(),
+            settings.max_num_seqs.to_string(),
+            "--time-scale".into(),
+            settings.time_scale.to_string(),
+            "--seed".into(),
+            index.to_string(),
+        ]);
+    spec = match fleet_url {
+        Some(url) => spec.pushing(url, token),
+        None => spec,
     };
+    if kv_events {
+        spec = spec.kv_events("tcp://127.0.0.1:0", "tcp://127.0.0.1:0");
+    }
+    let spec = spec.args(settings.extra_args.iter().cloned());
+    let sim = spec.start(Duration::from_secs(60)).await?;
     Ok(Sim {
-        proc,
+        proc: sim.proc,
         id,
-        url,
-        kv_events,
+        url: sim.url,
+        kv_events: sim.kv_events,
     })
 }
 
 /// The default tokenizer directory: `<workspace>/../shared/tokenizers/qwen3`.
 pub fn default_tokenizer_dir() -> PathBuf {
-    fleet::binaries::workspace_root().join("../shared/tokenizers/qwen3")
+    fleet::binaries::shared_tokenizer_dir()
 }

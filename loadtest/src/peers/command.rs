@@ -2,9 +2,8 @@
 //! their `cache_aware` knobs ([`PeerOptions`]); the best modes extend
 //! [`launcher_args`] (see `modes`).
 
-use std::process::Command;
-
 use fleet::free_port;
+use fleet::process::ProcSpec;
 
 use super::{BIND_HOST, PeerInstall, PeerKind};
 
@@ -57,33 +56,34 @@ pub struct PeerOptions {
 /// `PYTHONUNBUFFERED=1` and `HF_HUB_OFFLINE=1` (HTTP workers need no
 /// tokenizer; nothing should be fetched). The router is a single process
 /// (Python launcher + the Rust router in-process), so killing its pid stops
-/// it. stdio is left to the caller; `tokio::process::Command::from` turns
-/// the result into a Tokio command, and `get_program`/`get_args`/`get_envs`
-/// read it back.
+/// it. The result is a [`ProcSpec`] (output discarded until the caller
+/// sets its log): `fleet` starts it.
 pub fn command(
     install: &PeerInstall,
     worker_urls: &[String],
     port: u16,
     extra: &PeerOptions,
-) -> Command {
+) -> ProcSpec {
     // A free port can only fail to be found if the machine has none; the
     // peer's default (29000) is then the least bad choice.
     let metrics = extra
         .metrics_port
         .or_else(|| free_port().ok())
         .unwrap_or(29000);
-    let mut cmd = Command::new(&install.python);
+    let mut cmd = ProcSpec::quiet(install.kind.package(), &install.python);
     for a in launcher_args(install.kind, extra) {
         if a == WORKER_URLS {
-            cmd.args(worker_urls);
+            cmd = cmd.args(worker_urls.iter().cloned());
         } else {
-            cmd.arg(
+            cmd = cmd.arg(
                 a.replace(PORT, &port.to_string())
                     .replace(AUX_PORT, &metrics.to_string()),
             );
         }
     }
-    cmd.envs(ENV);
+    for (k, v) in ENV {
+        cmd = cmd.env(k, v);
+    }
     cmd
 }
 
@@ -170,10 +170,8 @@ mod tests {
     use super::*;
     use crate::peers::tests::fake_install;
 
-    fn args(cmd: &Command) -> Vec<String> {
-        cmd.get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect()
+    fn args(cmd: &ProcSpec) -> Vec<String> {
+        cmd.args.clone()
     }
 
     #[test]
@@ -188,7 +186,7 @@ mod tests {
             ..PeerOptions::default()
         };
         let cmd = command(&fake_install(PeerKind::SglangRouter), &urls, 5000, &opts);
-        assert_eq!(cmd.get_program(), "/venv/bin/python");
+        assert_eq!(cmd.program, std::path::Path::new("/venv/bin/python"));
         let a = args(&cmd).join(" ");
         assert!(a.starts_with(
             "-m sglang_router.launch_router --host 127.0.0.1 --port 5000 \

@@ -1,9 +1,9 @@
 //! Installing a peer into its own virtualenv, idempotently.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{Context, bail};
+use fleet::process::ProcSpec;
 
 use super::PeerKind;
 
@@ -47,7 +47,9 @@ pub fn install(kind: PeerKind, root: &Path) -> anyhow::Result<PeerInstall> {
     if !python.exists() {
         let base = base_python()?;
         run(
-            Command::new(&base).arg("-m").arg("venv").arg(&venv),
+            ProcSpec::quiet("venv", &base)
+                .args(["-m", "venv"])
+                .arg(venv.display().to_string()),
             &format!(
                 "creating the venv {} with {}",
                 venv.display(),
@@ -57,7 +59,7 @@ pub fn install(kind: PeerKind, root: &Path) -> anyhow::Result<PeerInstall> {
     }
     let requirement = format!("{}=={pinned}", kind.package());
     run(
-        Command::new(&python).args([
+        ProcSpec::quiet("pip", &python).args([
             "-m",
             "pip",
             "install",
@@ -89,11 +91,9 @@ fn installed_version(python: &Path, kind: PeerKind) -> anyhow::Result<String> {
         "import importlib.metadata as m; print(m.version({:?}))",
         kind.package()
     );
-    let out = Command::new(python)
-        .arg("-c")
-        .arg(&script)
-        .output()
-        .with_context(|| format!("running {}", python.display()))?;
+    let out = ProcSpec::quiet("python", python)
+        .args(["-c", &script])
+        .output()?;
     if !out.status.success() {
         bail!(
             "{} is not installed in {}: {}",
@@ -118,9 +118,8 @@ fn base_python() -> anyhow::Result<PathBuf> {
     );
     let check = "import sys, venv, ensurepip; sys.exit(0 if sys.version_info >= (3, 8) else 1)";
     for c in &candidates {
-        let ok = Command::new(c)
-            .arg("-c")
-            .arg(check)
+        let ok = ProcSpec::quiet("python", c)
+            .args(["-c", check])
             .output()
             .is_ok_and(|o| o.status.success());
         if ok {
@@ -138,7 +137,7 @@ fn base_python() -> anyhow::Result<PathBuf> {
 }
 
 /// Runs `cmd` to completion; fails with its output when it fails.
-fn run(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
+fn run(cmd: ProcSpec, what: &str) -> anyhow::Result<()> {
     let out = cmd
         .output()
         .with_context(|| format!("{what}: cannot run"))?;

@@ -362,26 +362,22 @@ fn router_spec(
 
 fn reporter_spec(s: &Settings, e: &Engine, fleet_url: &str) -> ProcSpec {
     let name = format!("reporter-{}", e.name);
-    ProcSpec::new(&name, &s.router_bin, s.dir.join(format!("{name}.log")))
-        .args([
-            "reporter".to_owned(),
-            // As given to the engine: vLLM binds `*`, so the reporter connects.
-            "--kv-events".into(),
-            format!("tcp://*:{}", e.kv_port),
-            "--replay".into(),
-            format!("tcp://*:{}", e.replay_port),
-            "--engine-url".into(),
-            e.url(),
-            "--fleet-url".into(),
-            fleet_url.to_owned(),
-            "--worker-id".into(),
-            e.name.clone(),
-            "--model".into(),
-            MODEL.into(),
-            "--block-size".into(),
-            s.block_size.to_string(),
-            "--hash-seed".into(),
-            "0".into(),
-        ])
-        .env("PREFIX_ROUTER_INTERNAL_TOKEN", TOKEN)
+    fleet::ReporterSpec {
+        log: s.dir.join(format!("{name}.log")),
+        name,
+        program: s.router_bin.clone(),
+        // As given to the engine: vLLM binds `*`, so the reporter connects.
+        kv_events: format!("tcp://*:{}", e.kv_port),
+        replay: format!("tcp://*:{}", e.replay_port),
+        engine_url: e.url(),
+        fleet_url: fleet_url.to_owned(),
+        token: TOKEN.to_owned(),
+        worker: e.name.clone(),
+        model: MODEL.into(),
+        log_level: "info".into(),
+        args: Vec::new(),
+    }
+    .args(["--block-size".to_owned(), s.block_size.to_string()])
+    .args(["--hash-seed", "0"])
+    .proc_spec()
 }

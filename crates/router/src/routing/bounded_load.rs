@@ -3,10 +3,9 @@
 
 use super::Candidate;
 
-/// Requests a worker may always have on top of the proportional bound, so
-/// that an almost idle fleet keeps affinity (with loads 1, 0, 0 the bare
-/// bound ⌈1.25 × 2 / 3⌉ = 1 would already refuse the first worker).
-pub const DEFAULT_LOAD_SLACK: u64 = 2;
+/// Requests a worker may always have on top of the proportional bound
+/// (defined with the other defaults of the policy, in `state`).
+pub use state::DEFAULT_LOAD_SLACK;
 
 /// The most requests any worker may have, counting the one being placed,
 /// to be chosen for affinity: ⌈(1 + ε) × (total load + 1) / workers⌉ + slack.

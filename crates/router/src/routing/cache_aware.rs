@@ -1,14 +1,11 @@
 //! [`CacheAware`]: the deepest cached prefix, weighted against load, under a
 //! bound on load.
 
-use std::time::Duration;
-
-use super::bounded_load::{DEFAULT_LOAD_SLACK, capacity, within};
+use super::bounded_load::{capacity, within};
 use super::{Candidate, Policy, RouteRequest, ranked_by};
 use state::RouteParams;
-
 /// Worker-reported load older than this is ignored (in-flight still counts).
-pub const STALE_LOAD: Duration = Duration::from_secs(10);
+pub use state::STALE_LOAD;
 
 /// Parameters of the cache-aware policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -47,18 +44,20 @@ pub struct CacheAwareConfig {
 }
 
 impl Default for CacheAwareConfig {
+    /// The weights of [`RouteParams::default`], their one definition.
     fn default() -> Self {
+        let d = RouteParams::default();
         CacheAwareConfig {
-            epsilon: 0.25,
-            load_slack: DEFAULT_LOAD_SLACK,
-            tokens_per_queued_request: 512.0,
-            max_num_seqs: 256,
-            tokens_per_running_request: 16.0,
-            uncached_weight: 3.0,
-            kv_pressure_tokens: 2048.0,
-            kv_pressure_from: 0.9,
-            cpu_tier_weight: 0.5,
-            disk_tier_weight: 0.25,
+            epsilon: d.epsilon,
+            load_slack: d.load_slack,
+            tokens_per_queued_request: d.tokens_per_queued_request,
+            max_num_seqs: d.max_num_seqs,
+            tokens_per_running_request: d.tokens_per_running_request,
+            uncached_weight: d.uncached_weight,
+            kv_pressure_tokens: d.kv_pressure_tokens,
+            kv_pressure_from: d.kv_pressure_from,
+            cpu_tier_weight: d.cpu_tier_weight,
+            disk_tier_weight: d.disk_tier_weight,
         }
     }
 }

@@ -243,3 +243,12 @@ fn a_hit_is_worth_its_tiers_weight() {
         none.cost(&req(1100), &cold, 0.0)
     );
 }
+
+#[test]
+fn the_default_config_is_the_state_crates_default_params() {
+    // One definition of the defaults: what `route.lua` gets from the
+    // router's default config is `RouteParams::new`'s.
+    let from_config = CacheAwareConfig::default().route_params(4096, 16, 7);
+    let from_state = state::RouteParams::new(4096, 16, 7);
+    assert_eq!(format!("{from_config:?}"), format!("{from_state:?}"));
+}

@@ -1,0 +1,253 @@
+//! Flow control end to end: a router over real Valkey and a worker over
+//! real HTTP that holds each request, `--max-in-flight-per-worker 1`: a
+//! request waits while the worker is busy and is routed when it frees; a
+//! wait past `--queue-timeout` is a 503 `queue_timeout` with `Retry-After`;
+//! a client that goes away while waiting is never sent to the worker.
+
+use crate::support;
+
+use std::time::Duration;
+
+use prefix_router::{AdmissionArgs, FlowArgs, ServeArgs};
+use serde_json::{Value, json};
+use support::fake_worker::FakeWorker;
+use support::{Router, Valkey, http};
+
+const MODEL: &str = "m";
+
+async fn fleet(timeout: Duration) -> (Valkey, Router, FakeWorker) {
+    let valkey = Valkey::start();
+    let w = worker(&valkey).await;
+    let router = Router::start(&valkey.url(), args(timeout, 1024)).await;
+    warm(&valkey, &[&router], &w, 700).await;
+    (valkey, router, w)
+}
+
+/// Sends each router one request and waits until each holds its lease on
+/// the model (a router's in-flight counts weigh only under its lease,
+/// which a new router takes at its first request), then makes the worker
+/// hold each request `delay_ms`; the warm-up requests are forgotten.
+async fn warm(valkey: &Valkey, routers: &[&Router], w: &FakeWorker, delay_ms: u64) {
+    for r in routers {
+        let resp = http()
+            .post(r.url("/v1/completions"))
+            .json(&body("warm"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+    }
+    let mut c = valkey.conn();
+    for _ in 0..100 {
+        let n: usize = redis::cmd("ZCARD")
+            .arg("pr:{m}:routers")
+            .query(&mut c)
+            .unwrap();
+        if n >= routers.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    w.shared.bodies.lock().unwrap().clear();
+    *w.shared.answer_delay.lock().unwrap() = Some(Duration::from_millis(delay_ms));
+}
+
+/// A worker, registered.
+async fn worker(valkey: &Valkey) -> FakeWorker {
+    let w = FakeWorker::start("w0").await;
+    w.register_in(valkey, MODEL).await;
+    w
+}
+
+/// One request in flight per worker; objective `high` is priority 10,
+/// `batch` -1 (sheddable); no header: 0.
+fn args(timeout: Duration, max_queued: usize) -> ServeArgs {
+    ServeArgs {
+        flow: Box::new(FlowArgs {
+            max_in_flight_per_worker: Some(1),
+            queue_timeout: Some(timeout),
+            max_queued: Some(max_queued),
+            ..FlowArgs::default()
+        }),
+        admission: Box::new(AdmissionArgs {
+            objectives: vec!["high=10".into(), "batch=-1".into()],
+            ..AdmissionArgs::default()
+        }),
+        ..ServeArgs::default()
+    }
+}
+
+/// Sends `prompt` with `objective` (none: priority 0) to `router`; returns
+/// the status and the error type of a refusal.
+fn send(
+    router: &Router,
+    prompt: &str,
+    objective: Option<&str>,
+) -> tokio::task::JoinHandle<(u16, String)> {
+    let mut request = http()
+        .post(router.url("/v1/completions"))
+        .json(&body(prompt));
+    if let Some(o) = objective {
+        request = request.header("x-gateway-inference-objective", o);
+    }
+    tokio::spawn(async move {
+        let resp = request.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let v: Value = resp.json().await.unwrap_or(Value::Null);
+        (status, v["error"]["type"].as_str().unwrap_or("").to_owned())
+    })
+}
+
+/// The prompts the worker received, in order.
+fn received(w: &FakeWorker) -> Vec<String> {
+    w.shared
+        .bodies
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|b| b["prompt"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn high_priority_sent_to_router_a_goes_before_low_priority_waiting_on_router_b() {
+    let valkey = Valkey::start();
+    let w = worker(&valkey).await;
+    let a = Router::start(&valkey.url(), args(Duration::from_secs(20), 1024)).await;
+    let b = Router::start(&valkey.url(), args(Duration::from_secs(20), 1024)).await;
+    warm(&valkey, &[&a, &b], &w, 300).await;
+    let mut all = vec![send(&b, "one", None)];
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    for i in 0..3 {
+        all.push(send(&b, &format!("low{i}"), None));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for i in 0..2 {
+        all.push(send(&a, &format!("high{i}"), Some("high")));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A sheddable request while saturated: refused at once.
+    let (status, kind) = send(&a, "batch", Some("batch")).await.unwrap();
+    assert_eq!((status, kind.as_str()), (429, "sheddable_refused"));
+    for r in all {
+        assert_eq!(r.await.unwrap().0, 200);
+    }
+    let got = received(&w);
+    assert_eq!(got[0], "one");
+    let mut highs: Vec<&String> = got[1..3].iter().collect();
+    highs.sort();
+    assert_eq!(highs, ["high0", "high1"], "worker received {got:?}");
+    assert_eq!(
+        got[3..],
+        ["low0", "low1", "low2"],
+        "worker received {got:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_full_waiting_room_sheds_the_lowest_priority_first() {
+    let valkey = Valkey::start();
+    let w = worker(&valkey).await;
+    let r = Router::start(&valkey.url(), args(Duration::from_secs(20), 2)).await;
+    warm(&valkey, &[&r], &w, 400).await;
+    let first = send(&r, "one", None);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let low0 = send(&r, "low0", None);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let low1 = send(&r, "low1", None);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Full: a high-priority arrival sheds the latest low-priority waiter.
+    let high = send(&r, "high", Some("high"));
+    assert_eq!(low1.await.unwrap(), (503, "queue_full".to_owned()));
+    // Full again: a low-priority arrival is itself the lowest.
+    let low2 = send(&r, "low2", None);
+    assert_eq!(low2.await.unwrap(), (503, "queue_full".to_owned()));
+    assert_eq!(first.await.unwrap().0, 200);
+    assert_eq!(high.await.unwrap().0, 200);
+    assert_eq!(low0.await.unwrap().0, 200);
+    assert_eq!(received(&w), ["one", "high", "low0"]);
+}
+
+fn body(prompt: &str) -> Value {
+    json!({ "model": MODEL, "prompt": prompt, "max_tokens": 1 })
+}
+
+/// Sends the request that holds the worker ("one"); its status when done.
+fn occupy(url: &str) -> tokio::task::JoinHandle<reqwest::StatusCode> {
+    let request = http().post(url).json(&body("one"));
+    tokio::spawn(async move { request.send().await.unwrap().status() })
+}
+
+#[tokio::test]
+async fn a_waiting_request_is_routed_when_the_worker_frees() {
+    let (_v, router, w) = fleet(Duration::from_secs(5)).await;
+    let url = router.url("/v1/completions");
+    let first = occupy(&url);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = std::time::Instant::now();
+    let second = http().post(&url).json(&body("two")).send().await.unwrap();
+    assert_eq!(second.status(), 200);
+    assert_eq!(first.await.unwrap(), 200);
+    // It waited for the first to finish: it was never on the worker at
+    // the same time.
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(w.shared.bodies.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn a_wait_past_the_timeout_is_a_503_and_a_gone_client_is_never_sent() {
+    let (_v, router, w) = fleet(Duration::from_millis(300)).await;
+    let url = router.url("/v1/completions");
+    let first = occupy(&url);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let resp = http().post(&url).json(&body("two")).send().await.unwrap();
+    assert_eq!(resp.status(), 503);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    let err: Value = resp.json().await.unwrap();
+    assert_eq!(err["error"]["type"], "queue_timeout", "{err}");
+    // A client that gives up while its request waits.
+    let gone = http()
+        .post(&url)
+        .timeout(Duration::from_millis(100))
+        .json(&body("three"))
+        .send()
+        .await;
+    assert!(gone.is_err());
+    assert_eq!(first.await.unwrap(), 200);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let prompts: Vec<Value> = w
+        .shared
+        .bodies
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|b| b["prompt"].clone())
+        .collect();
+    assert_eq!(prompts, [json!("one")], "only the first reached the worker");
+    // The third left when its client went away, not by its timeout.
+    let metrics = support::metrics_text(&router).await;
+    // What the dashboard's flow control panels read (tests/dashboards.rs).
+    for name in [
+        "prefix_router_flow_waiting",
+        "prefix_router_flow_queued_total",
+        "prefix_router_flow_fleet_waiting",
+        "prefix_router_flow_saturated",
+        "prefix_router_flow_wait_seconds",
+        "prefix_router_flow_admitted_total",
+        "prefix_router_flow_shed_total",
+    ] {
+        assert!(metrics.lines().any(|l| l.starts_with(name)), "no {name}");
+    }
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("prefix_router_flow_shed_total")
+                && l.contains("reason=\"client_gone\"")),
+        "{metrics}"
+    );
+}

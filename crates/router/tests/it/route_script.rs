@@ -1,0 +1,567 @@
+//! The atomic routing script: its choice is the Rust cache-aware policy's
+//! (KV tiers included: its GPU and CPU depths are the exact lookup's),
+//! concurrent routers agree on one worker for a new prefix, bounded load
+//! spreads a hot prefix, and hints extend matches past one call's head.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
+use crate::support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use prefix_router::routing::{
+    CacheAware, CacheAwareConfig, Candidate, Policy, RouteRequest, capacity, shared_tokens,
+};
+use proptest::prelude::*;
+use protocol::hashing::BlockHash;
+use protocol::{Tier, WorkerLoad};
+use state::{InFlight, RouteOutcome, RouteParams, StateStore, StateTtls, WorkerHeartbeat};
+use support::{Valkey, store};
+
+const M: &str = "m";
+const BS: usize = 16;
+
+fn chain(n: u64, salt: u64) -> Vec<BlockHash> {
+    (0..n)
+        .map(|i| BlockHash(salt.wrapping_mul(0x9e37_79b9) ^ (i + 1)))
+        .collect()
+}
+
+fn params(prompt_tokens: u64, epsilon: f64, seed: u32) -> RouteParams {
+    config(epsilon, CacheAwareConfig::default().max_num_seqs).route_params(prompt_tokens, BS, seed)
+}
+
+fn config(epsilon: f64, max_num_seqs: u64) -> CacheAwareConfig {
+    CacheAwareConfig {
+        epsilon,
+        max_num_seqs,
+        ..CacheAwareConfig::default()
+    }
+}
+
+fn ttls() -> StateTtls {
+    StateTtls {
+        worker_lease: Duration::from_secs(120),
+        router_lease: Duration::from_secs(120),
+        ..StateTtls::default()
+    }
+}
+
+async fn worker(s: &StateStore, id: &str, load: Option<WorkerLoad>) {
+    let hb = WorkerHeartbeat {
+        worker_id: id.into(),
+        url: "http://127.0.0.1:9".into(),
+        load,
+    };
+    s.heartbeat(M, &hb).await.unwrap();
+}
+
+/// The candidates the Rust policy would see in the script's snapshot.
+fn candidates(o: &RouteOutcome) -> Vec<Candidate> {
+    o.lookup
+        .workers
+        .iter()
+        .map(|w| Candidate {
+            worker_id: w.info.worker_id.clone(),
+            cached_tokens: (w.matched_blocks * BS) as u64,
+            cpu_tokens: (w.by_tier().cpu * BS) as u64,
+            disk_tokens: (w.by_tier().disk * BS) as u64,
+            in_flight: w.info.in_flight,
+            prefill_tokens: w.info.prefill_tokens,
+            waiting: w.info.load.num_requests_waiting,
+            running: w.info.load.num_requests_running,
+            kv_usage: w.info.load.kv_cache_usage_perc,
+        })
+        .collect()
+}
+
+/// Ends a routed request as its router would: the request and its prefill.
+async fn release(s: &StateStore, o: &RouteOutcome) {
+    let id = &o.lookup.workers[o.chosen.unwrap()].info.worker_id;
+    let done = InFlight {
+        requests: -1,
+        prefill_tokens: -(o.prefill_tokens as i64),
+    };
+    s.change_in_flight(M, id, done).await.unwrap();
+}
+
+/// Workers the Rust policy ranks equal-best (ties are broken by the seed).
+fn rust_best(c: &[Candidate], prompt_tokens: u64, cfg: CacheAwareConfig) -> BTreeSet<String> {
+    let epsilon = cfg.epsilon;
+    let policy = CacheAware::new(cfg);
+    let cfg = *policy.config();
+    let req = RouteRequest {
+        prompt_tokens,
+        prefix_key: 0,
+    };
+    let cap = capacity(c, epsilon, CacheAwareConfig::default().load_slack);
+    let shared = shared_tokens(&cfg, c);
+    let key = |x: &Candidate| policy.key(x, &req, cap, shared);
+    let best = c
+        .iter()
+        .map(key)
+        .fold((2, f64::INFINITY, 0.0), |a, b| if b < a { b } else { a });
+    c.iter()
+        .filter(|x| key(x) == best)
+        .map(|x| x.worker_id.clone())
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+struct WorkerSpec {
+    held: u64,
+    /// Of the held blocks, the first ones on the GPU, then up to `cpu` on
+    /// the CPU, the rest on disk (prefix-closed, as engines evict).
+    gpu: u64,
+    cpu: u64,
+    in_flight: u64,
+    /// Prefill tokens of those requests, in 64-token steps.
+    prefill: u64,
+    waiting: u64,
+    running: u64,
+    kv: f64,
+}
+
+fn spec() -> impl Strategy<Value = WorkerSpec> {
+    let tiers = (0..40u64, 0..=4u64, 0..=4u64).prop_map(|(held, g, c)| {
+        // Most workers hold everything on the GPU; others split it.
+        let gpu = if g == 4 { held } else { held * g / 4 };
+        (held, gpu, gpu + (held - gpu) * c / 4)
+    });
+    (tiers, 0..6u64, 0..24u64, 0..4u64, 0..6u64, 0..=100u32).prop_map(
+        |((held, gpu, cpu), in_flight, prefill, waiting, running, kv)| WorkerSpec {
+            held,
+            gpu,
+            cpu,
+            in_flight,
+            prefill: if in_flight == 0 { 0 } else { prefill * 64 },
+            waiting,
+            running,
+            kv: f64::from(kv) / 100.0,
+        },
+    )
+}
+
+#[test]
+fn the_scripts_choice_is_the_rust_policys_choice() {
+    let v = Valkey::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cfg = ProptestConfig {
+        cases: 64,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    proptest!(cfg, |(workers in prop::collection::vec(spec(), 1..5), prompt_blocks in 1..48u64,
+                     eps in prop::sample::select(vec![0.0, 0.25, 1.0]), seed in 0..1_000_003u32,
+                     subset in prop::option::of(1..16u32), max_seqs in prop::sample::select(vec![1u64, 3, 256]),
+                     uncached_weight in prop::sample::select(vec![1.0, 1.5, 2.0]),
+                     cpu_weight in prop::sample::select(vec![0.0, 0.5, 0.7, 1.0]),
+                     disk_weight in prop::sample::select(vec![0.0, 0.25, 0.3]))| {
+        rt.block_on(async {
+            let _: () = redis::cmd("FLUSHALL").query(&mut v.conn()).unwrap();
+            let s = store(&v, "rs", "router-a", ttls());
+            s.router_lease(M, Duration::from_secs(120)).await.unwrap();
+            let c = chain(prompt_blocks, 7);
+            for (i, w) in workers.iter().enumerate() {
+                let id = format!("w{i}");
+                let load = WorkerLoad { num_requests_waiting: w.waiting, num_requests_running: w.running, kv_cache_usage_perc: w.kv };
+                worker(&s, &id, Some(load)).await;
+                let held = chain(w.held, 7);
+                let (gpu, cpu) = (w.gpu as usize, w.cpu as usize);
+                s.stored_on(M, &id, &held[..gpu], Tier::Gpu).await.unwrap();
+                s.stored_on(M, &id, &held[gpu..cpu], Tier::Cpu).await.unwrap();
+                s.stored_on(M, &id, &held[cpu..], Tier::Disk).await.unwrap();
+                let counted = InFlight { requests: w.in_flight as i64, prefill_tokens: w.prefill as i64 };
+                s.change_in_flight(M, &id, counted).await.unwrap();
+            }
+            let prompt_tokens = prompt_blocks * BS as u64 + 5;
+            // Explain's lookup, before the route claims anything.
+            let exact = s.probe_with_gaps(M, &c).await.unwrap();
+            // A gateway's subset: only these may be chosen (all if none is).
+            let allowed: Vec<String> = (0..workers.len())
+                .filter(|i| subset.is_some_and(|m| m & (1 << i) != 0))
+                .map(|i| format!("w{i}"))
+                .collect();
+            let cfg = CacheAwareConfig {
+                uncached_weight,
+                cpu_tier_weight: cpu_weight,
+                disk_tier_weight: disk_weight,
+                ..config(eps, max_seqs)
+            };
+            let o = s
+                .route_and_claim_within(M, &c, &cfg.route_params(prompt_tokens, BS, seed), &[], &allowed)
+                .await
+                .unwrap();
+            // Probing (route.lua) finds the depths explain's lookup finds,
+            // per tier too.
+            let depths = |l: &state::PrefixProbe| -> BTreeMap<String, (usize, usize, usize)> {
+                l.workers
+                    .iter()
+                    .map(|w| (w.info.worker_id.clone(), (w.matched_blocks, w.gpu_blocks, w.cpu_blocks)))
+                    .collect()
+            };
+            assert_eq!(depths(&o.lookup), depths(&exact));
+            let chosen = &o.lookup.workers[o.chosen.unwrap()].info.worker_id;
+            let among: Vec<Candidate> = candidates(&o)
+                .into_iter()
+                .filter(|c| allowed.is_empty() || allowed.contains(&c.worker_id))
+                .collect();
+            let best = rust_best(&among, prompt_tokens, cfg);
+            assert!(best.contains(chosen), "script chose {chosen}, Rust's best are {best:?} (allowed {allowed:?})");
+            // The chosen worker's prefill is counted: the prompt beyond its
+            // real match, on top of what it had.
+            let before = workers[chosen[1..].parse::<usize>().unwrap()].prefill;
+            let real = o.lookup.workers[o.chosen.unwrap()].matched_blocks as u64 * BS as u64;
+            assert_eq!(o.prefill_tokens, prompt_tokens.saturating_sub(real));
+            let after = s.probe(M, &c).await.unwrap();
+            let now = after.workers.iter().find(|w| &w.info.worker_id == chosen).unwrap();
+            assert_eq!(now.info.prefill_tokens, before + o.prefill_tokens);
+        });
+    });
+}
+
+#[tokio::test]
+async fn concurrent_routers_agree_on_one_worker_for_a_new_prefix() {
+    let v = Valkey::start();
+    let (a, b) = (
+        store(&v, "rs", "router-a", ttls()),
+        store(&v, "rs", "router-b", ttls()),
+    );
+    for i in 0..3 {
+        worker(&a, &format!("w{i}"), None).await;
+    }
+    let c = chain(20, 99);
+    let mut tasks = Vec::new();
+    for i in 0..32u32 {
+        let s = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let c = c.clone();
+        // Locality only (no queue cost, no load bound): this test is about
+        // the script serialising concurrent choices, not about spreading.
+        // The prompt is whole blocks: a follower adds no prefill of its own
+        // to the first one's, so it costs the same there as anywhere, and
+        // at equal cost the holder wins.
+        let mut p = params(320, 1000.0, i * 7919);
+        p.tokens_per_queued_request = 0.0;
+        p.tokens_per_running_request = 0.0;
+        tasks.push(tokio::spawn(async move {
+            let o = s.route_and_claim(M, &c, &p, &[]).await.unwrap();
+            o.lookup.workers[o.chosen.unwrap()].info.worker_id.clone()
+        }));
+    }
+    let mut chosen = BTreeSet::new();
+    for t in tasks {
+        chosen.insert(t.await.unwrap());
+    }
+    assert_eq!(
+        chosen.len(),
+        1,
+        "routers split a new prefix over {chosen:?}"
+    );
+}
+
+#[tokio::test]
+async fn misses_on_an_idle_fleet_are_spread_evenly() {
+    let v = Valkey::start();
+    let s = store(&v, "rs", "router-a", ttls());
+    for i in 0..4 {
+        worker(&s, &format!("w{i}"), None).await;
+    }
+    let mut per_worker = BTreeMap::<String, u32>::new();
+    for i in 0..200u64 {
+        // A new prefix every time, on an idle fleet: every worker ties.
+        let seed = ((i * 2_654_435_761) % 1_000_003) as u32;
+        let o = s
+            .route_and_claim(M, &chain(2, 10_000 + i), &params(100, 0.25, seed), &[])
+            .await
+            .unwrap();
+        let id = o.lookup.workers[o.chosen.unwrap()].info.worker_id.clone();
+        release(&s, &o).await;
+        *per_worker.entry(id).or_default() += 1;
+    }
+    // Each worker's expected share is 50 of 200; a tie-break that favours
+    // the first position gives it most of them.
+    assert_eq!(per_worker.len(), 4, "{per_worker:?}");
+    assert!(
+        per_worker.values().all(|&n| (25..=75).contains(&n)),
+        "uneven: {per_worker:?}"
+    );
+}
+
+#[tokio::test]
+async fn bounded_load_spreads_a_prefix_every_request_shares() {
+    let v = Valkey::start();
+    let s = store(&v, "rs", "router-a", ttls());
+    for i in 0..4 {
+        worker(&s, &format!("w{i}"), None).await;
+    }
+    let system_prompt = chain(30, 5);
+    let mut per_worker = std::collections::BTreeMap::<String, u32>::new();
+    for i in 0..40u32 {
+        // Requests stay in flight: the load builds up.
+        let o = s
+            .route_and_claim(M, &system_prompt, &params(500, 0.25, i), &[])
+            .await
+            .unwrap();
+        *per_worker
+            .entry(o.lookup.workers[o.chosen.unwrap()].info.worker_id.clone())
+            .or_default() += 1;
+    }
+    let max = *per_worker.values().max().unwrap();
+    assert_eq!(per_worker.len(), 4, "{per_worker:?}");
+    assert!(
+        max <= 15,
+        "one worker took {max} of 40 (bound ⌈1.25 × 40 / 4⌉ + 2 = 15): {per_worker:?}"
+    );
+}
+
+#[tokio::test]
+async fn hints_extend_matches_beyond_one_calls_head() {
+    let v = Valkey::start();
+    let s = store(&v, "rs", "router-a", ttls());
+    let long = chain(1300, 3);
+    for (id, held) in [("short", 1030usize), ("long", 1290)] {
+        worker(&s, id, None).await;
+        s.stored(M, id, &long[..held]).await.unwrap();
+    }
+    let head = &long[..1024];
+    let p = params(1300 * BS as u64, 0.25, 1);
+    let without = s.route_and_claim(M, head, &p, &[]).await.unwrap();
+    assert_eq!(
+        without
+            .lookup
+            .workers
+            .iter()
+            .map(|w| w.matched_blocks)
+            .max(),
+        Some(1024)
+    );
+    release(&s, &without).await;
+    let hints = vec![("short".to_owned(), 6), ("long".to_owned(), 266)];
+    let with = s.route_and_claim(M, head, &p, &hints).await.unwrap();
+    assert_eq!(
+        with.lookup.workers[with.chosen.unwrap()].info.worker_id,
+        "long"
+    );
+}
+
+/// Who the routing step sees, by worker id, with its waiting count and
+/// requests in flight.
+async fn seen(s: &StateStore, c: &[BlockHash]) -> BTreeMap<String, (u64, u64)> {
+    let o = s
+        .route_and_claim(M, c, &params(100, 1000.0, 1), &[])
+        .await
+        .unwrap();
+    // Release what the route counted, so that each probe leaves no load.
+    release(s, &o).await;
+    o.lookup
+        .workers
+        .iter()
+        .map(|w| {
+            let i = &w.info;
+            (
+                i.worker_id.clone(),
+                (i.load.num_requests_waiting, i.in_flight),
+            )
+        })
+        .collect()
+}
+
+/// route.lua reuses its parse of the routing view across calls; every
+/// change to the view must still show in the next call.
+#[tokio::test]
+async fn the_routing_step_sees_every_change_to_the_fleet() {
+    let v = Valkey::start();
+    let s = store(&v, "rs", "router-a", ttls());
+    let c = chain(4, 3);
+    worker(&s, "w0", None).await;
+    worker(&s, "w1", None).await;
+    let ids = |m: &BTreeMap<String, (u64, u64)>| m.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(ids(&seen(&s, &c).await), ["w0", "w1"]);
+    // A load report rewrites a record.
+    let load = WorkerLoad {
+        num_requests_waiting: 7,
+        num_requests_running: 1,
+        kv_cache_usage_perc: 0.5,
+    };
+    worker(&s, "w1", Some(load)).await;
+    assert_eq!(seen(&s, &c).await["w1"].0, 7);
+    // A new worker, a deregistered one.
+    worker(&s, "w2", None).await;
+    assert_eq!(ids(&seen(&s, &c).await), ["w0", "w1", "w2"]);
+    assert!(s.deregister(M, "w0").await.unwrap());
+    assert_eq!(ids(&seen(&s, &c).await), ["w1", "w2"]);
+    // In-flight counts of this router, then of another router whose lease
+    // ends.
+    s.add_in_flight(M, "w2", 3).await.unwrap();
+    assert_eq!(seen(&s, &c).await["w2"].1, 3);
+    let other = store(&v, "rs", "router-b", ttls());
+    other
+        .router_lease(M, Duration::from_millis(300))
+        .await
+        .unwrap();
+    other.add_in_flight(M, "w1", 2).await.unwrap();
+    assert_eq!(seen(&s, &c).await["w1"].1, 2);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(seen(&s, &c).await["w1"].1, 0);
+    // A lease that runs out, with nothing else changing in the view.
+    let short = store(
+        &v,
+        "rs",
+        "router-a",
+        StateTtls {
+            worker_lease: Duration::from_millis(300),
+            ..ttls()
+        },
+    );
+    short
+        .heartbeat(
+            M,
+            &WorkerHeartbeat {
+                worker_id: "w3".into(),
+                url: "http://127.0.0.1:9".into(),
+                load: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(seen(&s, &c).await.contains_key("w3"));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(ids(&seen(&s, &c).await), ["w1", "w2"]);
+}
+
+/// The hotspot guard counts a prefix most workers hold as cached on all,
+/// but at equal cost a holder wins: on an idle fleet a document two of
+/// three workers hold stays on them; once both are busy, the third takes it.
+#[tokio::test]
+async fn a_hot_prefix_stays_on_its_holders_until_their_load_says_otherwise() {
+    let v = Valkey::start();
+    let s = store(&v, "rs", "router-a", ttls());
+    s.router_lease(M, Duration::from_secs(120)).await.unwrap();
+    for i in 0..3 {
+        worker(&s, &format!("w{i}"), None).await;
+    }
+    let document = chain(40, 9);
+    s.stored(M, "w0", &document).await.unwrap();
+    s.stored(M, "w1", &document).await.unwrap();
+    let tokens = 40 * BS as u64 + 20;
+    for i in 0..30u32 {
+        let o = s
+            .route_and_claim(M, &document, &params(tokens, 0.25, i * 7919), &[])
+            .await
+            .unwrap();
+        let chosen = &o.lookup.workers[o.chosen.unwrap()];
+        let id = chosen.info.worker_id.clone();
+        assert!(id == "w0" || id == "w1", "request {i} went to {id}");
+        // The Rust policy agrees (explain ranks with it).
+        let ranked = CacheAware::new(CacheAwareConfig::default()).rank(
+            &RouteRequest {
+                prompt_tokens: tokens,
+                prefix_key: 0,
+            },
+            &candidates(&o),
+        );
+        assert_ne!(candidates(&o)[ranked[0]].worker_id, "w2");
+        release(&s, &o).await;
+    }
+    // Both holders running a request: the document, held by two of three,
+    // counts as cached on all, and the third, whose batch is empty, takes
+    // it.
+    s.add_in_flight(M, "w0", 1).await.unwrap();
+    s.add_in_flight(M, "w1", 1).await.unwrap();
+    let o = s
+        .route_and_claim(M, &document, &params(tokens, 0.25, 1), &[])
+        .await
+        .unwrap();
+    assert_eq!(o.lookup.workers[o.chosen.unwrap()].info.worker_id, "w2");
+}
+
+/// A worker's report of a chain of `n` blocks stored in one run: its
+/// indexed blocks (anchors and the tip), as reporters and sims send them.
+fn reported(c: &[BlockHash]) -> Vec<BlockHash> {
+    protocol::index::indexed_positions(c.len())
+        .map(|p| c[p])
+        .collect()
+}
+
+/// What the routing step, explain's lookup and the plain lookup credit
+/// worker "w" with (the lookups first: the route claims the prompt).
+async fn credited(s: &StateStore, prompt: &[BlockHash]) -> (usize, usize, usize) {
+    let exact = s.probe_with_gaps(M, prompt).await.unwrap();
+    let plain = s.probe(M, prompt).await.unwrap();
+    let o = s
+        .route_and_claim(M, prompt, &params(prompt.len() as u64 * 16, 0.25, 1), &[])
+        .await
+        .unwrap();
+    let chosen = &o.lookup.workers[o.chosen.unwrap()];
+    assert_eq!(chosen.info.worker_id, "w");
+    release(s, &o).await;
+    (
+        chosen.matched_blocks,
+        exact.workers[0].matched_blocks,
+        plain.workers[0].matched_blocks,
+    )
+}
+
+#[tokio::test]
+async fn tips_and_branch_points_between_anchors_are_credited() {
+    let v = Valkey::start();
+    let s = store(&v, "gaps", "router-a", ttls());
+    worker(&s, "w", None).await;
+    // An earlier prompt of 24 blocks: anchors end 1, 2, 4, 8, 16 blocks;
+    // its tip is block 24.
+    let earlier = chain(24, 5);
+    s.stored(M, "w", &reported(&earlier)).await.unwrap();
+    // A later turn of the same conversation: 24 blocks shared, 6 new.
+    let mut later = earlier.clone();
+    later.extend(chain(6, 6));
+    assert_eq!(credited(&s, &later).await, (24, 24, 16));
+
+    // A prompt that shares 13 blocks (a system prompt) and branches: block
+    // 13 is no anchor and no tip, so only 8 are seen...
+    let mut branch = earlier[..13].to_vec();
+    branch.extend(chain(17, 7));
+    assert_eq!(credited(&s, &branch).await, (8, 8, 8));
+    // ...until a worker reports the branch point (its prefill grew from
+    // block 13), as the one above just did.
+    let bp = protocol::index::branch_point(13, 17).unwrap();
+    s.stored(M, "w", &[earlier[bp]]).await.unwrap();
+    let mut other = earlier[..13].to_vec();
+    other.extend(chain(17, 8));
+    assert_eq!(credited(&s, &other).await, (13, 13, 8));
+}
+
+/// Issue 13's defect: three requests in flight on the holder of a 1.5k-token
+/// prefix spilled it to a cold worker. Requests past their first token cost
+/// only their place in the batch; prefills queued there still spill it.
+#[tokio::test]
+async fn only_queued_prefill_spills_a_match() {
+    let v = Valkey::start();
+    let s = store(&v, "rs", "router-a", ttls());
+    s.router_lease(M, Duration::from_secs(120)).await.unwrap();
+    for i in 0..3 {
+        worker(&s, &format!("w{i}"), None).await;
+    }
+    let document = chain(96, 21);
+    s.stored(M, "w0", &document).await.unwrap();
+    let tokens = 96 * BS as u64 + 7;
+    s.add_in_flight(M, "w0", 3).await.unwrap();
+    let o = s
+        .route_and_claim(M, &document, &params(tokens, 0.25, 5), &[])
+        .await
+        .unwrap();
+    assert_eq!(o.lookup.workers[o.chosen.unwrap()].info.worker_id, "w0");
+    assert_eq!(o.prefill_tokens, 7, "only the partial last block is new");
+    release(&s, &o).await;
+    // 6,000 tokens of other prompts still prefilling there: more than a
+    // cold worker's prefill of the whole prompt at weight 3 (4,629).
+    s.change_in_flight(M, "w0", InFlight::prefill_tokens(6000))
+        .await
+        .unwrap();
+    let o = s
+        .route_and_claim(M, &document, &params(tokens, 0.25, 5), &[])
+        .await
+        .unwrap();
+    assert_ne!(o.lookup.workers[o.chosen.unwrap()].info.worker_id, "w0");
+    assert_eq!(o.prefill_tokens, tokens);
+}

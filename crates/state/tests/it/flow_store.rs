@@ -1,0 +1,294 @@
+//! Flow control's fleet-wide waiting room (`flow_dispatch.lua`,
+//! `flow_leave.lua`) against a real server, several routers sharing it:
+//! priority across routers, tenants' shares by weight, sheddable requests,
+//! entries of a router whose lease ended. Also run against redis-server 7
+//! (scripts/test.sh).
+
+use crate::support;
+
+use std::time::Duration;
+
+use state::{
+    Arrival, FlowArrival, InFlight, SaturationThresholds, StateStore, StateTtls, WorkerHeartbeat,
+    flow_member,
+};
+use support::{Valkey, store};
+
+const MODEL: &str = "m";
+
+fn limits(max_in_flight: u64) -> SaturationThresholds {
+    SaturationThresholds {
+        max_in_flight,
+        waiting: None,
+        kv_usage: None,
+        prefill_tokens: None,
+        stale_load: Duration::from_secs(10),
+    }
+}
+
+fn ttls() -> StateTtls {
+    StateTtls {
+        worker_lease: Duration::from_secs(600),
+        router_lease: Duration::from_secs(600),
+        ..StateTtls::default()
+    }
+}
+
+async fn router(v: &Valkey, id: &str) -> StateStore {
+    let s = store(v, "pr", id, ttls());
+    s.router_lease(MODEL, Duration::from_secs(600))
+        .await
+        .unwrap();
+    s
+}
+
+async fn worker(s: &StateStore, id: &str) {
+    let hb = WorkerHeartbeat {
+        worker_id: id.into(),
+        url: format!("http://127.0.0.1:1/{id}"),
+        load: None,
+    };
+    s.heartbeat(MODEL, &hb).await.unwrap();
+}
+
+fn deadline() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    (now + Duration::from_secs(60)).as_millis() as u64
+}
+
+/// Places a request; returns its member and where it went.
+async fn arrive(
+    s: &StateStore,
+    t: &SaturationThresholds,
+    seq: u64,
+    priority: i32,
+    tenant: &str,
+    weight: f64,
+) -> (String, Arrival) {
+    let member = flow_member(s.router_id(), seq, deadline());
+    let a = FlowArrival {
+        member: &member,
+        priority,
+        tenant,
+        weight,
+        may_wait: priority >= 0,
+    };
+    let d = s
+        .flow_dispatch(MODEL, t, Duration::from_secs(5), Some(&a))
+        .await
+        .unwrap();
+    (member, d.arrival)
+}
+
+#[tokio::test]
+async fn high_priority_on_one_router_goes_before_low_priority_waiting_on_another() {
+    let v = Valkey::start();
+    let (a, b) = (router(&v, "A").await, router(&v, "B").await);
+    worker(&a, "w1").await;
+    let t = limits(1);
+    // The only worker is full: one request in flight.
+    a.change_in_flight(
+        MODEL,
+        "w1",
+        InFlight {
+            requests: 1,
+            prefill_tokens: 0,
+        },
+    )
+    .await
+    .unwrap();
+    let mut low = Vec::new();
+    for i in 0..3 {
+        let (m, at) = arrive(&b, &t, i, 0, "batch", 1.0).await;
+        assert!(matches!(at, Arrival::Queued(_)), "{at:?}");
+        low.push(m);
+    }
+    let (high, at) = arrive(&a, &t, 100, 10, "chat", 1.0).await;
+    assert!(matches!(at, Arrival::Queued(_)), "{at:?}");
+    // Sheddable while saturated: refused at once.
+    let (_, at) = arrive(&a, &t, 101, -1, "bg", 1.0).await;
+    assert_eq!(at, Arrival::Refused);
+    // Saturated: nobody is dispatched.
+    let d = b
+        .flow_dispatch(MODEL, &t, Duration::from_secs(5), None)
+        .await
+        .unwrap();
+    assert!(d.saturated);
+    assert!(d.dispatched.is_empty());
+    assert_eq!(d.waiting, 4);
+    // The worker frees its place: router B may not take it for its low-
+    // priority work while A's high-priority request waits.
+    a.change_in_flight(
+        MODEL,
+        "w1",
+        InFlight {
+            requests: -1,
+            prefill_tokens: 0,
+        },
+    )
+    .await
+    .unwrap();
+    let d = b
+        .flow_dispatch(MODEL, &t, Duration::from_secs(5), None)
+        .await
+        .unwrap();
+    assert!(!d.saturated);
+    assert!(d.dispatched.is_empty(), "B dispatched {:?}", d.dispatched);
+    let d = a
+        .flow_dispatch(MODEL, &t, Duration::from_secs(5), None)
+        .await
+        .unwrap();
+    assert_eq!(d.dispatched, std::slice::from_ref(&high));
+    // Until it is routed (or its dispatch expires) it holds the place.
+    let d = b
+        .flow_dispatch(MODEL, &t, Duration::from_secs(5), None)
+        .await
+        .unwrap();
+    assert!(d.dispatched.is_empty());
+    assert_eq!(a.flow_leave(MODEL, &[(high, None)]).await.unwrap(), 1);
+    let d = b
+        .flow_dispatch(MODEL, &t, Duration::from_secs(5), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        d.dispatched,
+        [low[0].clone()],
+        "B's oldest low-priority request next"
+    );
+}
+
+/// Dispatches everything waiting, one at a time, returning the tenants in
+/// the fleet's order.
+async fn drain(
+    routers: &[&StateStore],
+    t: &SaturationThresholds,
+    owner: &dyn Fn(&str) -> String,
+) -> Vec<String> {
+    let mut order = Vec::new();
+    loop {
+        for r in routers {
+            let d = r
+                .flow_dispatch(MODEL, t, Duration::from_secs(5), None)
+                .await
+                .unwrap();
+            for m in &d.dispatched {
+                order.push(owner(m));
+                r.flow_leave(MODEL, &[(m.clone(), None)]).await.unwrap();
+            }
+            if d.waiting == 0 && d.dispatched.is_empty() {
+                return order;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn tenants_share_by_weight_across_routers() {
+    let v = Valkey::start();
+    let rs = [
+        router(&v, "r0").await,
+        router(&v, "r1").await,
+        router(&v, "r2").await,
+        router(&v, "r3").await,
+    ];
+    worker(&rs[0], "w1").await;
+    let t = limits(1);
+    for (weights, want_x) in [((1.0, 1.0), 0.5), ((3.0, 1.0), 0.75)] {
+        // Saturated while they queue.
+        rs[0]
+            .change_in_flight(
+                MODEL,
+                "w1",
+                InFlight {
+                    requests: 1,
+                    prefill_tokens: 0,
+                },
+            )
+            .await
+            .unwrap();
+        let mut owner = std::collections::HashMap::new();
+        // X offers ten times Y's requests, spread over the four routers;
+        // Y sends from one.
+        let mut seq = 0;
+        for i in 0..200u64 {
+            let r = &rs[(i % 4) as usize];
+            let (m, _) = arrive(r, &t, seq, 0, "X", weights.0).await;
+            owner.insert(m, "X");
+            seq += 1;
+            if i % 10 == 0 {
+                for _ in 0..4 {
+                    let (m, _) = arrive(&rs[3], &t, seq, 0, "Y", weights.1).await;
+                    owner.insert(m, "Y");
+                    seq += 1;
+                }
+            }
+        }
+        rs[0]
+            .change_in_flight(
+                MODEL,
+                "w1",
+                InFlight {
+                    requests: -1,
+                    prefill_tokens: 0,
+                },
+            )
+            .await
+            .unwrap();
+        let refs: Vec<&StateStore> = rs.iter().collect();
+        let order = drain(&refs, &t, &|m: &str| owner[m].to_owned()).await;
+        assert_eq!(order.len(), 280);
+        // While both are backlogged (the first 80 dispatches: Y has 80),
+        // X gets its weight's share.
+        let both = if weights.0 > weights.1 { 100 } else { 80 };
+        let x = order[..both].iter().filter(|o| *o == "X").count() as f64 / both as f64;
+        assert!(
+            (x - want_x).abs() <= 0.05,
+            "X served {x} of the first {both}, want {want_x}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn entries_of_a_router_whose_lease_ended_are_dropped() {
+    let v = Valkey::start();
+    let a = router(&v, "A").await;
+    let gone = store(&v, "pr", "gone", ttls());
+    gone.router_lease(MODEL, Duration::from_millis(300))
+        .await
+        .unwrap();
+    worker(&a, "w1").await;
+    let t = limits(1);
+    a.change_in_flight(
+        MODEL,
+        "w1",
+        InFlight {
+            requests: 1,
+            prefill_tokens: 0,
+        },
+    )
+    .await
+    .unwrap();
+    let (_, at) = arrive(&gone, &t, 1, 10, "x", 1.0).await;
+    assert!(matches!(at, Arrival::Queued(_)));
+    let (mine, _) = arrive(&a, &t, 2, 0, "y", 1.0).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    a.change_in_flight(
+        MODEL,
+        "w1",
+        InFlight {
+            requests: -1,
+            prefill_tokens: 0,
+        },
+    )
+    .await
+    .unwrap();
+    // The dead router's higher-priority entry does not hold the place.
+    let d = a
+        .flow_dispatch(MODEL, &t, Duration::from_secs(5), None)
+        .await
+        .unwrap();
+    assert_eq!(d.dispatched, [mine]);
+    assert_eq!(d.waiting, 0);
+}
