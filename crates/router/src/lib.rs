@@ -64,8 +64,7 @@ mod telemetry;
 
 pub use config::{
     AdmissionArgs, AdmissionConfig, BodyMode, EppArgs, EppSettings, ExposureArgs, FlowArgs,
-    GrpcTls,
-    ModelConfig, ResponseCacheArgs, ServeArgs, ServeConfig, StaticWorker, TenantConfig,
+    GrpcTls, ModelConfig, ResponseCacheArgs, ServeArgs, ServeConfig, StaticWorker, TenantConfig,
     TenantLimits, TenantSource,
 };
 pub use flow::FlowSettings;

@@ -76,12 +76,10 @@ impl From<Refusal> for crate::api::ApiError {
     fn from(r: Refusal) -> Self {
         let mut e = crate::api::ApiError::new(r.status(), r.reason.code(), r.message.clone());
         e.code = Some(r.reason.code());
-        e.headers
-            .get_or_insert_with(Box::default)
-            .insert(
-                axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from(r.retry_after),
-            );
+        e.headers.get_or_insert_with(Box::default).insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from(r.retry_after),
+        );
         e
     }
 }

@@ -5,8 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
 
 use crate::envoy;
-use crate::support;
 use crate::epp_fleet as fleet;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

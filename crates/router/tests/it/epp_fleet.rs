@@ -75,7 +75,9 @@ pub async fn fleet_tuned(
         a.epsilon = Some(100.0);
         a.queue_cost_tokens = Some(0.0);
         tune(&mut a);
-        let grpc: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap()).parse().unwrap();
+        let grpc: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap())
+            .parse()
+            .unwrap();
         let mut epp = EppSettings::new(grpc, body_mode);
         tune_epp(&mut epp);
         if epp.tls.is_none() {

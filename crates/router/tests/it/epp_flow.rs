@@ -48,7 +48,9 @@ async fn a_waiting_exchange_is_held_then_refused_or_dispatched() {
         queue_timeout: Some(Duration::from_millis(800)),
         ..FlowArgs::default()
     });
-    let grpc: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap()).parse().unwrap();
+    let grpc: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap())
+        .parse()
+        .unwrap();
     let _picker = Router::start_epp(&valkey.url(), a, grpc, BodyMode::FullDuplexStreamed).await;
     // Loading the tokenizer takes a while on 2 shared cores.
     for _ in 0..600 {

@@ -5,7 +5,6 @@
 //! certificate on a TLS port. A real valkey-server, real gRPC, the real
 //! tokenizer.
 
-
 use crate::envoy;
 
 use crate::epp_fleet as fleet;

@@ -168,7 +168,9 @@ async fn picker(valkey: &Valkey) -> (Router, SocketAddr) {
     a.model = Some(M.into());
     a.tokenizer_dir = Some(tokenizer_dir());
     a.worker_lease = Some(Duration::from_secs(600));
-    let grpc: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap()).parse().unwrap();
+    let grpc: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap())
+        .parse()
+        .unwrap();
     let r = Router::start_epp(
         &valkey.url(),
         a,

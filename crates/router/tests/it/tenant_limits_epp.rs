@@ -75,7 +75,9 @@ async fn a_refusal_is_an_immediate_429_with_openais_headers() {
         tenant_requests_per_minute: Some(2),
         ..AdmissionArgs::default()
     });
-    let grpc: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap()).parse().unwrap();
+    let grpc: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap())
+        .parse()
+        .unwrap();
     let picker = Router::start_epp(&valkey.url(), a, grpc, BodyMode::FullDuplexStreamed).await;
     // The first is picked.
     let mut first = None;
