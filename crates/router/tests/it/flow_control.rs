@@ -115,7 +115,8 @@ async fn high_priority_sent_to_router_a_goes_before_low_priority_waiting_on_rout
     let w = worker(&valkey).await;
     let a = Router::start(&valkey.url(), args(Duration::from_secs(20), 1024)).await;
     let b = Router::start(&valkey.url(), args(Duration::from_secs(20), 1024)).await;
-    warm(&valkey, &[&a, &b], &w, 300).await;
+    // "one" is held long enough that every request below waits behind it.
+    warm(&valkey, &[&a, &b], &w, 1500).await;
     let mut all = vec![send(&b, "one", None)];
     tokio::time::sleep(Duration::from_millis(150)).await;
     for i in 0..3 {
