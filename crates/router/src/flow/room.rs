@@ -27,6 +27,9 @@ const ROUTE_WITHIN: Duration = Duration::from_secs(2);
 /// How long a reply's "not saturated, nobody waiting" lets requests go
 /// straight to routing without asking.
 const FRESH: Duration = Duration::from_secs(1);
+/// How long the fleet's room may go unanswered before the waiting
+/// requests are routed without it: a lost or slow reply is not an outage.
+const GIVE_UP: Duration = Duration::from_secs(2);
 
 enum Verdict {
     Dispatched,
@@ -353,6 +356,11 @@ impl Room {
         Some(victim)
     }
 
+    /// Whether the fleet's room answered within `d` (the last reply).
+    fn answered_within(&self, d: Duration) -> bool {
+        self.lock().seen.is_some_and(|(at, _)| at.elapsed() < d)
+    }
+
     /// Starts the dispatcher unless it runs: it asks the fleet's room every
     /// [`POLL`] while anything waits here.
     fn dispatch_in_background(self: &Arc<Self>) {
@@ -382,6 +390,11 @@ impl Room {
                     Ok(d) => {
                         room.seen(&d);
                         room.deliver(d.dispatched);
+                    }
+                    Err(e) if e.is_unavailable() && room.answered_within(GIVE_UP) => {
+                        // One slow or lost reply (a timeout of the routing
+                        // lane): the fleet's order still holds; ask again.
+                        tracing::debug!(error = %e, model = %room.model, "flow dispatch unanswered; polling again");
                     }
                     Err(e) if e.is_unavailable() => {
                         tracing::warn!(error = %e, model = %room.model, "flow control unavailable; routing the waiting requests without it");

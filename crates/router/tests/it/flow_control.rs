@@ -180,6 +180,39 @@ fn occupy(url: &str) -> tokio::task::JoinHandle<reqwest::StatusCode> {
     tokio::spawn(async move { request.send().await.unwrap().status() })
 }
 
+/// One unanswered poll (Valkey paused for 300 ms, so the routing lane's
+/// calls time out) is not an outage: the waiting request keeps its place
+/// and is not sent to the busy worker (it was, with every waiting request
+/// of the router, before; found by the overload benchmark).
+#[tokio::test]
+async fn a_lost_reply_does_not_release_the_waiting_room() {
+    let v = Valkey::start();
+    let w = worker(&v).await;
+    let mut a = args(Duration::from_secs(10), 1024);
+    // The routing lane's deadline, as in production (20 ms): a pause of
+    // Valkey times its calls out.
+    a.valkey_timeout = Some(Duration::from_millis(20));
+    let router = Router::start(&v.url(), a).await;
+    warm(&v, &[&router], &w, 2500).await;
+    let url = router.url("/v1/completions");
+    let first = occupy(&url);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let second = send(&router, "two", None);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let mut c = v.conn();
+    redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(300)
+        .arg("ALL")
+        .query::<()>(&mut c)
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(received(&w), ["one"], "the waiting request was released");
+    assert_eq!(first.await.unwrap(), 200);
+    assert_eq!(second.await.unwrap().0, 200);
+    assert_eq!(received(&w), ["one", "two"]);
+}
+
 #[tokio::test]
 async fn a_waiting_request_is_routed_when_the_worker_frees() {
     let (_v, router, w) = fleet(Duration::from_secs(5)).await;
