@@ -249,3 +249,27 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Output")]
     pub out: Option<PathBuf>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// clap's own checks over every subcommand: no two flags of one
+    /// command share a name (a flattened `RunArgs` beside a subcommand's
+    /// own flag of the same name made `overload` unusable).
+    #[test]
+    fn every_subcommand_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn overload_takes_the_fleets_capacity() {
+        let cli = Cli::try_parse_from(["loadtest", "overload", "--capacity", "12"])
+            .expect("overload parses");
+        let Command::Overload(args) = cli.command else {
+            panic!("not overload");
+        };
+        assert_eq!(args.run.capacity, Some(12.0));
+    }
+}

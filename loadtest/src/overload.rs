@@ -24,6 +24,9 @@ use crate::report::out_dir;
 use crate::run::fleet_runner;
 use crate::workload::Api;
 
+/// The fleet's capacity in requests/s when `--capacity` is not given.
+pub const DEFAULT_CAPACITY: f64 = 10.0;
+
 /// The header the fleet takes tenants from in this test.
 const TENANT_HEADER: &str = "x-loadtest-tenant";
 /// The objective header of the Gateway API Inference Extension.
@@ -35,6 +38,8 @@ const OBJECTIVE_HEADER: &str = "x-gateway-inference-objective";
 pub struct OverloadArgs {
     /// The fleet, as for `loadtest run` (`--routers`, `--workers`,
     /// `--sim-arg`, `--time-scale`, ...; the workload flags are unused).
+    /// Its `--capacity` is the requests per second the fleet serves: the
+    /// phases offer half and twice it (default [`DEFAULT_CAPACITY`]).
     #[command(flatten)]
     pub run: RunArgs,
     /// A class `NAME=PRIORITY:SHARE` (repeatable): its objective name, its
@@ -47,10 +52,6 @@ pub struct OverloadArgs {
     #[arg(long = "tenant", help_heading = "Overload",
           default_values_t = ["a=1:0.9".to_owned(), "b=1:0.1".to_owned()])]
     pub tenants: Vec<String>,
-    /// Requests per second the fleet serves (the phases offer half and
-    /// twice this).
-    #[arg(long, default_value_t = 10.0, help_heading = "Overload")]
-    pub capacity: f64,
     /// Length of each phase.
     #[arg(long, default_value = "30s", value_parser = protocol::parse_duration, help_heading = "Overload")]
     pub phase: Duration,
@@ -237,10 +238,11 @@ fn row(sent: &[&Sent]) -> String {
 pub async fn overload(args: OverloadArgs) -> anyhow::Result<PathBuf> {
     let classes = parse_parts(&args.classes, "class")?;
     let tenants = parse_parts(&args.tenants, "tenant")?;
-    if args.capacity.is_nan() || args.capacity <= 0.0 {
+    let run = &args.run;
+    let capacity = run.capacity.unwrap_or(DEFAULT_CAPACITY);
+    if capacity.is_nan() || capacity <= 0.0 {
         bail!("--capacity must be positive");
     }
-    let run = &args.run;
     let out = out_dir(run.out.as_deref(), "overload-");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let config = out.join("router.toml");
@@ -256,10 +258,10 @@ pub async fn overload(args: OverloadArgs) -> anyhow::Result<PathBuf> {
         "# Overload: flow control off and on\n\n{} routers, {} sims, capacity {} req/s; phases of {:?} at {} and {} req/s; flow arm flags: `{}`\n\n",
         run.routers,
         run.workers,
-        args.capacity,
+        capacity,
         args.phase,
-        args.capacity * 0.5,
-        args.capacity * 2.0,
+        capacity * 0.5,
+        capacity * 2.0,
         args.flow_args.join(" ")
     );
     md.push_str("| arm | phase | class or tenant | sent | served | 429 | 503 | failed | TTFT p50 ms | TTFT p99 ms |\n|---|---|---|---|---|---|---|---|---|---|\n");
@@ -285,7 +287,7 @@ pub async fn overload(args: OverloadArgs) -> anyhow::Result<PathBuf> {
                 &args,
                 &classes,
                 &tenants,
-                args.capacity * factor,
+                capacity * factor,
                 args.phase,
             )
             .await;
