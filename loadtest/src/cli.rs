@@ -63,9 +63,10 @@ pub struct RunArgs {
     /// With --target: one of its workers' URL, to calibrate the overhead.
     #[arg(long, requires = "target", help_heading = "Fleet")]
     pub direct: Option<String>,
-    /// Compared arms, comma-separated: POLICY[:ROUTERS] with POLICY one of
-    /// cache_aware, round_robin, least_loaded, power_of_two, consistent_hash,
-    /// isolated (own view per router), or a --peer name.
+    /// Compared arms, comma-separated: POLICY[:ROUTERS][+VARIANT...] with
+    /// POLICY one of cache_aware, round_robin, least_loaded, power_of_two,
+    /// consistent_hash, isolated (own view per router), or a --peer name,
+    /// and each VARIANT a --variant name whose flags that arm's routers get.
     #[arg(
         long,
         value_delimiter = ',',
@@ -119,6 +120,12 @@ pub struct RunArgs {
         help_heading = "Fleet"
     )]
     pub router_args: Vec<String>,
+    /// A named set of router flags `NAME=FLAG` (repeatable; one flag per
+    /// use, `--variant flow=--max-in-flight-per-worker=64`), given to the
+    /// arms that name it (`cache_aware:4+flow`): flags compared side by side
+    /// in one run.
+    #[arg(long = "variant", allow_hyphen_values = true, help_heading = "Fleet")]
+    pub variants: Vec<String>,
     /// An extra flag for every sim-worker (repeatable).
     #[arg(long = "sim-arg", allow_hyphen_values = true, help_heading = "Fleet")]
     pub sim_args: Vec<String>,

@@ -188,15 +188,48 @@ pub(crate) fn parse_arms(args: &RunArgs) -> anyhow::Result<Vec<Arm>> {
         .iter()
         .map(|p| peer_router(p))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let variants = parse_variants(&args.variants)?;
     let arms = args
         .policies
         .iter()
-        .map(|p| Arm::parse(p, args.routers, args.isolated_ttl, &peers))
+        .map(|spec| {
+            let mut names = spec.split('+');
+            let base = names.next().unwrap_or_default();
+            let mut arm = Arm::parse(base, args.routers, args.isolated_ttl, &peers)?;
+            for name in names {
+                let flags = variants
+                    .get(name.trim())
+                    .with_context(|| format!("arm {spec:?}: no --variant named {name:?}"))?;
+                if !matches!(arm.kind, crate::fleet::RouterKind::PrefixRouter { .. }) {
+                    bail!("arm {spec:?}: variants apply to prefix-router arms only");
+                }
+                arm.router_args.extend(flags.iter().cloned());
+                arm.label = format!("{} +{}", arm.label, name.trim());
+            }
+            Ok(arm)
+        })
         .collect::<anyhow::Result<Vec<_>>>()?;
     if arms.is_empty() {
         bail!("--policies is empty");
     }
     Ok(arms)
+}
+
+/// `--variant NAME=FLAG` uses, grouped by name in the given order.
+fn parse_variants(
+    specs: &[String],
+) -> anyhow::Result<std::collections::BTreeMap<String, Vec<String>>> {
+    let mut out = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for spec in specs {
+        let (name, flag) = spec
+            .split_once('=')
+            .filter(|(n, f)| !n.trim().is_empty() && !f.is_empty())
+            .with_context(|| format!("--variant {spec:?}: expected NAME=FLAG"))?;
+        out.entry(name.trim().to_owned())
+            .or_default()
+            .push(flag.to_owned());
+    }
+    Ok(out)
 }
 
 /// The runner of launched fleets (its `base.arm` is a placeholder: each
@@ -297,4 +330,51 @@ fn peer_router(spec: &str) -> anyhow::Result<ExternalRouter> {
         .with_context(|| format!("installing {kind} into {}", root.display()))?;
     let me = std::env::current_exe().context("locating the loadtest binary")?;
     peers::external_router(&install, &me)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn run_args(argv: &[&str]) -> RunArgs {
+        let mut all = vec!["loadtest", "run"];
+        all.extend_from_slice(argv);
+        match Cli::try_parse_from(all).expect("parses").command {
+            Command::Run(a) => *a,
+            _ => panic!("not run"),
+        }
+    }
+
+    #[test]
+    fn variants_give_their_flags_to_the_arms_that_name_them() {
+        let args = run_args(&[
+            "--policies",
+            "cache_aware:4,cache_aware:4+flow,round_robin+flow+x",
+            "--variant",
+            "flow=--max-in-flight-per-worker=64",
+            "--variant",
+            "flow=--queue-timeout=5s",
+            "--variant",
+            "x=--foo",
+        ]);
+        let arms = parse_arms(&args).expect("arms");
+        assert!(arms[0].router_args.is_empty());
+        assert_eq!(
+            arms[1].router_args,
+            ["--max-in-flight-per-worker=64", "--queue-timeout=5s"]
+        );
+        assert_eq!(arms[1].label, "cache_aware ×4 +flow");
+        assert_eq!(arms[2].router_args.len(), 3);
+        assert_eq!(arms[2].routers, 2);
+    }
+
+    #[test]
+    fn an_unknown_or_malformed_variant_is_an_error() {
+        let args = run_args(&["--policies", "cache_aware+nope"]);
+        assert!(parse_arms(&args).is_err());
+        let args = run_args(&["--policies", "cache_aware", "--variant", "noflag"]);
+        assert!(parse_arms(&args).is_err());
+    }
 }
