@@ -18,7 +18,7 @@ use serde_json::json;
 
 use crate::cli::RunArgs;
 use crate::client::{Client, Outcome, completion_body};
-use crate::fleet::{Arm, Fleet};
+use crate::fleet::{Arm, Fleet, sum_f64};
 use crate::metrics::nearest_rank;
 use crate::report::out_dir;
 use crate::run::fleet_runner;
@@ -201,8 +201,9 @@ async fn phase(
     out
 }
 
-/// Counts and TTFTs of a set of requests.
-fn row(sent: &[&Sent]) -> String {
+/// Counts, TTFTs and the mean time waited in the routers (`waited_s`:
+/// the seconds the routers recorded for them) of a set of requests.
+fn row(sent: &[&Sent], waited_s: f64) -> String {
     let served: Vec<&&Sent> = sent.iter().filter(|s| s.outcome.ok()).collect();
     let status = |code: u16| {
         sent.iter()
@@ -223,12 +224,13 @@ fn row(sent: &[&Sent]) -> String {
         }
     };
     format!(
-        "{} | {} | {} | {} | {} | {} | {}",
+        "{} | {} | {} | {} | {} | {:.0} | {} | {}",
         sent.len(),
         served.len(),
         status(429),
         status(503),
         failed,
+        1000.0 * waited_s / sent.len().max(1) as f64,
         q(0.5),
         q(0.99)
     )
@@ -264,7 +266,7 @@ pub async fn overload(args: OverloadArgs) -> anyhow::Result<PathBuf> {
         capacity * 2.0,
         args.flow_args.join(" ")
     );
-    md.push_str("| arm | phase | class or tenant | sent | served | 429 | 503 | failed | TTFT p50 ms | TTFT p99 ms |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| arm | phase | class or tenant | sent | served | 429 | 503 | failed | waited in router, mean ms | TTFT p50 ms | TTFT p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
     let mut fairness = String::new();
     for (arm_name, flow) in [("off", false), ("on", true)] {
         let mut arm = Arm::parse("cache_aware", run.routers, run.isolated_ttl, &[])?;
@@ -281,6 +283,7 @@ pub async fn overload(args: OverloadArgs) -> anyhow::Result<PathBuf> {
         let client = Client::new(&fleet.url(), run.request_timeout)?;
         for (phase_name, factor) in [("half", 0.5), ("2x", 2.0)] {
             eprintln!("loadtest overload: arm {arm_name}, phase {phase_name}");
+            let before = fleet.router_metrics().await;
             let sent = phase(
                 &client,
                 &run.model,
@@ -291,6 +294,11 @@ pub async fn overload(args: OverloadArgs) -> anyhow::Result<PathBuf> {
                 args.phase,
             )
             .await;
+            let after = fleet.router_metrics().await;
+            let waited = |label: (&str, &str)| {
+                let name = "prefix_router_flow_wait_seconds_sum";
+                sum_f64(&after, name, Some(label)) - sum_f64(&before, name, Some(label))
+            };
             for (i, c) in classes.iter().enumerate() {
                 let of: Vec<&Sent> = sent.iter().filter(|s| s.class == i).collect();
                 let _ = writeln!(
@@ -298,7 +306,7 @@ pub async fn overload(args: OverloadArgs) -> anyhow::Result<PathBuf> {
                     "| {arm_name} | {phase_name} | class {} (priority {}) | {} |",
                     c.name,
                     c.number,
-                    row(&of)
+                    row(&of, waited(("band", &(c.number as i64).to_string())))
                 );
             }
             let mut per_weight = Vec::new();
@@ -311,7 +319,7 @@ pub async fn overload(args: OverloadArgs) -> anyhow::Result<PathBuf> {
                     "| {arm_name} | {phase_name} | tenant {} (weight {}) | {} |",
                     t.name,
                     t.number,
-                    row(&of)
+                    row(&of, waited(("tenant", &t.name)))
                 );
             }
             let total_served: usize = sent.iter().filter(|s| s.outcome.ok()).count();

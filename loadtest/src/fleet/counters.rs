@@ -159,6 +159,18 @@ impl super::Fleet {
     }
 }
 
+impl super::Fleet {
+    /// Every router's `GET /metrics` text, concatenated (best effort).
+    pub async fn router_metrics(&self) -> String {
+        let mut all = String::new();
+        for p in &self.router_ports {
+            all.push_str(&scrape(&self.http, &format!("http://127.0.0.1:{p}")).await);
+            all.push('\n');
+        }
+        all
+    }
+}
+
 async fn scrape(http: &reqwest::Client, base: &str) -> String {
     let url = format!("{}/metrics", base.trim_end_matches('/'));
     match http.get(&url).send().await {
@@ -170,6 +182,11 @@ async fn scrape(http: &reqwest::Client, base: &str) -> String {
 /// The sum of `name`'s samples in Prometheus text, those with `label`'s
 /// value only when given.
 fn sum(text: &str, name: &str, label: Option<(&str, &str)>) -> u64 {
+    sum_f64(text, name, label).max(0.0) as u64
+}
+
+/// [`sum`] as a real number (seconds, say).
+pub fn sum_f64(text: &str, name: &str, label: Option<(&str, &str)>) -> f64 {
     let want = label.map(|(k, v)| format!("{k}=\"{v}\""));
     text.lines()
         .filter(|l| !l.starts_with('#'))
@@ -186,7 +203,8 @@ fn sum(text: &str, name: &str, label: Option<(&str, &str)>) -> u64 {
             }
             value.parse::<f64>().ok()
         })
-        .map(|v| v.max(0.0) as u64)
+        .filter(|v| v.is_finite())
+        .map(|v| v.max(0.0))
         .sum()
 }
 

@@ -14,7 +14,9 @@
 //! * `room`: a model's waiting room in this router: its waiters, the
 //!   dispatcher that polls the fleet's order while any wait, shedding.
 //! * `refusal`: [`Refusal`], why a request was not served, as a response.
+//! * `record`: the flow metrics of one request, by band and tenant.
 
+mod record;
 mod refusal;
 mod room;
 mod saturation;
@@ -95,8 +97,7 @@ impl FlowControl {
     pub async fn admit(&self, model: &str, class: &RequestClass) -> Result<Ticket, Refusal> {
         let room = self.room(model);
         if room.may_go_direct() {
-            metrics::counter!("prefix_router_flow_admitted_total", "band" => band(class.priority), "path" => "direct")
-                .increment(1);
+            record::Labels::of(class).admitted("direct", std::time::Duration::ZERO);
             return Ok(Ticket::direct());
         }
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);

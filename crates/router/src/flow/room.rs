@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use super::record::Labels;
 use super::{FlowSettings, Refusal, ShedReason, Ticket, band, unix_ms_at};
 use crate::admission::RequestClass;
 use state::{Arrival, FlowArrival, FlowDispatch, StateStore, flow_member};
@@ -38,6 +39,9 @@ enum Verdict {
 
 struct Waiter {
     priority: i32,
+    labels: Labels,
+    /// When it came in.
+    since: Instant,
     /// Its virtual start tag (infinite until the fleet's room answered).
     tag: f64,
     tx: oneshot::Sender<Verdict>,
@@ -90,6 +94,7 @@ struct WaitGuard<'a> {
     room: &'a Arc<Room>,
     member: &'a str,
     priority: i32,
+    labels: &'a Labels,
     reason: &'static str,
     started: Instant,
     armed: bool,
@@ -101,11 +106,7 @@ impl Drop for WaitGuard<'_> {
             return;
         }
         self.room.lock().remove(&self.room.model, self.member);
-        let b = band(self.priority);
-        metrics::counter!("prefix_router_flow_shed_total", "band" => b.clone(), "reason" => self.reason)
-            .increment(1);
-        metrics::histogram!("prefix_router_flow_wait_seconds", "band" => b, "outcome" => "shed")
-            .record(self.started.elapsed().as_secs_f64());
+        self.labels.shed(self.reason, self.started.elapsed());
         // Waiting or dispatched meanwhile: either is taken back.
         self.room.leave(vec![
             (self.member.to_owned(), Some(self.priority)),
@@ -201,6 +202,7 @@ impl Room {
     /// this router), or says why it may not wait.
     pub async fn wait(self: &Arc<Self>, seq: u64, class: &RequestClass) -> Result<Ticket, Refusal> {
         let p = class.priority;
+        let labels = Labels::of(class);
         let started = Instant::now();
         let deadline = started + self.settings.timeout_of(p);
         let member = flow_member(self.store.router_id(), seq, unix_ms_at(deadline));
@@ -212,6 +214,8 @@ impl Room {
             member.clone(),
             Waiter {
                 priority: p,
+                labels: labels.clone(),
+                since: started,
                 tag: f64::INFINITY,
                 tx,
             },
@@ -220,6 +224,7 @@ impl Room {
             room: self,
             member: &member,
             priority: p,
+            labels: &labels,
             reason: "client_gone",
             started,
             armed: true,
@@ -244,7 +249,7 @@ impl Room {
                 tracing::warn!(error = %e, model = %self.model, "flow control unavailable; routing without it");
                 guard.armed = false;
                 self.lock().remove(&self.model, &member);
-                return Ok(self.ticket(None, "unavailable", p, started));
+                return Ok(self.ticket(None, "unavailable", &labels, started));
             }
         };
         self.seen(&d);
@@ -253,7 +258,7 @@ impl Room {
                 guard.armed = false;
                 self.lock().remove(&self.model, &member);
                 self.deliver(d.dispatched);
-                return Ok(self.ticket(Some(member.clone()), "granted", p, started));
+                return Ok(self.ticket(Some(member.clone()), "granted", &labels, started));
             }
             Arrival::Queued(tag) => tag,
             Arrival::Refused | Arrival::None => {
@@ -273,7 +278,7 @@ impl Room {
             }
         };
         self.deliver(d.dispatched);
-        metrics::counter!("prefix_router_flow_queued_total", "band" => band(p)).increment(1);
+        labels.queued();
         if self
             .place(&member, queued)
             .is_some_and(|victim| victim == member)
@@ -287,7 +292,7 @@ impl Room {
             v = &mut rx => match v {
                 Ok(Verdict::Dispatched) => {
                     guard.armed = false;
-                    Ok(self.ticket(Some(member.clone()), "dispatched", p, started))
+                    Ok(self.ticket(Some(member.clone()), "dispatched", &labels, started))
                 }
                 Ok(Verdict::Shed(reason)) => {
                     // The shedder took it out and counted it.
@@ -312,16 +317,10 @@ impl Room {
         self: &Arc<Self>,
         member: Option<String>,
         path: &'static str,
-        p: i32,
+        labels: &Labels,
         started: Instant,
     ) -> Ticket {
-        let waited = started.elapsed();
-        metrics::counter!("prefix_router_flow_admitted_total", "band" => band(p), "path" => path)
-            .increment(1);
-        if path == "dispatched" {
-            metrics::histogram!("prefix_router_flow_wait_seconds", "band" => band(p), "outcome" => "dispatched")
-                .record(waited.as_secs_f64());
-        }
+        labels.admitted(path, started.elapsed());
         Ticket {
             release: member.map(|m| (self.clone(), m)),
         }
@@ -348,9 +347,8 @@ impl Room {
         }
         let w = st.remove(&self.model, &victim)?;
         drop(st);
-        let b = band(w.priority);
-        metrics::counter!("prefix_router_flow_shed_total", "band" => b, "reason" => ShedReason::QueueFull.code())
-            .increment(1);
+        // Its guard is disarmed by the verdict: the shedder records it.
+        w.labels.shed(ShedReason::QueueFull.code(), w.since.elapsed());
         let _ = w.tx.send(Verdict::Shed(ShedReason::QueueFull));
         self.leave(vec![(victim.clone(), Some(w.priority))]);
         Some(victim)
