@@ -348,7 +348,8 @@ impl Room {
         let w = st.remove(&self.model, &victim)?;
         drop(st);
         // Its guard is disarmed by the verdict: the shedder records it.
-        w.labels.shed(ShedReason::QueueFull.code(), w.since.elapsed());
+        w.labels
+            .shed(ShedReason::QueueFull.code(), w.since.elapsed());
         let _ = w.tx.send(Verdict::Shed(ShedReason::QueueFull));
         self.leave(vec![(victim.clone(), Some(w.priority))]);
         Some(victim)

@@ -284,4 +284,17 @@ async fn a_wait_past_the_timeout_is_a_503_and_a_gone_client_is_never_sent() {
                 && l.contains("reason=\"client_gone\"")),
         "{metrics}"
     );
+    // By tenant: no tenant is configured here, so every one is `other`.
+    for name in [
+        "prefix_router_flow_shed_total",
+        "prefix_router_flow_queued_total",
+        "prefix_router_flow_wait_seconds_count",
+    ] {
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with(name) && l.contains("tenant=\"other\"")),
+            "no {name} by tenant: {metrics}"
+        );
+    }
 }
