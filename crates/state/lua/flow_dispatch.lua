@@ -3,16 +3,24 @@
 -- request goes (dispatched at once, queued, or refused), and which of the
 -- calling router's waiting requests may be dispatched now. The order is
 -- fleet-wide: the highest priority first; within a priority, tenants share
--- by weight (start-time fair queueing over a virtual time kept here, so a
--- tenant spread over many routers gets its weight's share of the fleet,
--- not one per router). Entries of other routers ahead in that order take
--- their places in the free capacity: their routers dispatch them.
+-- by weight (start-time fair queueing with one queue per tenant: a tenant's
+-- next entry starts at its tag H, the next after it at H + 1/weight, and a
+-- tenant that arrives with nothing waiting starts at the priority's virtual
+-- time V or its last finish, whichever is later). Tags advance only when an
+-- entry is dispatched, so entries that time out, are shed or whose clients
+-- leave cost their tenant nothing, and a tenant spread over many routers
+-- gets its weight's share of the fleet, not one per router. Entries of
+-- other routers ahead in that order take their places in the free
+-- capacity: their routers dispatch them.
 -- Keys (all on the model's first part, one slot): <base>:fb (sorted set of
--- the priorities with waiting entries), <base>:fq:<prio> (sorted set of
--- that priority's entries by virtual start tag; member "router\tseq\t
--- deadline ms"), <base>:fv:<prio> (hash: tenant -> virtual finish tag of
--- its last entry; field "\tV" = the priority's virtual time), <base>:fg
--- (sorted set: entries dispatched and not yet routed, by expiry ms).
+-- the priorities with waiting entries), <base>:fk:<prio> (sorted set: the
+-- tenants with waiting entries, by the tag of their next entry),
+-- <base>:fe:<prio>:<tenant> (sorted set: the tenant's entries by arrival,
+-- member "router\tseq\tdeadline ms"), <base>:fm:<prio> (hash: member ->
+-- tenant), <base>:fw:<prio> (hash: tenant -> weight), <base>:fv:<prio>
+-- (hash: tenant -> tag after its last dispatched entry; field "\tV" = the
+-- priority's virtual time), <base>:fg (sorted set: entries dispatched and
+-- not yet routed, by expiry ms).
 -- Saturated: every live worker is past a threshold (in flight over live
 -- routers >= the most per worker; fresh reported waiting >= its threshold;
 -- fresh KV usage >= its threshold; queued prefill tokens >= theirs).
@@ -32,8 +40,10 @@
 -- 3 refused; its virtual start tag (a string, '' unless queued); entries
 -- waiting fleet-wide; free capacity left; then the caller's members
 -- dispatched by this call (the arriving one is not among them)}.
--- Complexity: O(workers + routers x workers) for the view, O(log N) per
--- entry queued or dispatched, O(bands + capacity + 64) entries scanned.
+-- Complexity: O(workers + routers x workers) for the view; O(log N) per
+-- entry queued or dispatched; the dispatch walks at most S = min(capacity +
+-- 64, 128) entries over at most S tenants: O(S^2) comparisons, O(S log N)
+-- calls.
 local now = now_ms()
 local me = ARGV[2]
 local max_inflight = tonumber(ARGV[3]) or 0
@@ -62,7 +72,10 @@ local grants = BASE .. ':fg'
 redis.call('ZREMRANGEBYSCORE', grants, '-inf', string.format('%d', now))
 local cap = free - redis.call('ZCARD', grants)
 local bands = BASE .. ':fb'
-local function queue(p) return BASE .. ':fq:' .. p end
+local function tenants(p) return BASE .. ':fk:' .. p end
+local function entries(p, t) return BASE .. ':fe:' .. p .. ':' .. t end
+local function owners(p) return BASE .. ':fm:' .. p end
+local function weights(p) return BASE .. ':fw:' .. p end
 local function vtimes(p) return BASE .. ':fv:' .. p end
 local VFIELD = '\tV'
 
@@ -79,23 +92,53 @@ local function grant(member)
   redis.call('PEXPIRE', grants, grant_ms + 1000)
 end
 
--- The arriving request's virtual start tag; charges its tenant.
-local function charge(p, tenant, weight)
+-- Keeps `keys` for `keep` ms at least.
+local function keep_for(keys, keep)
+  for _, k in ipairs(keys) do
+    if redis.call('PTTL', k) < keep then redis.call('PEXPIRE', k, keep) end
+  end
+end
+
+-- Where tenant `t`'s next entry starts when it has nothing waiting: the
+-- virtual time, or later if its last dispatched entry finishes later.
+local function start_tag(p, t)
+  local got = redis.call('HMGET', vtimes(p), VFIELD, t)
+  return math.max(tonumber(got[1]) or 0, tonumber(got[2]) or 0)
+end
+
+-- Tenant `t`'s entry with tag `tag` was dispatched: its next entry starts
+-- at `next_tag`; the virtual time reaches `tag`.
+local function charge(p, t, tag, next_tag)
   local vt = vtimes(p)
-  local got = redis.call('HMGET', vt, VFIELD, tenant)
-  local v, f = tonumber(got[1]) or 0, tonumber(got[2]) or 0
-  local start = math.max(v, f)
-  redis.call('HSET', vt, tenant, tostring(start + 1 / weight))
-  -- Forget up to two tenants whose tag the virtual time has passed: a
-  -- tenant's next start would be the virtual time anyway.
+  local v = tonumber(redis.call('HGET', vt, VFIELD)) or 0
+  if tag > v then
+    v = tag
+    redis.call('HSET', vt, VFIELD, tostring(v))
+  end
+  redis.call('HSET', vt, t, tostring(next_tag))
+  -- Forget up to two tenants whose tag the virtual time has passed: their
+  -- next start would be the virtual time anyway.
   local some = redis.call('HRANDFIELD', vt, 2, 'WITHVALUES')
   for i = 1, #some, 2 do
-    if some[i] ~= VFIELD and some[i] ~= tenant and (tonumber(some[i + 1]) or 0) <= v then
+    if some[i] ~= VFIELD and some[i] ~= t and (tonumber(some[i + 1]) or 0) <= v then
       redis.call('HDEL', vt, some[i])
     end
   end
   redis.call('PEXPIRE', vt, 600000)
-  return start, vt
+end
+
+-- Takes `member` of tenant `t` out of priority `p`'s queues.
+local function unqueue(p, t, member)
+  local q = entries(p, t)
+  redis.call('ZREM', q, member)
+  redis.call('HDEL', owners(p), member)
+  if redis.call('ZCARD', q) == 0 then redis.call('ZREM', tenants(p), t) end
+end
+
+local function weight_of(p, t)
+  local w = tonumber(redis.call('HGET', weights(p), t)) or 1
+  if w <= 0 or w ~= w then w = 1 end
+  return w
 end
 
 local arriving, tag = 0, ''
@@ -106,67 +149,103 @@ if ARGV[9] == '1' then
   -- Entries waiting at this priority or above go first.
   local ahead = 0
   for _, b in ipairs(redis.call('ZRANGEBYSCORE', bands, p, '+inf')) do
-    ahead = ahead + redis.call('ZCARD', queue(b))
+    ahead = ahead + redis.call('ZCARD', tenants(b))
   end
   if cap > 0 and ahead == 0 then
-    local start, vt = charge(p, tenant, weight)
-    redis.call('HSET', vt, VFIELD, tostring(start))
+    local start = start_tag(p, tenant)
+    charge(p, tenant, start, start + 1 / weight)
     grant(member)
     cap = cap - 1
     arriving = 1
   elseif may_wait then
-    local start = charge(p, tenant, weight)
-    redis.call('ZADD', queue(p), start, member)
+    local q = entries(p, tenant)
+    local n = redis.call('ZCARD', q)
+    local head
+    if n == 0 then
+      head = start_tag(p, tenant)
+      redis.call('ZADD', tenants(p), head, tenant)
+    else
+      head = tonumber(redis.call('ZSCORE', tenants(p), tenant)) or start_tag(p, tenant)
+    end
+    -- By arrival: the time, then the member (unique) breaks ties.
+    redis.call('ZADD', q, now, member)
+    redis.call('HSET', owners(p), member, tenant)
+    redis.call('HSET', weights(p), tenant, tostring(weight))
     redis.call('ZADD', bands, p, p)
     -- The keys outlive their last entry's deadline by a minute, so a
     -- waiting room nobody calls again leaves nothing behind.
     local keep = (tonumber(string.match(member, '\t(%d+)$')) or now) - now + 60000
-    for _, k in ipairs({ queue(p), bands }) do
-      if redis.call('PTTL', k) < keep then redis.call('PEXPIRE', k, keep) end
-    end
-    arriving, tag = 2, tostring(start)
+    keep_for({ q, tenants(p), owners(p), weights(p), bands }, keep)
+    arriving, tag = 2, tostring(head + n / weight)
   else
     arriving = 3
   end
 end
 
--- Dispatch in the fleet's order while there is capacity; the caller's
--- entries are dispatched here, the others' wait for their routers.
+-- Dispatch in the fleet's order while there is capacity: walk the merged
+-- order of the tenants' queues (each tenant's entries at its tag, then
+-- 1/weight apart); the caller's entries are dispatched here, the others'
+-- hold their places for their routers.
 local mine = {}
 local budget = 64
 if cap > 0 then
   for _, b in ipairs(redis.call('ZREVRANGE', bands, 0, -1)) do
-    local q = queue(b)
-    local entries = redis.call('ZRANGE', q, 0, cap + budget - 1, 'WITHSCORES')
-    local v = nil
-    for i = 1, #entries, 2 do
-      if cap <= 0 or budget <= 0 then break end
-      local member = entries[i]
-      if dead(member) then
-        redis.call('ZREM', q, member)
-        budget = budget - 1
+    local span = math.min(cap + budget, 128)
+    local ts = redis.call('ZRANGE', tenants(b), 0, span - 1, 'WITHSCORES')
+    -- Per tenant: its tag as stored (`base`) and the walk's (`tag`), its
+    -- weight, its entries read so far, the walk's position among them, and
+    -- how many of them this call dispatched.
+    local cur = {}
+    for i = 1, #ts, 2 do
+      local base = tonumber(ts[i + 1]) or 0
+      cur[#cur + 1] = { t = ts[i], base = base, tag = base, w = weight_of(b, ts[i]), es = nil, at = 1, served = 0 }
+    end
+    local steps = 0
+    while cap > 0 and budget > 0 and steps < span do
+      local best = nil
+      for _, c in ipairs(cur) do
+        if not c.done and (best == nil or c.tag < best.tag) then best = c end
+      end
+      if best == nil then break end
+      if best.es == nil then
+        best.es = redis.call('ZRANGE', entries(b, best.t), 0, span - 1)
+      end
+      local member = best.es[best.at]
+      if member == nil then
+        best.done = true
       else
-        if string.sub(member, 1, #me + 1) == me .. '\t' then
-          redis.call('ZREM', q, member)
-          grant(member)
-          mine[#mine + 1] = member
-          v = tonumber(entries[i + 1])
+        best.at = best.at + 1
+        steps = steps + 1
+        if dead(member) then
+          unqueue(b, best.t, member)
+          budget = budget - 1
+        else
+          if string.sub(member, 1, #me + 1) == me .. '\t' then
+            unqueue(b, best.t, member)
+            grant(member)
+            mine[#mine + 1] = member
+            -- The tenant's stored tag advances by one entry: an entry of
+            -- another router ahead of this one keeps its turn.
+            best.served = best.served + 1
+            local next_tag = best.base + best.served / best.w
+            charge(b, best.t, best.tag, next_tag)
+            if redis.call('ZSCORE', tenants(b), best.t) then
+              redis.call('ZADD', tenants(b), next_tag, best.t)
+            end
+          end
+          best.tag = best.tag + 1 / best.w
+          cap = cap - 1
         end
-        cap = cap - 1
       end
     end
-    if v then
-      local old = tonumber(redis.call('HGET', vtimes(b), VFIELD)) or 0
-      if v > old then redis.call('HSET', vtimes(b), VFIELD, tostring(v)) end
-    end
-    if redis.call('ZCARD', q) == 0 then redis.call('ZREM', bands, b) end
+    if redis.call('ZCARD', tenants(b)) == 0 then redis.call('ZREM', bands, b) end
     if cap <= 0 or budget <= 0 then break end
   end
 end
 
 local waiting = 0
 for _, b in ipairs(redis.call('ZRANGE', bands, 0, -1)) do
-  waiting = waiting + redis.call('ZCARD', queue(b))
+  waiting = waiting + redis.call('HLEN', owners(b))
 end
 local out = { saturated and 1 or 0, arriving, tag, waiting, math.max(cap, 0) }
 for _, m in ipairs(mine) do out[#out + 1] = m end

@@ -292,3 +292,61 @@ async fn entries_of_a_router_whose_lease_ended_are_dropped() {
     assert_eq!(d.dispatched, [mine]);
     assert_eq!(d.waiting, 0);
 }
+
+#[tokio::test]
+async fn requests_that_leave_unserved_cost_their_tenant_nothing() {
+    let v = Valkey::start();
+    let rs = [router(&v, "r0").await, router(&v, "r1").await];
+    worker(&rs[0], "w1").await;
+    let t = limits(1);
+    rs[0]
+        .change_in_flight(
+            MODEL,
+            "w1",
+            InFlight {
+                requests: 1,
+                prefill_tokens: 0,
+            },
+        )
+        .await
+        .unwrap();
+    // X floods the room; every one of its requests times out unserved.
+    let mut seq = 0;
+    let mut gone = Vec::new();
+    for _ in 0..200 {
+        let (m, at) = arrive(&rs[0], &t, seq, 0, "X", 1.0).await;
+        assert!(matches!(at, Arrival::Queued(_)), "{at:?}");
+        gone.push((m, Some(0)));
+        seq += 1;
+    }
+    assert_eq!(rs[0].flow_leave(MODEL, &gone).await.unwrap(), 200);
+    // Then both are backlogged, Y on another router: equal weights, equal
+    // shares from the start, whatever X asked for before.
+    let mut owner = std::collections::HashMap::new();
+    for _ in 0..40 {
+        let (m, _) = arrive(&rs[1], &t, seq, 0, "Y", 1.0).await;
+        owner.insert(m, "Y");
+        let (m, _) = arrive(&rs[0], &t, seq + 1, 0, "X", 1.0).await;
+        owner.insert(m, "X");
+        seq += 2;
+    }
+    rs[0]
+        .change_in_flight(
+            MODEL,
+            "w1",
+            InFlight {
+                requests: -1,
+                prefill_tokens: 0,
+            },
+        )
+        .await
+        .unwrap();
+    let refs: Vec<&StateStore> = rs.iter().collect();
+    let order = drain(&refs, &t, &|m: &str| owner[m].to_owned()).await;
+    assert_eq!(order.len(), 80);
+    let x = order[..20].iter().filter(|o| *o == "X").count();
+    assert!(
+        (8..=12).contains(&x),
+        "X got {x} of the first 20 dispatches: {order:?}"
+    );
+}
