@@ -57,6 +57,24 @@ pub struct CpuPercent {
     pub machine: f64,
 }
 
+/// The mean over the series of summary `name`'s `quantile` in Prometheus
+/// text (one series per router; NaN ones, of routers that recorded
+/// nothing, left out).
+pub fn quantile_mean(text: &str, name: &str, quantile: &str) -> Option<f64> {
+    let want = format!("quantile=\"{quantile}\"");
+    let values: Vec<f64> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            (series.split('{').next()? == name && series.contains(want.as_str()))
+                .then(|| value.parse::<f64>().ok())?
+        })
+        .filter(|v| v.is_finite())
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+}
+
 /// Everything measured for one arm in one scenario.
 #[derive(Debug, Clone, Serialize)]
 pub struct ArmResult {
@@ -76,6 +94,11 @@ pub struct ArmResult {
     pub around: Option<AroundEvent>,
     /// CPU use, when the fleet was ours.
     pub cpu: Option<CpuPercent>,
+    /// The routers' routing decision time, median (their own
+    /// `prefix_router_route_seconds{quantile="0.5"}` at the end of the
+    /// workload, a rolling window of about a minute; the mean over routers),
+    /// ms; `None` for routers that do not export it.
+    pub decision_p50_ms: Option<f64>,
     /// Logs of this run's processes, and its samples.
     pub log_dir: Option<PathBuf>,
     /// For an arm with sim roles: what the sims and routers counted during
@@ -204,6 +227,12 @@ impl Runner {
             Some(before) => Some(fleet.counters().await.since(&before)),
             None => None,
         };
+        let decision_p50_ms = quantile_mean(
+            &fleet.router_metrics().await,
+            "prefix_router_route_seconds",
+            "0.5",
+        )
+        .map(|s| s * 1000.0);
         fleet.stop().await;
         bar.finish();
         let summary = summarize(&driven.samples, &workers);
@@ -243,6 +272,7 @@ impl Runner {
                 machine,
             }),
             log_dir: Some(dir),
+            decision_p50_ms,
             counters,
             by_turn: by_turn(&driven.samples),
             summary,
@@ -284,6 +314,7 @@ pub async fn run_target(
         event: None,
         around: None,
         cpu: None,
+        decision_p50_ms: None,
         log_dir: None,
         counters: None,
         by_turn: by_turn(&driven.samples),

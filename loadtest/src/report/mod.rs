@@ -190,6 +190,7 @@ mod tests {
             }),
             around: Some(crate::metrics::around(&samples, 10.0, 60.0)),
             cpu: None,
+            decision_p50_ms: None,
             log_dir: None,
             counters: None,
             by_turn: None,

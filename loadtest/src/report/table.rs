@@ -143,6 +143,7 @@ pub fn cpu_table(arms: &[ArmResult]) -> String {
         "of which primaries ms/req",
         "valkey primaries max/mean",
         "routers ms/req",
+        "decision p50 ms",
         "sims (all)",
         "haproxy",
         "haproxy ms/req",
@@ -172,6 +173,8 @@ pub fn cpu_table(arms: &[ArmResult]) -> String {
                 c.valkey_spread
                     .map_or_else(|| "-".to_owned(), |s| format!("{s:.2}")),
                 per_request(c.routers),
+                a.decision_p50_ms
+                    .map_or_else(|| "-".to_owned(), |d| format!("{d:.3}")),
                 format!("{:.0}%", c.sims),
                 format!("{:.0}%", c.balancer),
                 // The builtin balancer runs inside the load test: not measured.
@@ -237,6 +240,7 @@ pub(super) mod tests {
             event: None,
             around: None,
             cpu: None,
+            decision_p50_ms: None,
             log_dir: None,
             counters: None,
             by_turn: None,
@@ -285,6 +289,15 @@ pub(super) mod tests {
         assert_eq!(value("haproxy ms/req"), "1.51");
         assert_eq!(value("haproxy"), "5%");
         assert_eq!(value("of which primaries ms/req"), "-");
+        assert_eq!(value("decision p50 ms"), "-");
+        a.decision_p50_ms = Some(0.4321);
+        let t = cpu_table(std::slice::from_ref(&a));
+        let values: Vec<&str> = t.lines().nth(2).unwrap().split(" | ").collect();
+        let at = columns
+            .iter()
+            .position(|c| *c == "decision p50 ms")
+            .unwrap();
+        assert_eq!(values[at], "0.432");
         // The builtin balancer: no HAProxy to measure.
         let mut builtin = arm("x");
         builtin.summary.req_per_s = 31.2;
