@@ -10,26 +10,21 @@
 //! * `epp`: `prefix-router epp`, the Gateway API Inference Extension
 //!   endpoint picker: Envoy's ext_proc gRPC over the same routing path.
 //! * `api`: HTTP handlers (thin): OpenAI routes, the worker push API,
-//!   `/admin/*`, auth, JSON errors, connection guards.
+//!   `/admin/*`, auth, connection guards.
+//! * `proxy`: the routing path, split by what each part does: the request
+//!   pipeline (`pipeline`: the body read once, the response cache,
+//!   admission, flow control's gate), the decision (`decision`: the atomic
+//!   cache-aware step or a policy over a probe, claims, in-flight counts,
+//!   the fallback), the forwarding and stream relay (`forward`,
+//!   `inflight`), disaggregated prefill/decode (`pd`), and the endpoint
+//!   picker's pick and explain over the same parts.
+//! * `flow`: flow control: saturation, the waiting room in each router
+//!   and its fleet-wide order in Valkey (priorities, tenants by weight),
+//!   shedding; asked by `proxy` right before routing.
 //! * `admission`: a request's tenant and class (priority), and its
 //!   tenant's fleet-wide limits (requests and tokens per minute, requests
 //!   in flight) in Valkey, checked once after the body is parsed, before
 //!   routing, by `proxy` for both `serve` and `epp`.
-//! * `proxy`: the routing path: prompt → blocks → lookup → policy → claim
-//!   → forward, with retries, fallback and in-flight accounting; a model
-//!   with prefill and decode workers is served disaggregated (`disagg`:
-//!   decode pick and skip decision in `pd_plan`, prefill by the atomic
-//!   step over the prefill workers, bodies in `pd_bodies`, the steps
-//!   shared with the endpoint picker's two picks in `pd_steps` and
-//!   `pd_pick`).
-//! * [`routing`]: the policies, pure: `cache_aware` (a hit weighted by the
-//!   KV tier it is held on), `round_robin`,
-//!   `least_loaded`, `power_of_two`, `consistent_hash`, bounded load; and
-//!   `decode`, the decode pick and skip-prefill rule of disaggregated
-//!   serving, and `prefill`, its prefill pick (`--pd-prefill-policy`).
-//! * `flow`: flow control: saturation, the waiting room in each router
-//!   and its fleet-wide order in Valkey (priorities, tenants by weight),
-//!   shedding; asked by `proxy` right before routing.
 //! * `response_cache`: the optional cache of deterministic completions in
 //!   Valkey, asked by `proxy` before routing, replayed byte for byte.
 //! * `metrics_recorder`: the Prometheus recorder, installed once per process.
@@ -37,7 +32,21 @@
 //!   prompts (used by `serve` at start and by `proxy`'s tokenizing pool).
 //! * `load_scrape`: optional scraping of workers' `/metrics` for their load.
 //! * `telemetry`: the logger, and routing spans exported over OTLP.
-//! * `config`: flags, environment and TOML, resolved into [`ServeConfig`].
+//! * `config`: flags, environment and TOML, resolved into [`ServeConfig`]:
+//!   plain settings (those of flow control, the response cache and OTLP
+//!   are defined here, and interpreted by the layers above).
+//! * `models`: the models a router hashes prompts for ([`ModelConfig`]),
+//!   their tokenizer files (a directory, or by Hugging Face id from the
+//!   hub's cache or the hub: `models::hub`), loaded into the pipelines.
+//! * [`routing`]: the policies, pure (nothing of this crate below it):
+//!   `cache_aware` (a hit weighted by the KV tier it is held on),
+//!   `round_robin`, `least_loaded`, `power_of_two`, `consistent_hash`,
+//!   bounded load; and `decode`, the decode pick and skip-prefill rule of
+//!   disaggregated serving, and `prefill`, its prefill pick
+//!   (`--pd-prefill-policy`).
+//! * `error`: `ApiError`, the JSON error body every
+//!   HTTP answer of the router uses (`api`, `epp`, the refusals of
+//!   `admission` and `flow`).
 //! * `hop`: forwarding-loop guards (the `via` mark, own listeners).
 //! * `forward_paths`: which `/v1/*` paths reach a worker, and the check
 //!   that none can leave `/v1/` (used by `api` and `config`).
@@ -50,12 +59,14 @@ mod admission;
 mod api;
 mod config;
 mod epp;
+mod error;
 mod flow;
 mod forward_paths;
 mod hop;
 mod load_scrape;
 mod memory;
 mod metrics_recorder;
+mod models;
 mod proxy;
 mod response_cache;
 pub mod routing;
@@ -64,12 +75,12 @@ mod telemetry;
 
 pub use config::{
     AdmissionArgs, AdmissionConfig, BodyMode, EppArgs, EppSettings, ExposureArgs, FlowArgs,
-    GrpcTls, ModelConfig, ResponseCacheArgs, ServeArgs, ServeConfig, StaticWorker, TenantConfig,
-    TenantLimits, TenantSource,
+    FlowSettings, GrpcTls, OtlpSettings, ResponseCacheArgs, ResponseCacheSettings, ServeArgs,
+    ServeConfig, StaticWorker, TenantConfig, TenantLimits, TenantSource,
 };
-pub use flow::FlowSettings;
 pub use metrics_recorder::metrics_handle;
+pub use models::ModelConfig;
 pub use protocol::headers::WORKER_HEADER;
-pub use response_cache::{CACHE_HEADER, Settings as ResponseCacheSettings};
+pub use response_cache::CACHE_HEADER;
 pub use serve::{run, runtime, serve_on, serve_with, wait_for_signal};
-pub use telemetry::{OtlpSettings, TelemetryGuard, init as init_telemetry};
+pub use telemetry::{TelemetryGuard, init as init_telemetry};

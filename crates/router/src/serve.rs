@@ -18,10 +18,9 @@ use crate::metrics_recorder::{metrics_handle, zero_counters};
 use crate::proxy::{CpuPool, Proxy, Upstream};
 use crate::response_cache::ResponseCache;
 use crate::routing::policy_by_name;
-use protocol::hashing::HashSeed;
 use protocol::redact_url;
 use state::{StateStore, WorkerHeartbeat};
-use tokenize::{ModelPipeline, ModelPipelines};
+use tokenize::ModelPipelines;
 
 /// Tells background loops to stop (true once shutting down).
 pub type ShutdownSignal = tokio::sync::watch::Receiver<bool>;
@@ -46,22 +45,7 @@ pub fn build_store(cfg: &ServeConfig) -> anyhow::Result<StateStore> {
 /// Every configured model's pipeline (tokenizer, block size, seed) and
 /// LoRA adapters.
 fn build_pipelines(cfg: &ServeConfig) -> anyhow::Result<ModelPipelines> {
-    let mut pipelines = ModelPipelines::default();
-    for m in &cfg.models {
-        let seed = HashSeed::from_env_value(m.hash_seed.clone());
-        let pipeline =
-            ModelPipeline::load(&m.tokenizer_dir, m.block_size, &seed).with_context(|| {
-                format!(
-                    "loading the tokenizer of {} from {}",
-                    m.name,
-                    m.tokenizer_dir.display()
-                )
-            })?;
-        pipelines.insert(&m.name, pipeline);
-        for (name, path) in &m.loras {
-            pipelines.insert_adapter(name, path, &m.name);
-        }
-    }
+    let pipelines = crate::models::pipelines(&cfg.models)?;
     if cfg.models.is_empty() {
         tracing::warn!(
             "no --model/--tokenizer-dir nor [[models]]: requests are routed by load only, without prefix locality"

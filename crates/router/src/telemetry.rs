@@ -7,6 +7,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
+
+use crate::config::OtlpSettings;
 use axum::http::HeaderMap;
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::TracerProvider;
@@ -25,18 +27,6 @@ pub const SPANS: &str = "prefix_router::spans";
 /// Whether spans are exported (then trace context is taken from clients
 /// and handed to workers by the router itself).
 static EXPORTING: AtomicBool = AtomicBool::new(false);
-
-/// Where and how much to export.
-#[derive(Debug, Clone)]
-pub struct OtlpSettings {
-    /// The collector's OTLP/HTTP base URL, as `OTEL_EXPORTER_OTLP_ENDPOINT`
-    /// (`http://collector:4318`); spans go to `<endpoint>/v1/traces`.
-    pub endpoint: String,
-    /// Share of new traces sampled (a client's sampled flag is followed).
-    pub sample_ratio: f64,
-    /// The `service.name` resource attribute.
-    pub service_name: String,
-}
 
 /// Flushes the exported spans when dropped (at exit).
 pub struct TelemetryGuard {

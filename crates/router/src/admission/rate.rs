@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use state::LimitReason;
 
-use crate::api::ApiError;
+use crate::error::ApiError;
 
 /// One limit's standing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

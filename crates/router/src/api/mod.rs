@@ -3,14 +3,12 @@
 mod admin;
 mod auth;
 mod conn;
-mod error;
 mod internal;
 mod json;
 mod openai;
 
 pub use auth::InternalAuth;
 pub use conn::{ConnGuard, ConnLimits, GuardedListener};
-pub use error::ApiError;
 pub use json::{JsonBody, RawBody};
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
@@ -24,6 +22,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::error::ApiError;
 use crate::forward_paths::ForwardPaths;
 use crate::proxy::Proxy;
 use state::StateStore;

@@ -236,7 +236,7 @@ pub struct ExposureArgs {
 
 impl ExposureArgs {
     /// The span export these flags ask for, if any.
-    pub fn otlp(&self) -> anyhow::Result<Option<crate::OtlpSettings>> {
+    pub fn otlp(&self) -> anyhow::Result<Option<OtlpSettings>> {
         let Some(endpoint) = self.otlp_endpoint.clone() else {
             return Ok(None);
         };
@@ -251,10 +251,22 @@ impl ExposureArgs {
         if !(0.0..=1.0).contains(&sample_ratio) {
             anyhow::bail!("--otlp-sample-ratio {sample_ratio}: expected 0 to 1");
         }
-        Ok(Some(crate::OtlpSettings {
+        Ok(Some(OtlpSettings {
             endpoint,
             sample_ratio,
             service_name: "prefix-router".into(),
         }))
     }
+}
+
+/// Where and how much to export.
+#[derive(Debug, Clone)]
+pub struct OtlpSettings {
+    /// The collector's OTLP/HTTP base URL, as `OTEL_EXPORTER_OTLP_ENDPOINT`
+    /// (`http://collector:4318`); spans go to `<endpoint>/v1/traces`.
+    pub endpoint: String,
+    /// Share of new traces sampled (a client's sampled flag is followed).
+    pub sample_ratio: f64,
+    /// The `service.name` resource attribute.
+    pub service_name: String,
 }

@@ -9,8 +9,8 @@ use anyhow::{Context, bail};
 
 use protocol::parse_duration;
 
+use super::FlowSettings;
 use super::file::file_duration;
-use crate::flow::FlowSettings;
 use state::SaturationThresholds;
 
 /// Requests that may wait per model in each router by default.

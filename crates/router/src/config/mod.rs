@@ -9,17 +9,17 @@ mod defaults;
 mod epp;
 mod file;
 mod flow;
-mod hub;
+mod flow_settings;
 mod models;
 mod response_cache;
 mod static_worker;
 
 pub use admission::{AdmissionArgs, AdmissionConfig, TenantConfig, TenantLimits, TenantSource};
-pub use args::{ExposureArgs, ServeArgs};
+pub use args::{ExposureArgs, OtlpSettings, ServeArgs};
 pub use epp::{BodyMode, EppArgs, EppSettings, GrpcTls};
 pub use flow::FlowArgs;
-pub use models::ModelConfig;
-pub use response_cache::ResponseCacheArgs;
+pub use flow_settings::FlowSettings;
+pub use response_cache::{ResponseCacheArgs, ResponseCacheSettings};
 pub use static_worker::StaticWorker;
 
 use std::net::SocketAddr;
@@ -29,6 +29,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 
 use crate::forward_paths::ForwardPaths;
+use crate::models::ModelConfig;
 
 use defaults::{cores, default_max_connections, default_router_id};
 use file::{FileConfig, file_duration, load_file};
@@ -113,9 +114,9 @@ pub struct ServeConfig {
     /// The endpoint picker's gRPC service, when run as `epp`.
     pub epp: Option<EppSettings>,
     /// The response cache; `None` when off.
-    pub response_cache: Option<crate::response_cache::Settings>,
+    pub response_cache: Option<ResponseCacheSettings>,
     /// Flow control; `None` when off (no saturation threshold).
-    pub flow: Option<crate::flow::FlowSettings>,
+    pub flow: Option<FlowSettings>,
     /// Tenants, classes and limits.
     pub admission: AdmissionConfig,
 }

@@ -1,7 +1,7 @@
-//! [`ModelConfig`]: the base models a router hashes prompts for, from
+//! The base models a router hashes prompts for ([`ModelConfig`]), from
 //! `--model`/`--tokenizer-dir` and the TOML file's `[[models]]` array. A
 //! model named by its Hugging Face id needs no tokenizer directory: its
-//! files come from the Hugging Face cache or the hub (`hub`).
+//! files come from the Hugging Face cache or the hub (`crate::models::hub`).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -9,20 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
-/// One base model with its own tokenizer and engine settings.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelConfig {
-    /// The `model` requests and workers name.
-    pub name: String,
-    /// Its `tokenizer.json` and `tokenizer_config.json`.
-    pub tokenizer_dir: PathBuf,
-    /// Its engines' `--block-size`.
-    pub block_size: usize,
-    /// Its engines' `PYTHONHASHSEED`, if set.
-    pub hash_seed: Option<String>,
-    /// LoRA adapters its engines serve: (name, path).
-    pub loras: Vec<(String, String)>,
-}
+use crate::models::{ModelConfig, hub};
 
 /// One `[[models]]` entry of the TOML file.
 #[derive(Debug, Deserialize)]
@@ -59,9 +46,7 @@ pub(super) fn single_model(
 ) -> anyhow::Result<Option<ModelConfig>> {
     let dir = match (model, tokenizer_dir) {
         (Some(_), Some(dir)) => dir.clone(),
-        (Some(name), None)
-            if super::hub::is_hub_id(name) && !file.iter().any(|m| m.name == *name) =>
-        {
+        (Some(name), None) if hub::is_hub_id(name) && !file.iter().any(|m| m.name == *name) => {
             hub_dir(name, &defaults.revision)?
         }
         _ if !loras.is_empty() => {
@@ -79,13 +64,9 @@ pub(super) fn single_model(
 }
 
 fn hub_dir(id: &str, revision: &str) -> anyhow::Result<PathBuf> {
-    super::hub::tokenizer_dir(id, revision, &super::hub::HubSettings::from_env()).with_context(
-        || {
-            format!(
-                "model {id:?}: no tokenizer directory given, and none from the Hugging Face hub"
-            )
-        },
-    )
+    hub::tokenizer_dir(id, revision, &hub::HubSettings::from_env()).with_context(|| {
+        format!("model {id:?}: no tokenizer directory given, and none from the Hugging Face hub")
+    })
 }
 
 /// `single` (from `--model`/`--tokenizer-dir`) first, then the file's
@@ -101,7 +82,7 @@ pub(super) fn resolve_models(
         let what = format!("[[models]] entry {} ({:?})", i + 1, m.name);
         let tokenizer_dir = match m.tokenizer_dir {
             Some(dir) => dir,
-            None if super::hub::is_hub_id(&m.name) => {
+            None if hub::is_hub_id(&m.name) => {
                 hub_dir(&m.name, m.revision.as_deref().unwrap_or(&defaults.revision))
                     .with_context(|| what.clone())?
             }

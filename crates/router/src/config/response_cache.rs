@@ -1,5 +1,6 @@
 //! The response cache's flags ([`ResponseCacheArgs`], flattened into
-//! `serve`'s) and their resolution over the file's keys and the defaults.
+//! `serve`'s), their resolution over the file's keys and the defaults, and
+//! what they resolve into ([`ResponseCacheSettings`]).
 
 use std::time::Duration;
 
@@ -8,12 +9,22 @@ use anyhow::bail;
 use protocol::parse_duration;
 
 use super::file::file_duration;
-use crate::response_cache::Settings;
 
 /// Largest entry by default: 1 MiB.
 const DEFAULT_MAX_ENTRY_BYTES: usize = 1 << 20;
 /// Bytes of entries per model by default: 64 MiB.
 const DEFAULT_MAX_BYTES: u64 = 64 << 20;
+
+/// What the cache keeps, how long and how much.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseCacheSettings {
+    /// Life of an entry.
+    pub ttl: Duration,
+    /// Largest entry (its body plus a few bytes per chunk).
+    pub max_entry_bytes: usize,
+    /// Bytes of entries per model at once (shared by its shards).
+    pub max_bytes: u64,
+}
 
 /// Flags of `serve` about the response cache (flattened into
 /// [`super::ServeArgs`]).
@@ -45,7 +56,7 @@ pub(super) struct FileKeys {
 pub(super) fn resolve(
     args: &ResponseCacheArgs,
     file: FileKeys,
-) -> anyhow::Result<Option<Settings>> {
+) -> anyhow::Result<Option<ResponseCacheSettings>> {
     let ttl = args
         .response_cache_ttl
         .or(file_duration(file.ttl, "response_cache_ttl")?);
@@ -68,7 +79,7 @@ pub(super) fn resolve(
     if ttl.is_zero() {
         bail!("--response-cache-ttl must be positive (leave it unset to turn the cache off)");
     }
-    Ok(Some(Settings {
+    Ok(Some(ResponseCacheSettings {
         ttl,
         max_entry_bytes,
         max_bytes,

@@ -17,8 +17,8 @@ use super::EppContext;
 use super::messages::{Phase, body_pieces, destination, immediate, proceed, set_body};
 use super::metadata::{endpoint_of, header, served, subset_hint};
 use crate::admission::UsageTail;
-use crate::api::ApiError;
 use crate::config::BodyMode;
+use crate::error::ApiError;
 use crate::proxy::{Endpoint, Pick, ProxyError};
 
 /// What to send back for one message from Envoy.

@@ -12,8 +12,8 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 
-use crate::api::ApiError;
-use crate::proxy::PREFILLER_HEADER;
+use crate::error::ApiError;
+use protocol::headers::PREFILLER_HEADER;
 
 /// The header (and metadata key) that names the chosen endpoints.
 pub use protocol::headers::DESTINATION_HEADER as DESTINATION_KEY;

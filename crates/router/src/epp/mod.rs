@@ -6,7 +6,7 @@
 //! `envoy.lb` dynamic metadata (GIE's Endpoint Picker Protocol); Envoy
 //! forwards it itself. A disaggregated model's request goes to its decode
 //! worker, and the prefill worker is named in `x-prefiller-host-port` for
-//! the decode worker's sidecar, as llm-d's P/D does (`proxy::pd_pick`).
+//! the decode worker's sidecar, as llm-d's P/D does (`proxy::pd`).
 //!
 //! Layout (each uses only those above it):
 //!

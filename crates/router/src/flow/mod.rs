@@ -20,10 +20,9 @@ mod record;
 mod refusal;
 mod room;
 mod saturation;
-mod settings;
 
+pub use crate::config::FlowSettings;
 pub use refusal::{Refusal, ShedReason};
-pub use settings::FlowSettings;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

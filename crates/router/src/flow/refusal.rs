@@ -70,11 +70,11 @@ impl Refusal {
     }
 }
 
-impl From<Refusal> for crate::api::ApiError {
+impl From<Refusal> for crate::error::ApiError {
     /// The response: its status, `Retry-After`, and the error body with the
     /// reason as its type.
     fn from(r: Refusal) -> Self {
-        let mut e = crate::api::ApiError::new(r.status(), r.reason.code(), r.message.clone());
+        let mut e = crate::error::ApiError::new(r.status(), r.reason.code(), r.message.clone());
         e.code = Some(r.reason.code());
         e.headers.get_or_insert_with(Box::default).insert(
             axum::http::header::RETRY_AFTER,

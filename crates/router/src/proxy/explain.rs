@@ -4,12 +4,13 @@
 
 use serde_json::{Value, json};
 
-use super::candidates::targets;
-use super::pd_plan::{PdPlan, disaggregated};
-use super::{Endpoint, Proxy, ProxyError};
+use super::decision::targets;
+use super::pd::{self, PdPlan, disaggregated};
+use super::pipeline::{Endpoint, Parsed, explain_admission};
+use super::{Proxy, ProxyError};
 use crate::routing::{
-    CacheAware, Candidate, RouteRequest, batch_requests, capacity, effective_tokens,
-    queued_requests, shared_tokens, within,
+    CacheAware, Candidate, batch_requests, capacity, effective_tokens, queued_requests,
+    shared_tokens, within,
 };
 use protocol::WorkerRole;
 
@@ -31,25 +32,19 @@ impl Proxy {
             Endpoint::Completions
         };
         let parsed = self.read(endpoint, body).await?;
-        let admission = self.explain_admission(headers, &parsed, body).await;
-        let super::Parsed { model, chain, .. } = parsed;
-        let block_size = self
-            .prompts
-            .pipelines()
-            .get(&model)
-            .map_or(16, |p| p.hasher.block_size());
-        let lookup = self.store.probe_with_gaps(&model, &chain.hashes).await?;
+        let admission = explain_admission(&self.admission, headers, &parsed, body).await;
+        let Parsed { model, chain, .. } = parsed;
+        let decide = &self.decide;
+        let block_size = chain.block_size;
+        let lookup = decide.store.probe_with_gaps(&model, &chain.hashes).await?;
         let all = targets(&lookup, block_size);
         let candidates: Vec<Candidate> = all.iter().map(|t| t.candidate.clone()).collect();
-        let request = RouteRequest {
-            prompt_tokens: chain.prompt_tokens,
-            prefix_key: chain.hashes.first().map_or(0, |h| h.0),
-        };
-        let cfg = self.atomic.unwrap_or_default();
+        let request = chain.request();
+        let cfg = decide.atomic.unwrap_or_default();
         let scorer = CacheAware::new(cfg);
         let cap = capacity(&candidates, cfg.epsilon, cfg.load_slack);
         let shared = shared_tokens(&cfg, &candidates);
-        let order = self.policy.rank(&request, &candidates);
+        let order = decide.policy.rank(&request, &candidates);
         let rows: Vec<Value> = order
             .iter()
             .enumerate()
@@ -98,7 +93,7 @@ impl Proxy {
         let mut pd_all = all.clone();
         if disaggregated(all.iter().map(|t| t.role)) {
             let decoders = |w: &state::WorkerInfo| w.role != WorkerRole::Prefill;
-            let lookup = self
+            let lookup = decide
                 .store
                 .probe_with_gaps_among(&model, &chain.hashes, decoders)
                 .await?;
@@ -110,26 +105,27 @@ impl Proxy {
                 }
             }
         }
-        let disaggregation = PdPlan::new(&pd_all, &cfg, &request, self.pd_skip_share).map(|plan| {
-            // The prefill pick: the prefill policy among the prefill
-            // workers alone, as the atomic step restricted to them makes it.
-            let prefill: Vec<Candidate> =
-                plan.prefill.iter().map(|t| t.candidate.clone()).collect();
-            let among = shared_tokens(&cfg, &prefill);
-            let pick = self
-                .prefill_policy()
-                .rank(&request, &prefill)
-                .first()
-                .map(|&i| (&plan.prefill[i], scorer.cost(&request, &prefill[i], among)));
-            if let Some(d) = plan.decode.first() {
-                chosen = Some(json!({ "worker_id": d.candidate.worker_id, "reason": plan.why }));
-            }
-            plan.explain(pick, self.pd_skip_share, self.pd_prefill)
-        });
+        let disaggregation =
+            PdPlan::new(&pd_all, &cfg, &request, decide.pd.skip_share).map(|plan| {
+                // The prefill pick: the prefill policy among the prefill
+                // workers alone, as the atomic step restricted to them makes it.
+                let prefill: Vec<Candidate> =
+                    plan.prefill.iter().map(|t| t.candidate.clone()).collect();
+                let among = shared_tokens(&cfg, &prefill);
+                let pick = pd::prefill_policy(decide)
+                    .rank(&request, &prefill)
+                    .first()
+                    .map(|&i| (&plan.prefill[i], scorer.cost(&request, &prefill[i], among)));
+                if let Some(d) = plan.decode.first() {
+                    chosen =
+                        Some(json!({ "worker_id": d.candidate.worker_id, "reason": plan.why }));
+                }
+                plan.explain(pick, decide.pd.skip_share, decide.pd.prefill)
+            });
         let mut explained = json!({
             "model": model,
             "endpoint": if endpoint == Endpoint::ChatCompletions { "chat" } else { "completions" },
-            "policy": self.policy.name(),
+            "policy": decide.policy.name(),
             "prompt_tokens": chain.prompt_tokens,
             "block_size": block_size,
             "block_hashes": chain.hashes.iter().map(|h| h.to_hex()).collect::<Vec<_>>(),

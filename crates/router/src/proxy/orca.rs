@@ -2,6 +2,9 @@
 //! which vLLM sends on non-streamed responses when the request asks for it
 //! (`protocol::headers::ORCA_REQUEST_HEADER`).
 
+use protocol::headers::ORCA_RESPONSE_HEADER;
+use state::StateStore;
+
 /// Load a worker reported in one response.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct OrcaLoad {
@@ -43,6 +46,29 @@ pub fn parse(header: &str) -> Option<OrcaLoad> {
         return None;
     }
     ok.then_some(load)
+}
+
+/// Records the load a worker reported in its response, if it did, off the
+/// request path.
+pub fn record_load(store: &StateStore, model: &str, worker: &str, resp: &reqwest::Response) {
+    let Some(load) = resp
+        .headers()
+        .get(ORCA_RESPONSE_HEADER)
+        .and_then(|h| h.to_str().ok())
+        .and_then(parse)
+    else {
+        return;
+    };
+    let (store, model, worker) = (store.clone(), model.to_owned(), worker.to_owned());
+    tokio::spawn(async move {
+        let waiting = load.num_requests_waiting.map(|w| w.round() as u64);
+        if let Err(e) = store
+            .report_load(&model, &worker, waiting, None, load.kv_cache_usage_perc)
+            .await
+        {
+            tracing::debug!(error = %e, "ORCA load not recorded");
+        }
+    });
 }
 
 #[cfg(test)]

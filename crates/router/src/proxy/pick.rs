@@ -1,7 +1,7 @@
 //! [`Proxy::pick`]: the routing decision without the forwarding, for a
 //! gateway that sends the request itself (the endpoint picker); for a
 //! disaggregated model, the decode worker and the prefill worker
-//! (`pd_pick`).
+//! (`pd::pick`).
 
 use std::time::Instant;
 
@@ -9,12 +9,10 @@ use axum::http::HeaderMap;
 use bytes::Bytes;
 use tracing::Instrument;
 
-use super::candidates::Target;
-use super::pd_pick::{PdPicked, PrefillLeg};
-use super::pd_steps::uncached;
-use super::prompts::{Chain, Parsed};
-use super::ranking::UrlFilter;
-use super::{Endpoint, InFlightGuard, Proxy, ProxyError, decision, record_outcome};
+use super::decision::{Chain, Target, UrlFilter, decision, record_outcome};
+use super::pd::{self, PdPick, PrefillLeg};
+use super::pipeline::{Endpoint, Parsed, admit, flow_admit};
+use super::{InFlightGuard, Proxy, ProxyError};
 use crate::admission::Ticket;
 use crate::telemetry::{self, SPANS};
 
@@ -98,28 +96,6 @@ impl Pick {
             leg.guard = None;
         }
     }
-
-    /// A disaggregated pick: `ranked` decode workers, the first counted by
-    /// `guard`, and the prefill half.
-    pub(super) fn disaggregated(
-        model: &str,
-        chain: Chain,
-        ranked: Vec<Target>,
-        guard: InFlightGuard,
-        leg: PrefillLeg,
-    ) -> Pick {
-        Pick {
-            model: model.to_owned(),
-            chain,
-            ranked,
-            tracked: true,
-            counted_on: 0,
-            guard,
-            pd: Some(leg),
-            without_router_fields: None,
-            ticket: Ticket::none(),
-        }
-    }
 }
 
 impl Proxy {
@@ -134,12 +110,14 @@ impl Proxy {
         body: &Bytes,
         allowed: Option<&UrlFilter<'_>>,
     ) -> Result<Pick, ProxyError> {
-        self.pick_in_span(endpoint, headers, body, allowed)
-            .instrument(telemetry::route_span(headers))
+        let span = telemetry::route_span(headers);
+        self.pick_parsed(endpoint, headers, body, allowed)
+            .instrument(span)
             .await
     }
 
-    async fn pick_in_span(
+    /// [`pick`](Self::pick) within the request's span.
+    async fn pick_parsed(
         &self,
         endpoint: Endpoint,
         headers: &HeaderMap,
@@ -148,9 +126,9 @@ impl Proxy {
     ) -> Result<Pick, ProxyError> {
         let started = Instant::now();
         let parsed = self.read(endpoint, body).await?;
-        let admitted = self.admit(headers, &parsed, body).await?;
+        let admitted = admit(&self.admission, headers, &parsed, body).await?;
         // The exchange is held (Envoy waits) while the request waits here.
-        let flow = self.flow_admit(&parsed.model, &admitted.class).await?;
+        let flow = flow_admit(self.flow.as_ref(), &parsed.model, &admitted.class).await?;
         let Parsed {
             model,
             chain,
@@ -159,42 +137,43 @@ impl Proxy {
         } = parsed;
         let span = tracing::Span::current();
         span.record("model", model.as_str());
-        let chain = if endpoint != Endpoint::Other && self.may_disaggregate(&model) {
-            match self.pick_disaggregated(&model, chain, allowed).await {
-                PdPicked::Picked(mut pick) => {
-                    pick.without_router_fields = without_router_fields;
-                    pick.ticket = admitted.ticket;
-                    if let Some(first) = pick.ranked.first() {
-                        span.record("worker", first.candidate.worker_id.as_str());
-                        record_outcome(&model, first, &pick.chain);
-                    }
-                    metrics::histogram!("prefix_router_route_seconds")
-                        .record(started.elapsed().as_secs_f64());
-                    return Ok(*pick);
-                }
-                PdPicked::Not(chain) => chain,
+        let decide = &self.decide;
+        if endpoint != Endpoint::Other
+            && pd::may_serve(decide, &model)
+            && let Some(PdPick { ranked, guard, leg }) =
+                pd::pick(decide, &model, &chain, allowed).await
+        {
+            if let Some(first) = ranked.first() {
+                span.record("worker", first.candidate.worker_id.as_str());
+                record_outcome(&model, first, &chain);
             }
-        } else {
-            chain
-        };
-        let (mut ranked, tracked) = self
-            .rank_within(&model, &chain, allowed)
+            metrics::histogram!("prefix_router_route_seconds")
+                .record(started.elapsed().as_secs_f64());
+            return Ok(Pick {
+                model,
+                chain,
+                ranked,
+                tracked: true,
+                counted_on: 0,
+                guard,
+                pd: Some(leg),
+                without_router_fields,
+                ticket: admitted.ticket,
+            });
+        }
+        let (mut ranked, tracked) = decide
+            .rank(&model, &chain, allowed)
             .instrument(tracing::info_span!(target: SPANS, "valkey"))
             .await?;
         drop(flow);
         metrics::counter!("prefix_router_decisions_total", "outcome" => decision(&ranked, tracked))
             .increment(1);
-        ranked.truncate(self.max_attempts);
+        ranked.truncate(decide.max_attempts);
         let Some(first) = ranked.first() else {
             return Err(ProxyError::UnknownModel(model));
         };
-        let counted = self.count(&model, first, &chain, tracked).await;
-        let guard = InFlightGuard::new(
-            self.store.clone(),
-            &model,
-            &first.candidate.worker_id,
-            counted,
-        );
+        let counted = decide.count(&model, first, &chain, tracked).await;
+        let guard = decide.guard(&model, &first.candidate.worker_id, counted);
         span.record("worker", first.candidate.worker_id.as_str());
         record_outcome(&model, first, &chain);
         metrics::histogram!("prefix_router_route_seconds").record(started.elapsed().as_secs_f64());
@@ -221,25 +200,22 @@ impl Proxy {
         let Some(target) = pick.ranked.get(index) else {
             return;
         };
+        let decide = &self.decide;
         let counted = match (&pick.pd, pick.tracked) {
             (_, false) => None,
-            (None, true) => self.assign(&pick.model, target, &pick.chain).await,
+            (None, true) => decide.assign(&pick.model, target, &pick.chain).await,
             // A decode worker computes the prompt only without a prefill.
             (Some(leg), true) => {
                 let tokens = match leg.target {
                     Some(_) => 0,
-                    None => uncached(&pick.chain, target),
+                    None => pd::uncached(&pick.chain, target),
                 };
-                self.assign_with(&pick.model, target, &pick.chain, tokens)
+                decide
+                    .assign_with(&pick.model, target, &pick.chain, tokens)
                     .await
             }
         };
-        pick.guard = InFlightGuard::new(
-            self.store.clone(),
-            &pick.model,
-            &target.candidate.worker_id,
-            counted,
-        );
+        pick.guard = decide.guard(&pick.model, &target.candidate.worker_id, counted);
         pick.counted_on = index;
     }
 }

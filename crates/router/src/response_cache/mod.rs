@@ -20,6 +20,8 @@ mod recorder;
 
 pub use key::{Ineligible, RequestKey, request_key};
 
+use crate::config::ResponseCacheSettings;
+
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
@@ -59,17 +61,6 @@ pub const OUTCOMES: [&str; 9] = [
 /// Stores running at once; more responses are not stored.
 const MAX_PENDING_STORES: usize = 64;
 
-/// What the cache keeps, how long and how much.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settings {
-    /// Life of an entry.
-    pub ttl: Duration,
-    /// Largest entry (its body plus a few bytes per chunk).
-    pub max_entry_bytes: usize,
-    /// Bytes of entries per model at once (shared by its shards).
-    pub max_bytes: u64,
-}
-
 /// The response cache of one router.
 #[derive(Clone)]
 pub struct ResponseCache {
@@ -78,7 +69,7 @@ pub struct ResponseCache {
 
 struct Inner {
     store: StateStore,
-    settings: Settings,
+    settings: ResponseCacheSettings,
     /// Deadline of a lookup.
     lookup_timeout: Duration,
     stores: Arc<Semaphore>,
@@ -108,7 +99,11 @@ impl ResponseCache {
     /// A cache in `store`. A lookup waits for Valkey as long as a routing
     /// call does (`valkey_timeout`), but at least 100 ms: an entry may be
     /// larger than a routing reply.
-    pub fn new(store: StateStore, settings: Settings, valkey_timeout: Duration) -> Self {
+    pub fn new(
+        store: StateStore,
+        settings: ResponseCacheSettings,
+        valkey_timeout: Duration,
+    ) -> Self {
         let lookup_timeout = valkey_timeout.max(Duration::from_millis(100));
         for outcome in OUTCOMES {
             metrics::counter!("prefix_router_response_cache_total", "outcome" => outcome)

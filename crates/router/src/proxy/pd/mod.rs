@@ -19,6 +19,19 @@
 //! refuses the request itself (a 4xx), the decode worker computes the
 //! prompt alone. Nothing reaches the client before the decode worker
 //! answers, so a client never sees half an answer from two workers.
+//!
+//! The endpoint picker makes the same two picks without forwarding
+//! (`pick`); the steps both share are in `steps`, the plan in `plan`, the
+//! prefill and decode bodies in `bodies`.
+
+mod bodies;
+mod pick;
+mod plan;
+mod steps;
+
+pub use pick::{PdPick, PrefillLeg, pick};
+pub use plan::{PdPlan, disaggregated};
+pub use steps::{prefill_policy, uncached};
 
 use std::time::Instant;
 
@@ -28,21 +41,18 @@ use bytes::Bytes;
 use serde_json::Value;
 use tracing::Instrument;
 
-use super::candidates::Target;
-use super::pd_bodies::{PdBodies, answer_params};
-use super::pd_plan::{PdPlan, disaggregated};
-use super::pd_steps::{Planned, count_path, uncached};
-use super::prompts::Chain;
-use super::{InFlightGuard, Proxy, ProxyError, forward, record_outcome};
-use crate::routing::{LeastPrefill, Policy, PrefillPolicy};
+use super::decision::{Chain, Decider, Target, record_outcome};
+use super::{CpuPool, InFlightGuard, ProxyError, Upstream, forward, orca};
 use crate::telemetry::{self, SPANS};
+use bodies::{PdBodies, answer_params};
 use protocol::headers::{ORCA_REQUEST_HEADER, PREFILL_WORKER_HEADER};
+use steps::{Planned, count_path};
 
 /// Largest prefill answer read: one token and the handshake, a few KiB.
 const MAX_PREFILL_ANSWER: usize = 1 << 20;
 
 /// A client's request as the proxy forwards it.
-pub(super) struct Outgoing<'a> {
+pub struct Outgoing<'a> {
     pub method: &'a Method,
     pub path_and_query: &'a str,
     pub headers: &'a HeaderMap,
@@ -61,31 +71,34 @@ enum PrefillFailure {
     Failed(String),
 }
 
-impl Proxy {
-    /// Whether `model` may be served disaggregated: the workers last seen
-    /// include prefill and decode ones, or none were seen yet (the lookup
-    /// of [`serve_disaggregated`](Self::serve_disaggregated) tells).
-    pub(super) fn may_disaggregate(&self, model: &str) -> bool {
-        self.known
-            .read()
-            .map(|k| match k.get(model) {
-                Some((_, workers)) => disaggregated(workers.iter().map(|w| w.2)),
-                None => true,
-            })
-            .unwrap_or(false)
-    }
+/// Whether `model` may be served disaggregated: the workers last seen
+/// include prefill and decode ones, or none were seen yet (the lookup of
+/// [`Serving::serve`] tells).
+pub fn may_serve(decide: &Decider, model: &str) -> bool {
+    decide.known.roles(model).is_none_or(disaggregated)
+}
 
+/// What serving a request disaggregated uses: the decision, the CPU pool
+/// (the bodies' JSON) and the HTTP client.
+pub struct Serving<'a> {
+    pub decide: &'a Decider,
+    pub pool: &'a CpuPool,
+    pub upstream: &'a Upstream,
+}
+
+impl Serving<'_> {
     /// Serves the request disaggregated if its model is; `None`: it is not
     /// (or Valkey is away, or the body is no JSON object), route
     /// it as usual.
-    pub(super) async fn serve_disaggregated(
+    pub async fn serve(
         &self,
         model: &str,
         chain: &Chain,
         out: &Outgoing<'_>,
         started: Instant,
     ) -> Result<Option<Response>, ProxyError> {
-        let Some(planned) = self.pd_plan(model, chain, |_| true).await else {
+        let decide = self.decide;
+        let Some(planned) = steps::plan(decide, model, chain, |_| true).await else {
             return Ok(None);
         };
         let body = out.body.clone();
@@ -100,7 +113,7 @@ impl Proxy {
         let Some(decode) = plan.decode.first() else {
             return Ok(None);
         };
-        let mut decode_guard = self.reserve_decode(model, chain, plan, decode).await;
+        let mut decode_guard = steps::reserve_decode(decide, model, chain, plan, decode).await;
         tracing::debug!(model, decode = %decode.candidate.worker_id, why = %plan.why, "disaggregated route");
         let prefilled = if plan.skip {
             None
@@ -147,17 +160,18 @@ impl Proxy {
         bodies: &PdBodies,
         out: &Outgoing<'_>,
     ) -> Option<(Value, String)> {
-        let ranked = self.rank_prefill(model, chain, planned).await?;
+        let decide = self.decide;
+        let ranked = steps::rank_prefill(decide, model, chain, planned).await?;
         let body = bodies.prefill();
         let mut headers = out.headers.clone();
         if !headers.contains_key(ORCA_REQUEST_HEADER) {
             headers.insert(ORCA_REQUEST_HEADER, HeaderValue::from_static("TEXT"));
         }
-        for target in ranked.iter().take(self.max_attempts) {
+        for target in ranked.iter().take(decide.max_attempts) {
             let worker = &target.candidate.worker_id;
-            let counted = self.count(model, target, chain, true).await;
+            let counted = decide.count(model, target, chain, true).await;
             // Counted until its answer is read (or it failed): its part ends there.
-            let _guard = InFlightGuard::new(self.store.clone(), model, worker, counted);
+            let _guard = decide.guard(model, worker, counted);
             let span = tracing::info_span!(target: SPANS, "prefill", otel.kind = "client", worker = %worker);
             telemetry::hand_on(&span, &mut headers);
             match self
@@ -187,15 +201,6 @@ impl Proxy {
         None
     }
 
-    /// What ranks prefill workers outside the atomic step: load alone
-    /// under `--pd-prefill-policy least_loaded`, else the router's policy.
-    pub(super) fn prefill_policy(&self) -> &dyn Policy {
-        match self.pd_prefill {
-            PrefillPolicy::LeastLoaded => &LeastPrefill,
-            PrefillPolicy::CacheAware => self.policy.as_ref(),
-        }
-    }
-
     /// One prefill attempt: the params of its answer.
     async fn prefill_once(
         &self,
@@ -210,7 +215,12 @@ impl Proxy {
             .send(out.method, &target.url, out.path_and_query, headers, body)
             .await
             .map_err(|e| PrefillFailure::Failed(e.to_string()))?;
-        self.record_orca_load(model, &target.candidate.worker_id, &resp);
+        orca::record_load(
+            &self.decide.store,
+            model,
+            &target.candidate.worker_id,
+            &resp,
+        );
         let status = resp.status();
         let answer = read_capped(resp).await.map_err(PrefillFailure::Failed)?;
         let refused = status.is_client_error()
@@ -239,10 +249,11 @@ impl Proxy {
         out: &Outgoing<'_>,
         prefilled: bool,
     ) -> Result<Response, ProxyError> {
+        let decide = self.decide;
         let mut first = Some(first);
         let mut headers = out.headers.clone();
         let mut last_error = String::from("no decode worker");
-        for target in plan.decode.iter().take(self.max_attempts) {
+        for target in plan.decode.iter().take(decide.max_attempts) {
             let worker = &target.candidate.worker_id;
             let guard = match first.take() {
                 Some(g) => g,
@@ -252,8 +263,8 @@ impl Proxy {
                     } else {
                         uncached(chain, target)
                     };
-                    let counted = self.assign_with(model, target, chain, tokens).await;
-                    InFlightGuard::new(self.store.clone(), model, worker, counted)
+                    let counted = decide.assign_with(model, target, chain, tokens).await;
+                    decide.guard(model, worker, counted)
                 }
             };
             let span = tracing::info_span!(target: SPANS, "upstream", otel.kind = "client", worker = %worker);
@@ -273,7 +284,7 @@ impl Proxy {
                 Ok(resp) => {
                     tracing::Span::current().record("worker", worker.as_str());
                     record_outcome(model, target, chain);
-                    self.record_orca_load(model, worker, &resp);
+                    orca::record_load(&decide.store, model, worker, &resp);
                     return Ok(forward::relay(resp, worker, guard, out.strip));
                 }
                 Err(e) => {

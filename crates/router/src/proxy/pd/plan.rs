@@ -1,11 +1,11 @@
 //! [`PdPlan`]: the decode half of a disaggregated request's routing, and
 //! whether it needs a prefill worker at all, from one read-only lookup of
 //! the model's live workers. The prefill half is the atomic cache-aware
-//! step over the prefill workers (`disagg.rs`); explain shows both.
+//! step over the prefill workers (`Serving`); explain shows both.
 
 use serde_json::{Value, json};
 
-use super::candidates::Target;
+use crate::proxy::decision::Target;
 use crate::routing::{
     CacheAwareConfig, Candidate, PrefillPolicy, RouteRequest, decode_cost, rank_decode,
 };

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
-use super::ProxyError;
+use crate::proxy::ProxyError;
 
 /// The body fields only the router sets.
 pub(super) const ROUTER_FIELDS: [&str; 1] = ["kv_transfer_params"];

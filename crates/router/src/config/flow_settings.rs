@@ -1,5 +1,5 @@
 //! [`FlowSettings`]: when a model's workers are saturated, and the bounds
-//! of the waiting room (`config/flow.rs` resolves them).
+//! of the waiting room (`flow.rs` resolves them from the flags; `crate::flow` runs them).
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -2,15 +2,14 @@
 //! flight on it, when the atomic routing step did not (retries, the other
 //! policies, the decode half of a disaggregated request).
 
-use super::Proxy;
 use super::candidates::Target;
-use super::prompts::Chain;
+use super::{Chain, Decider};
 
-impl Proxy {
+impl Decider {
     /// The request counted in flight on `target` (by the atomic step, or
     /// here when `tracked`): the prefill tokens counted with it, or `None`
     /// when it goes untracked.
-    pub(super) async fn count(
+    pub async fn count(
         &self,
         model: &str,
         target: &Target,
@@ -29,7 +28,7 @@ impl Proxy {
     /// Claims the blocks the target does not hold and counts the request
     /// with the prompt tokens it will prefill (returned); `None` when that
     /// failed (the request still goes, untracked).
-    pub(super) async fn assign(&self, model: &str, target: &Target, chain: &Chain) -> Option<u64> {
+    pub async fn assign(&self, model: &str, target: &Target, chain: &Chain) -> Option<u64> {
         let prefill = chain
             .prompt_tokens
             .saturating_sub(target.candidate.cached_tokens);
@@ -38,7 +37,7 @@ impl Proxy {
 
     /// As [`assign`](Self::assign), counting `prefill` prompt tokens (a
     /// decode worker that receives the prompt's KV computes none).
-    pub(super) async fn assign_with(
+    pub async fn assign_with(
         &self,
         model: &str,
         target: &Target,

@@ -2,14 +2,14 @@
 //! the time of each phase, and the share of the prompt the chosen worker
 //! held.
 
+use super::Chain;
 use super::candidates::Target;
-use super::prompts::Chain;
 use std::time::Instant;
 
 /// How a decision went: `hit` (the chosen worker holds part of the prompt),
 /// `spill` (another worker held more, but load ruled it out), `miss`
 /// (nobody held any), `fallback` (Valkey unreachable).
-pub(super) fn decision(ranked: &[Target], tracked: bool) -> &'static str {
+pub fn decision(ranked: &[Target], tracked: bool) -> &'static str {
     let Some(first) = ranked.first() else {
         return "no_worker";
     };
@@ -28,12 +28,12 @@ pub(super) fn decision(ranked: &[Target], tracked: bool) -> &'static str {
 }
 
 /// Records the time of one routing phase since `since`.
-pub(super) fn phase(name: &'static str, since: Instant) {
+pub fn phase(name: &'static str, since: Instant) {
     metrics::histogram!("prefix_router_route_phase_seconds", "phase" => name)
         .record(since.elapsed().as_secs_f64());
 }
 
-pub(super) fn record_outcome(model: &str, target: &Target, chain: &Chain) {
+pub fn record_outcome(model: &str, target: &Target, chain: &Chain) {
     metrics::counter!("prefix_router_requests_total", "model" => model.to_owned()).increment(1);
     if chain.prompt_tokens > 0 {
         let ratio = target.candidate.cached_tokens as f64 / chain.prompt_tokens as f64;

@@ -1,4 +1,6 @@
-//! [`ApiError`]: every error the HTTP API returns, as a JSON body.
+//! [`ApiError`]: every error the router answers over HTTP, as a JSON body
+//! (the API's handlers, the endpoint picker, the refusals of admission and
+//! flow control).
 
 use axum::Json;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};

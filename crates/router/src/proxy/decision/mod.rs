@@ -1,58 +1,142 @@
-//! Ranking the workers for a request: the atomic cache-aware step, the
-//! other policies over a read-only lookup, and the fallback without Valkey.
+//! The routing decision: which workers a request goes to, best first.
+//! [`Decider`] ranks the workers from the shared state (the atomic
+//! cache-aware step, or the other policies over a read-only probe), falls
+//! back to the workers last seen live when Valkey is away (`known`), and
+//! claims and counts the request for a worker the atomic step did not
+//! (`assign`). Its input is a prompt's [`Chain`]; its output, [`Target`]s.
+//! Both modes (`serve`'s pipeline and the endpoint picker's pick) and the
+//! P/D steps (`pd`) decide through it.
 
-use std::time::Instant;
+mod assign;
+mod candidates;
+mod known;
+mod outcome;
+mod worker_gauges;
 
-use super::candidates::{Target, targets};
-use super::{Chain, Proxy, ProxyError};
-use crate::routing::{CacheAwareConfig, Candidate, ConsistentHash, Policy, RouteRequest};
-use state::{ROUTE_HEAD, StateError};
+pub use candidates::{Target, targets};
+pub use outcome::{decision, phase, record_outcome};
+
+use std::sync::Arc;
+
+use protocol::hashing::BlockHash;
+use state::{ROUTE_HEAD, StateError, StateStore};
+
+use super::{InFlightGuard, ProxyError};
+use crate::flow::FlowControl;
+use crate::routing::{
+    CacheAwareConfig, Candidate, ConsistentHash, Policy, PrefillPolicy, RouteRequest,
+};
+use known::Known;
+
+/// A request's prompt, reduced to what routing needs.
+pub struct Chain {
+    pub hashes: Vec<BlockHash>,
+    pub prompt_tokens: u64,
+    /// Tokens per block of the routed model's engines (16 without a
+    /// pipeline): converts matched blocks to tokens.
+    pub block_size: usize,
+}
+
+impl Chain {
+    /// What the policies weigh of this prompt.
+    pub fn request(&self) -> RouteRequest {
+        RouteRequest {
+            prompt_tokens: self.prompt_tokens,
+            prefix_key: self.hashes.first().map_or(0, |h| h.0),
+        }
+    }
+}
 
 /// Which worker URLs a request may go to.
 pub type UrlFilter<'a> = dyn Fn(&str) -> bool + Send + Sync + 'a;
 
-impl Proxy {
-    /// Ranked targets, and whether they came from the shared state (else
-    /// from the fallback, where nothing is claimed or counted).
-    pub(super) async fn rank(
-        &self,
-        model: &str,
-        chain: &Chain,
-    ) -> Result<(Vec<Target>, bool), ProxyError> {
-        self.rank_within(model, chain, None).await
+/// How disaggregated requests are decided (`--pd-*`).
+#[derive(Debug, Clone, Copy)]
+pub struct PdSettings {
+    /// `--pd-skip-prefill-share`: a decode worker holding more of a prompt
+    /// than this share computes it without a prefill worker.
+    pub skip_share: f64,
+    /// `--pd-prefill-policy`: how a disaggregated request's prefill worker
+    /// is chosen.
+    pub prefill: PrefillPolicy,
+}
+
+impl Default for PdSettings {
+    fn default() -> Self {
+        PdSettings {
+            skip_share: 0.8,
+            prefill: PrefillPolicy::default(),
+        }
+    }
+}
+
+/// The routing decision, shared by all requests.
+pub struct Decider {
+    pub(in crate::proxy) store: StateStore,
+    pub(in crate::proxy) policy: Arc<dyn Policy>,
+    /// Set for the cache-aware policy: its first choice is made by the
+    /// atomic routing script with these parameters.
+    pub(in crate::proxy) atomic: Option<CacheAwareConfig>,
+    /// At most this many workers are tried for one request.
+    pub(in crate::proxy) max_attempts: usize,
+    /// Last workers seen live per model: the fallback.
+    pub(in crate::proxy) known: Known,
+    /// Flow control, when on: told what each decision saw.
+    pub(in crate::proxy) flow: Option<Arc<FlowControl>>,
+    /// How disaggregated requests are decided.
+    pub(in crate::proxy) pd: PdSettings,
+}
+
+impl Decider {
+    /// A decider over `store` with `policy`, trying at most `max_attempts`.
+    pub fn new(
+        store: StateStore,
+        policy: Arc<dyn Policy>,
+        atomic: Option<CacheAwareConfig>,
+        max_attempts: usize,
+    ) -> Self {
+        Decider {
+            store,
+            policy,
+            atomic,
+            max_attempts: max_attempts.max(1),
+            known: Known::default(),
+            flow: None,
+            pd: PdSettings::default(),
+        }
     }
 
-    /// As [`rank`](Self::rank), over the workers whose URL `allowed`
-    /// accepts (all without it). With a filter the choice is not made by
-    /// the atomic script, which ranks every live worker: the policy ranks a
-    /// read-only lookup, and the caller claims for its first choice.
-    pub(super) async fn rank_within(
+    /// A guard of the request counted on `worker` with `counted` prefill
+    /// tokens (`None`: not counted).
+    pub fn guard(&self, model: &str, worker: &str, counted: Option<u64>) -> InFlightGuard {
+        InFlightGuard::new(self.store.clone(), model, worker, counted)
+    }
+
+    /// Ranked targets (only those whose URL `allowed` accepts, when
+    /// given), and whether they came from the shared state (else from the
+    /// fallback, where nothing is claimed or counted). With a filter the
+    /// choice is not made by the atomic script over every live worker: it
+    /// chooses among the workers last seen whose URL the filter accepts,
+    /// or, without such a memory (a router's first request), the policy
+    /// ranks a read-only probe and the caller claims for its first choice.
+    pub async fn rank(
         &self,
         model: &str,
         chain: &Chain,
         allowed: Option<&UrlFilter<'_>>,
     ) -> Result<(Vec<Target>, bool), ProxyError> {
-        let block_size = self
-            .prompts
-            .pipelines()
-            .get(model)
-            .map_or(16, |p| p.hasher.block_size());
-        let request = RouteRequest {
-            prompt_tokens: chain.prompt_tokens,
-            prefix_key: chain.hashes.first().map_or(0, |h| h.0),
-        };
+        let block_size = chain.block_size;
+        let request = chain.request();
         let keep = |mut all: Vec<Target>| {
             if let Some(allowed) = allowed {
                 all.retain(|t| allowed(&t.url));
             }
             all
         };
-        // With a filter, the atomic step chooses among the workers last
-        // seen whose URL it accepts; without such a memory (a router's
-        // first request), a read-only lookup ranks and the caller claims.
         let within: Vec<String> = allowed
             .map(|accepts| {
-                self.fallback_targets(model, false)
+                self.known
+                    .targets(model, false)
                     .into_iter()
                     .filter(|t| accepts(&t.url))
                     .map(|t| t.candidate.worker_id)
@@ -67,7 +151,7 @@ impl Proxy {
         let mut listed = false;
         let shared = match atomic {
             Some(cfg) => self
-                .route_and_claim(model, chain, cfg, &request, block_size, &within)
+                .route_and_claim(model, chain, cfg, &within)
                 .await
                 .map(|ranked| {
                     listed = !ranked.is_empty();
@@ -84,9 +168,9 @@ impl Proxy {
                 }),
             None => self.store.probe(model, &chain.hashes).await.map(|lookup| {
                 let all = targets(&lookup, block_size);
-                self.remember(model, &all);
+                self.known.remember(model, &all);
                 listed = !all.is_empty();
-                self.order(self.policy.as_ref(), &request, keep(all))
+                order(self.policy.as_ref(), &request, keep(all))
             }),
         };
         match shared {
@@ -118,15 +202,14 @@ impl Proxy {
     /// The cache-aware first choice, made, claimed and counted by one atomic
     /// script call (among the workers `within` names, when it names any),
     /// followed by the other workers in policy order (retries).
-    pub(super) async fn route_and_claim(
+    pub async fn route_and_claim(
         &self,
         model: &str,
         chain: &Chain,
         cfg: &CacheAwareConfig,
-        request: &RouteRequest,
-        block_size: usize,
         within: &[String],
     ) -> Result<Vec<Target>, StateError> {
+        let (block_size, request) = (chain.block_size, chain.request());
         let head = chain.hashes.len().min(ROUTE_HEAD);
         // A chain longer than one call: a read-only pass finds how far the
         // workers holding the whole head go.
@@ -165,7 +248,7 @@ impl Proxy {
                 }
             }
         }
-        self.remember(model, &all);
+        self.known.remember(model, &all);
         let Some(chosen) = outcome.chosen else {
             return Ok(Vec::new());
         };
@@ -188,7 +271,7 @@ impl Proxy {
             });
         }
         let mut ranked = vec![first];
-        ranked.extend(self.order(self.policy.as_ref(), request, all));
+        ranked.extend(order(self.policy.as_ref(), &request, all));
         Ok(ranked)
     }
 
@@ -200,7 +283,7 @@ impl Proxy {
         };
         // The first is where the request goes (counted by the atomic step,
         // or by the caller right after).
-        let counted: Vec<crate::routing::Candidate> = ranked
+        let counted: Vec<Candidate> = ranked
             .iter()
             .enumerate()
             .map(|(i, t)| {
@@ -234,76 +317,24 @@ impl Proxy {
         });
     }
 
-    pub(super) fn order(
-        &self,
-        policy: &dyn Policy,
-        request: &RouteRequest,
-        targets: Vec<Target>,
-    ) -> Vec<Target> {
-        let candidates: Vec<Candidate> = targets.iter().map(|t| t.candidate.clone()).collect();
-        let mut slots: Vec<Option<Target>> = targets.into_iter().map(Some).collect();
-        policy
-            .rank(request, &candidates)
-            .into_iter()
-            .filter_map(|i| slots.get_mut(i).and_then(Option::take))
-            .collect()
-    }
-
     /// The fallback ranking: consistent hashing over the workers last seen
-    /// live (see [`fallback_targets`](Self::fallback_targets)); nothing is
-    /// claimed or counted.
+    /// live (see [`Known::targets`]); nothing is claimed or counted.
     fn fallback(&self, model: &str, request: &RouteRequest, recent_only: bool) -> Vec<Target> {
-        let known = self.fallback_targets(model, recent_only);
+        let known = self.known.targets(model, recent_only);
         if !known.is_empty() {
             metrics::counter!("prefix_router_fallback_routes_total").increment(1);
         }
-        self.order(&ConsistentHash::new(0.25), request, known)
+        order(&ConsistentHash::new(0.25), request, known)
     }
+}
 
-    /// Remembers the live workers a routing step saw, for the fallback. An
-    /// empty list does not erase them: it is the case the fallback is for.
-    pub(super) fn remember(&self, model: &str, targets: &[Target]) {
-        if targets.is_empty() {
-            return;
-        }
-        let workers = targets
-            .iter()
-            .map(|t| (t.candidate.worker_id.clone(), t.url.clone(), t.role))
-            .collect();
-        if let Ok(mut known) = self.known.write() {
-            known.insert(model.to_owned(), (Instant::now(), workers));
-        }
-        self.gauges.record(model, targets);
-    }
-
-    /// The workers last seen live; with `recent_only`, only if seen within
-    /// a worker lease (Valkey answers, so an older memory may be a worker
-    /// that really left; while Valkey is away, any memory is better than
-    /// none).
-    fn fallback_targets(&self, model: &str, recent_only: bool) -> Vec<Target> {
-        let known = self
-            .known
-            .read()
-            .map(|k| match k.get(model) {
-                Some((seen, workers)) if !recent_only || seen.elapsed() <= self.known_for => {
-                    workers.clone()
-                }
-                _ => Vec::new(),
-            })
-            .unwrap_or_default();
-        known
-            .into_iter()
-            .map(|(worker_id, url, role)| Target {
-                candidate: Candidate {
-                    worker_id,
-                    ..Candidate::default()
-                },
-                url,
-                matched_blocks: 0,
-                assigned: false,
-                prefill_tokens: 0,
-                role,
-            })
-            .collect()
-    }
+/// `targets` in `policy`'s order.
+pub fn order(policy: &dyn Policy, request: &RouteRequest, targets: Vec<Target>) -> Vec<Target> {
+    let candidates: Vec<Candidate> = targets.iter().map(|t| t.candidate.clone()).collect();
+    let mut slots: Vec<Option<Target>> = targets.into_iter().map(Some).collect();
+    policy
+        .rank(request, &candidates)
+        .into_iter()
+        .filter_map(|i| slots.get_mut(i).and_then(Option::take))
+        .collect()
 }

@@ -3,8 +3,8 @@
 //! model's context length, from its files).
 //!
 //! This is the CPU-heavy part of routing (JSON, chat rendering, tokenizing,
-//! hashing); [`Proxy`](super::Proxy) runs it on its [`CpuPool`]
-//! (super::CpuPool), never on the async workers. A prompt over the limit is
+//! hashing); the proxy runs it on its CPU pool (`cpu_pool`), never on the
+//! async workers. A prompt over the limit is
 //! refused as soon as that is known: from its length alone when the
 //! tokenizer bounds tokens by bytes, else after the chunk that passed the
 //! limit, so a huge prompt costs about the limit's worth of tokenizing.
@@ -12,7 +12,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use protocol::hashing::BlockHash;
 use serde::Deserialize;
 use serde_json::Value;
 use tokenize::{
@@ -20,30 +19,26 @@ use tokenize::{
     Resolved, TokenizeError,
 };
 
+use super::Endpoint;
 use super::router_fields::{present, without_router_fields};
-use super::{Endpoint, ProxyError, phase};
+use crate::proxy::ProxyError;
+use crate::proxy::decision::{Chain, phase};
 use crate::telemetry::SPANS;
 
-/// A request's prompt, reduced to what routing needs.
-pub(super) struct Chain {
-    pub(super) hashes: Vec<BlockHash>,
-    pub(super) prompt_tokens: u64,
-}
-
 /// What a request's body says for routing.
-pub(super) struct Parsed {
+pub struct Parsed {
     /// The routed model (the base of a LoRA adapter).
-    pub(super) model: String,
-    pub(super) chain: Chain,
+    pub model: String,
+    pub chain: Chain,
     /// Whether the answer is streamed.
-    pub(super) streamed: bool,
+    pub streamed: bool,
     /// The body to forward in place of the client's when it carried fields
     /// only the router sets (`router_fields`); `None`: the client's as sent.
-    pub(super) without_router_fields: Option<bytes::Bytes>,
+    pub without_router_fields: Option<bytes::Bytes>,
     /// The body's `user`, when a string (a possible tenant source).
-    pub(super) user: Option<String>,
+    pub user: Option<String>,
     /// The body's `max_tokens` (or `max_completion_tokens`), when a number.
-    pub(super) max_tokens: Option<u64>,
+    pub max_tokens: Option<u64>,
 }
 
 /// The fields of a body that routing reads; the rest is only checked to be
@@ -83,10 +78,10 @@ impl Fields {
 
 /// The limit of a model without a context length of its own (no
 /// tokenizer directory, or its files name none).
-pub(super) const DEFAULT_MAX_PROMPT_TOKENS: u64 = 1_000_000;
+pub const DEFAULT_MAX_PROMPT_TOKENS: u64 = 1_000_000;
 
 /// The models' pipelines and the prompt limit, shared with the pool's jobs.
-pub(super) struct Prompts {
+pub struct Prompts {
     pipelines: ModelPipelines,
     /// `--max-prompt-tokens` when given; else each model's context length.
     max_tokens: Option<u64>,
@@ -132,7 +127,7 @@ impl Prompts {
     /// Prompts limited to `max_tokens` when given, else to each model's
     /// context length ([`tokenize::context_length`], else
     /// [`DEFAULT_MAX_PROMPT_TOKENS`]).
-    pub(super) fn new(pipelines: ModelPipelines, max_tokens: Option<u64>) -> Arc<Self> {
+    pub fn new(pipelines: ModelPipelines, max_tokens: Option<u64>) -> Arc<Self> {
         Arc::new(Prompts {
             pipelines,
             max_tokens,
@@ -140,12 +135,12 @@ impl Prompts {
     }
 
     /// The pipelines, for block sizes.
-    pub(super) fn pipelines(&self) -> &ModelPipelines {
+    pub fn pipelines(&self) -> &ModelPipelines {
         &self.pipelines
     }
 
     /// A copy with another prompt limit.
-    pub(super) fn with_max_tokens(&self, max_tokens: u64) -> Arc<Self> {
+    pub fn with_max_tokens(&self, max_tokens: u64) -> Arc<Self> {
         Prompts::new(self.pipelines.clone(), Some(max_tokens))
     }
 
@@ -161,7 +156,7 @@ impl Prompts {
     /// The routed model, the prompt's chain and whether the response is
     /// streamed, read from the body without the fields only the router
     /// sets (and that body, when the client sent any).
-    pub(super) fn parse(&self, endpoint: Endpoint, body: &[u8]) -> Result<Parsed, ProxyError> {
+    pub fn parse(&self, endpoint: Endpoint, body: &[u8]) -> Result<Parsed, ProxyError> {
         if body.is_empty() {
             return Err(ProxyError::InvalidRequest("\"model\" is required".into()));
         }
@@ -213,9 +208,11 @@ impl Prompts {
         fields: &mut Fields,
         body: &[u8],
     ) -> Result<Chain, ProxyError> {
+        let block_size = resolved.pipeline.map_or(16, |p| p.hasher.block_size());
         let none = Chain {
             hashes: Vec::new(),
             prompt_tokens: 0,
+            block_size,
         };
         let limit = self.limit(resolved.pipeline);
         let Some(pipeline) = resolved.pipeline else {
@@ -259,6 +256,7 @@ impl Prompts {
         Ok(Chain {
             hashes,
             prompt_tokens: tokens.len() as u64,
+            block_size,
         })
     }
 

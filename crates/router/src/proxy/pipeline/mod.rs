@@ -1,0 +1,255 @@
+//! The request pipeline of `serve`: a client's request read once on the
+//! CPU pool (`prompts`: the routed model and the prompt's chain, the
+//! fields only the router sets taken out by `router_fields`), answered
+//! from the response cache when it can be, admitted (`admit`), passed
+//! through flow control's gate (`flow_gate`), decided (`decision`) and
+//! forwarded (`forward`), disaggregated when the model is (`pd`). The
+//! endpoint picker's pick (`pick`) runs the same steps up to the decision.
+
+mod admit;
+mod flow_gate;
+mod prompts;
+mod router_fields;
+
+pub use admit::{admit, explain_admission, with_priority};
+pub use flow_gate::flow_admit;
+pub use prompts::{Parsed, Prompts};
+
+use std::time::Instant;
+
+use axum::http::{HeaderMap, Method};
+use axum::response::Response;
+use bytes::Bytes;
+use tracing::Instrument;
+
+use super::decision::{decision, phase, record_outcome};
+use super::{InFlightGuard, Proxy, ProxyError, forward, orca, pd};
+use crate::response_cache::{Lookup, Miss, ResponseCache, request_key};
+use crate::telemetry::{self, SPANS};
+use protocol::headers::{ORCA_REQUEST_HEADER, ORCA_RESPONSE_HEADER};
+
+/// Which OpenAI endpoint a request is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `POST /v1/completions`.
+    Completions,
+    /// `POST /v1/chat/completions`.
+    ChatCompletions,
+    /// Any other `/v1/*` route: forwarded to a worker of the model, by load.
+    Other,
+}
+
+/// A client's request as admitted, on its way to routing.
+struct Outgoing<'a> {
+    method: &'a Method,
+    path_and_query: &'a str,
+    headers: &'a HeaderMap,
+    body: Bytes,
+    /// Flow control's leave to route it, held until it is counted in flight.
+    flow: Option<crate::flow::Ticket>,
+}
+
+impl Proxy {
+    /// Routes and forwards one request; `body` is forwarded unchanged.
+    pub async fn handle(
+        &self,
+        endpoint: Endpoint,
+        method: &Method,
+        path_and_query: &str,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Response, ProxyError> {
+        let span = telemetry::route_span(headers);
+        async move {
+            let started = Instant::now();
+            let miss = match self.cache.as_ref() {
+                Some(cache) if endpoint != Endpoint::Other => {
+                    match self
+                        .cache_lookup(cache, path_and_query, headers, &body)
+                        .await
+                    {
+                        Lookup::Hit(resp) => return Ok(resp),
+                        Lookup::Miss(miss) => Some((cache, miss)),
+                        Lookup::Bypass => None,
+                    }
+                }
+                _ => None,
+            };
+            let mut parsed = self.read(endpoint, &body).await?;
+            let body = parsed.without_router_fields.take().unwrap_or(body);
+            let admitted = admit(&self.admission, headers, &parsed, &body).await?;
+            let body = with_priority(&self.admission, endpoint, &admitted, body);
+            let flow = flow_admit(self.flow.as_ref(), &parsed.model, &admitted.class).await?;
+            let out = Outgoing {
+                method,
+                path_and_query,
+                headers,
+                body,
+                flow,
+            };
+            let resp = self
+                .forward_parsed(endpoint, out, parsed, miss, started)
+                .await?;
+            Ok(admitted.attach(resp))
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Reads `body` on the pool: the routed model, the prompt's chain and
+    /// whether the answer is streamed. The pool's thread works within the
+    /// caller's span (its `tokenize` and `hash` spans nest there).
+    pub(super) async fn read(
+        &self,
+        endpoint: Endpoint,
+        body: &Bytes,
+    ) -> Result<Parsed, ProxyError> {
+        let (prompts, body) = (self.prompts.clone(), body.clone());
+        let span = tracing::Span::current();
+        self.pool
+            .run(body.len(), move || {
+                span.in_scope(|| prompts.parse(endpoint, &body))
+            })
+            .await?
+    }
+
+    /// Routes and forwards an admitted request.
+    async fn forward_parsed(
+        &self,
+        endpoint: Endpoint,
+        out: Outgoing<'_>,
+        parsed: Parsed,
+        miss: Option<(&ResponseCache, Miss)>,
+        started: Instant,
+    ) -> Result<Response, ProxyError> {
+        let Outgoing {
+            method,
+            path_and_query,
+            headers,
+            body,
+            flow,
+        } = out;
+        let Parsed {
+            model,
+            chain,
+            streamed,
+            ..
+        } = parsed;
+        tracing::Span::current().record("model", model.as_str());
+        // Ask non-streamed completions for vLLM's load report (ORCA),
+        // unless the client asked itself.
+        let asked_orca =
+            endpoint != Endpoint::Other && !streamed && !headers.contains_key(ORCA_REQUEST_HEADER);
+        let mut headers = headers.clone();
+        if asked_orca {
+            headers.insert(
+                ORCA_REQUEST_HEADER,
+                axum::http::HeaderValue::from_static("TEXT"),
+            );
+        }
+        let decide = &self.decide;
+        if endpoint != Endpoint::Other && pd::may_serve(decide, &model) {
+            let out = pd::Outgoing {
+                method,
+                path_and_query,
+                headers: &headers,
+                body: &body,
+                strip: asked_orca.then_some(ORCA_RESPONSE_HEADER),
+            };
+            let serving = pd::Serving {
+                decide,
+                pool: &self.pool,
+                upstream: &self.upstream,
+            };
+            if let Some(resp) = serving.serve(&model, &chain, &out, started).await? {
+                return Ok(match miss {
+                    Some((cache, miss)) => cache.record(miss, resp),
+                    None => resp,
+                });
+            }
+        }
+        let valkey = Instant::now();
+        let (ranked, tracked) = decide
+            .rank(&model, &chain, None)
+            .instrument(tracing::info_span!(target: SPANS, "valkey"))
+            .await?;
+        phase("valkey", valkey);
+        // Routed (counted in flight): a dispatched request's place goes back.
+        drop(flow);
+        metrics::counter!("prefix_router_decisions_total", "outcome" => decision(&ranked, tracked))
+            .increment(1);
+        let mut last_error = String::from("no live worker");
+        for target in ranked.iter().take(decide.max_attempts) {
+            let worker = &target.candidate.worker_id;
+            let counted = decide.count(&model, target, &chain, tracked).await;
+            let guard: InFlightGuard = decide.guard(&model, worker, counted);
+            metrics::histogram!("prefix_router_route_seconds")
+                .record(started.elapsed().as_secs_f64());
+            let upstream = tracing::info_span!(target: SPANS, "upstream", otel.kind = "client", worker = %worker);
+            telemetry::hand_on(&upstream, &mut headers);
+            match self
+                .upstream
+                .send(method, &target.url, path_and_query, &headers, body.clone())
+                .instrument(upstream)
+                .await
+            {
+                Ok(resp) => {
+                    tracing::Span::current().record("worker", worker.as_str());
+                    record_outcome(&model, target, &chain);
+                    orca::record_load(&decide.store, &model, worker, &resp);
+                    let strip = asked_orca.then_some(ORCA_RESPONSE_HEADER);
+                    let resp = forward::relay(resp, worker, guard, strip);
+                    return Ok(match miss {
+                        Some((cache, miss)) => cache.record(miss, resp),
+                        None => resp,
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(worker, error = %e, "worker failed before answering; trying the next");
+                    metrics::counter!("prefix_router_upstream_retries_total").increment(1);
+                    last_error = format!("{worker}: {e}");
+                }
+            }
+        }
+        Err(if ranked.is_empty() {
+            ProxyError::UnknownModel(model)
+        } else {
+            ProxyError::NoWorker(last_error)
+        })
+    }
+
+    /// The cache's answer to a completion: its key is computed on the pool
+    /// (a JSON parse), the model named by its routed model (an adapter's
+    /// base), so that adapters share their base model's budget.
+    async fn cache_lookup(
+        &self,
+        cache: &ResponseCache,
+        path_and_query: &str,
+        headers: &HeaderMap,
+        body: &Bytes,
+    ) -> Lookup {
+        let (path, body_copy) = (path_and_query.to_owned(), body.clone());
+        let auth = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .map(|v| v.as_bytes().to_vec());
+        let prompts = self.prompts.clone();
+        let key = self
+            .pool
+            .run(body.len(), move || {
+                request_key(&path, auth.as_deref(), &body_copy).map(|mut k| {
+                    k.model = prompts.pipelines().resolve(&k.model).route_model.to_owned();
+                    k
+                })
+            })
+            .await;
+        match key {
+            Ok(Ok(key)) => cache.lookup(key).await,
+            Ok(Err(why)) => {
+                cache.skipped(why);
+                Lookup::Bypass
+            }
+            // The pool is full: parsing now would only delay the routing.
+            Err(_) => Lookup::Bypass,
+        }
+    }
+}
