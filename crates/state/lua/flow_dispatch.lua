@@ -168,7 +168,7 @@ if ARGV[9] == '1' then
       head = tonumber(redis.call('ZSCORE', tenants(p), tenant)) or start_tag(p, tenant)
     end
     -- By arrival: the time, then the member (unique) breaks ties.
-    redis.call('ZADD', q, now, member)
+    redis.call('ZADD', q, 'NX', now, member)
     redis.call('HSET', owners(p), member, tenant)
     redis.call('HSET', weights(p), tenant, tostring(weight))
     redis.call('ZADD', bands, p, p)

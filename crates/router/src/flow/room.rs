@@ -237,10 +237,24 @@ impl Room {
             may_wait: p >= 0,
         };
         let t = &self.settings.thresholds;
-        let reply = self
+        let mut reply = self
             .store
             .flow_dispatch(&self.model, t, ROUTE_WITHIN, Some(&arrival))
             .await;
+        // One slow or lost reply (a timeout of the routing lane) while the
+        // fleet's room answers otherwise is not an outage: ask again rather
+        // than let this request past the order (the same member, so an
+        // arrival the lost call placed is placed once).
+        while matches!(&reply, Err(e) if e.is_unavailable())
+            && self.answered_within(GIVE_UP)
+            && started.elapsed() < GIVE_UP
+        {
+            tokio::time::sleep(POLL).await;
+            reply = self
+                .store
+                .flow_dispatch(&self.model, t, ROUTE_WITHIN, Some(&arrival))
+                .await;
+        }
         let d = match reply {
             Ok(d) => d,
             Err(e) => {

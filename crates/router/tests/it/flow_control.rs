@@ -185,7 +185,7 @@ fn occupy(url: &str) -> tokio::task::JoinHandle<reqwest::StatusCode> {
 /// and is not sent to the busy worker (it was, with every waiting request
 /// of the router, before; found by the overload benchmark).
 #[tokio::test]
-async fn a_lost_reply_does_not_release_the_waiting_room() {
+async fn a_lost_reply_does_not_release_the_waiting_room_nor_let_an_arrival_past() {
     let v = Valkey::start();
     let w = worker(&v).await;
     let mut a = args(Duration::from_secs(10), 1024);
@@ -206,11 +206,19 @@ async fn a_lost_reply_does_not_release_the_waiting_room() {
         .arg("ALL")
         .query::<()>(&mut c)
         .unwrap();
+    // A request arriving while its call times out asks again: it does not
+    // go past the waiting room to the saturated worker.
+    let third = send(&router, "three", None);
     tokio::time::sleep(Duration::from_millis(700)).await;
-    assert_eq!(received(&w), ["one"], "the waiting request was released");
+    assert_eq!(
+        received(&w),
+        ["one"],
+        "a request went past the waiting room"
+    );
     assert_eq!(first.await.unwrap(), 200);
     assert_eq!(second.await.unwrap().0, 200);
-    assert_eq!(received(&w), ["one", "two"]);
+    assert_eq!(third.await.unwrap().0, 200);
+    assert_eq!(received(&w), ["one", "two", "three"]);
 }
 
 #[tokio::test]
