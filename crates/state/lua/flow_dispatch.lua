@@ -226,9 +226,14 @@ if cap > 0 then
             mine[#mine + 1] = member
             -- The tenant's stored tag advances by one entry: an entry of
             -- another router ahead of this one keeps its turn.
+            -- The virtual time reaches the slot this entry takes in the
+            -- stored order (not its place in this walk, which entries of
+            -- other routers ahead of it push later): a tenant arriving
+            -- with nothing waiting must not start behind slots still owed.
+            local slot = best.base + best.served / best.w
             best.served = best.served + 1
             local next_tag = best.base + best.served / best.w
-            charge(b, best.t, best.tag, next_tag)
+            charge(b, best.t, slot, next_tag)
             if redis.call('ZSCORE', tenants(b), best.t) then
               redis.call('ZADD', tenants(b), next_tag, best.t)
             end

@@ -350,3 +350,97 @@ async fn requests_that_leave_unserved_cost_their_tenant_nothing() {
         "X got {x} of the first 20 dispatches: {order:?}"
     );
 }
+
+/// The overload load test's regime, deterministic: arrivals keep coming
+/// while the capacity serves two a tick; X offers ten times Y, Y offers
+/// half again its fair share, both over four routers; a request waiting
+/// more than 4 ticks times out (leaves unserved). Both backlogged: equal
+/// weights, equal shares of what is dispatched.
+#[tokio::test]
+async fn backlogged_tenants_share_equally_while_requests_arrive_and_time_out() {
+    let v = Valkey::start();
+    let rs = [
+        router(&v, "r0").await,
+        router(&v, "r1").await,
+        router(&v, "r2").await,
+        router(&v, "r3").await,
+    ];
+    worker(&rs[0], "w1").await;
+    let t = limits(1);
+    let busy = |n: i64| {
+        let r = &rs[0];
+        async move {
+            r.change_in_flight(
+                MODEL,
+                "w1",
+                InFlight {
+                    requests: n,
+                    prefill_tokens: 0,
+                },
+            )
+            .await
+            .unwrap();
+        }
+    };
+    let mut owner = std::collections::HashMap::new();
+    // Waiting entries: member, router index, tick of arrival.
+    let mut waiting: Vec<(String, usize, u64)> = Vec::new();
+    let mut served = std::collections::HashMap::<&str, u64>::new();
+    let mut seq = 0u64;
+    let mut y_credit = 0.0;
+    for tick in 0..60u64 {
+        // The worker is full while requests arrive and time out.
+        busy(1).await;
+        // Arrivals: X 15 a tick, Y 1.5, each on the next router in turn.
+        let mut arrivals: Vec<&str> = vec!["X"; 15];
+        y_credit += 1.5;
+        while y_credit >= 1.0 {
+            arrivals.push("Y");
+            y_credit -= 1.0;
+        }
+        for tenant in arrivals {
+            let r = (seq % 4) as usize;
+            let (m, at) = arrive(&rs[r], &t, seq, 0, tenant, 1.0).await;
+            assert!(matches!(at, Arrival::Queued(_)), "{at:?}");
+            owner.insert(m.clone(), tenant);
+            waiting.push((m, r, tick));
+            seq += 1;
+        }
+        // Timeouts: entries older than 4 ticks leave unserved.
+        let (old, keep): (Vec<_>, Vec<_>) = waiting.into_iter().partition(|w| tick - w.2 > 4);
+        waiting = keep;
+        for (m, r, _) in old {
+            rs[r].flow_leave(MODEL, &[(m, Some(0))]).await.unwrap();
+        }
+        // Service: a free place, two dispatches a tick, routers polling in
+        // turn (a dispatched request is routed at once, giving its place
+        // back).
+        busy(-1).await;
+        let mut dispatched = 0;
+        let mut polls = 0;
+        while dispatched < 2 && polls < 64 {
+            let r = polls % 4;
+            polls += 1;
+            let d = rs[r]
+                .flow_dispatch(MODEL, &t, Duration::from_secs(5), None)
+                .await
+                .unwrap();
+            for m in &d.dispatched {
+                dispatched += 1;
+                if tick >= 10 {
+                    *served.entry(owner[m.as_str()]).or_default() += 1;
+                }
+                waiting.retain(|w| &w.0 != m);
+                rs[r].flow_leave(MODEL, &[(m.clone(), None)]).await.unwrap();
+            }
+        }
+        assert_eq!(dispatched, 2, "tick {tick}: the capacity went unused");
+    }
+    let (x, y) = (served["X"] as f64, served["Y"] as f64);
+    let share = y / (x + y);
+    assert!(
+        (0.45..=0.55).contains(&share),
+        "Y served {y} of {} (X {x})",
+        x + y
+    );
+}
