@@ -18,7 +18,7 @@ use serde_json::json;
 
 use crate::cli::RunArgs;
 use crate::client::{Client, Outcome, completion_body};
-use crate::fleet::{Arm, Fleet, sum_f64};
+use crate::fleet::{Arm, Fleet, sum_f64, sum_where};
 use crate::metrics::nearest_rank;
 use crate::report::out_dir;
 use crate::run::fleet_runner;
@@ -331,10 +331,22 @@ pub async fn overload(args: OverloadArgs) -> anyhow::Result<PathBuf> {
                         .iter()
                         .filter(|s| s.tenant == i && s.outcome.ok())
                         .count();
+                    // How the routers let this tenant's requests through.
+                    let paths: Vec<String> = ["direct", "granted", "dispatched", "unavailable"]
+                        .iter()
+                        .map(|path| {
+                            let name = "prefix_router_flow_admitted_total";
+                            let labels = [("tenant", t.name.as_str()), ("path", *path)];
+                            let n = sum_where(&after, name, &labels)
+                                - sum_where(&before, name, &labels);
+                            format!("{n:.0}")
+                        })
+                        .collect();
                     format!(
-                        "{} {:.0}%",
+                        "{} {:.0}% ({})",
                         t.name,
-                        100.0 * n as f64 / total_served.max(1) as f64
+                        100.0 * n as f64 / total_served.max(1) as f64,
+                        paths.join("/")
                     )
                 })
                 .collect();
@@ -354,7 +366,7 @@ pub async fn overload(args: OverloadArgs) -> anyhow::Result<PathBuf> {
         }
         fleet.stop().await;
     }
-    md.push_str("\n| arm | phase | served share by tenant | Jain's index (served per weight) |\n|---|---|---|---|\n");
+    md.push_str("\n| arm | phase | served share by tenant (let through direct/granted/dispatched/unavailable, routers' counts) | Jain's index (served per weight) |\n|---|---|---|---|\n");
     md.push_str(&fairness);
     let path = out.join("overload.md");
     std::fs::write(&path, &md).with_context(|| format!("writing {}", path.display()))?;

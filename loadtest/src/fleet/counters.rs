@@ -187,7 +187,13 @@ fn sum(text: &str, name: &str, label: Option<(&str, &str)>) -> u64 {
 
 /// [`sum`] as a real number (seconds, say).
 pub fn sum_f64(text: &str, name: &str, label: Option<(&str, &str)>) -> f64 {
-    let want = label.map(|(k, v)| format!("{k}=\"{v}\""));
+    sum_where(text, name, label.as_slice())
+}
+
+/// The sum of `name`'s samples in Prometheus text with every one of
+/// `labels`' values.
+pub fn sum_where(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let want: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {
@@ -196,9 +202,7 @@ pub fn sum_f64(text: &str, name: &str, label: Option<(&str, &str)>) -> f64 {
             if metric != name {
                 return None;
             }
-            if let Some(w) = &want
-                && !series.contains(w.as_str())
-            {
+            if !want.iter().all(|w| series.contains(w.as_str())) {
                 return None;
             }
             value.parse::<f64>().ok()

@@ -21,7 +21,7 @@ mod tcp_proxy;
 mod template;
 
 pub use balancer::{Balancer, BalancerChoice, BalancerKind};
-pub use counters::{FleetCounters, RoleCounters, sum_f64};
+pub use counters::{FleetCounters, RoleCounters, sum_f64, sum_where};
 pub use cpu::CpuUse;
 pub use kind::{Arm, Companion, ExternalRouter, LaunchContext, POLICIES, RouterKind, View};
 pub use routers::{RouterCommon, companion_spec, router_spec};
