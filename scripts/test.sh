@@ -47,7 +47,7 @@ redis_version=$("$redis_bin" --version | cut -d' ' -f1-3)
 if cargo nextest --version >/dev/null 2>&1; then
   phase "every test (nextest)" cargo nextest run --workspace --locked --profile ci
   # nextest does not run doctests; only `worker` has one (compiled, not run).
-  phase "doctests" cargo test --doc --workspace --locked
+  phase "doctests" cargo test --doc -p worker --locked
   phase "the state suite against $redis_version" \
     env VALKEY_SERVER="$redis_bin" cargo nextest run -p state --locked --profile ci
 else
