@@ -1,20 +1,58 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what it needs
-# (valkey-server 8 from bookworm-backports, haproxy and redis-server 7 when
-# missing), then checks formatting and lints and runs every test of every
-# crate of the workspace (crates/* and loadtest) against real valkey-servers,
-# and the tests of the shared state again against redis-server 7.
+# (valkey-server 8 from bookworm-backports, haproxy, redis-server 7 and
+# kubectl when missing), checks formatting, then builds every target of the
+# workspace once with clippy's lints as errors, runs every test of every
+# crate (crates/* and loadtest) against real valkey-servers, and the state
+# suite again against redis-server 7. Prints each phase's wall and CPU time.
+#
+# Tests run under cargo-nextest when it is installed (several tests at once
+# across all test binaries; settings in .config/nextest.toml), else under
+# `cargo test`. What it runs and how long it takes: docs/architecture.md,
+# "The test command".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-./scripts/install-deps.sh
-cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked
+TIMEFORMAT='test.sh: %R s wall, %U s user + %S s sys CPU'
+phase() {
+  echo "test.sh: $1"
+  shift
+  time "$@"
+}
 
-# The state suite on Redis 7: the Lua library must run on plain Redis too.
-# The tests start their server from $VALKEY_SERVER (crates/fleet); the
-# suite is the state crate's own (crates/state/tests).
+phase "dependencies" ./scripts/install-deps.sh
+phase "format" cargo fmt --all -- --check
+
+# Lints and the test build in one compile: clippy's driver compiles the
+# workspace's crates (lints as errors, as `cargo clippy --all-targets -D
+# warnings` would), rustc the dependencies, which are then built once
+# instead of once checked for clippy and once built for the tests. The
+# tests below keep the same wrapper, so they reuse this build.
+clippy_driver="$(rustc --print sysroot)/bin/clippy-driver"
+if [ -x "$clippy_driver" ]; then
+  export RUSTC_WORKSPACE_WRAPPER="$clippy_driver"
+  export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+  phase "build every target with clippy's lints" \
+    cargo test --workspace --all-targets --locked --no-run
+else
+  phase "clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+  phase "build the tests" cargo test --workspace --all-targets --locked --no-run
+fi
+
+# The state suite on Redis 7 as well: the Lua library must run on plain
+# Redis too. The tests start their server from $VALKEY_SERVER (crates/fleet).
 redis_bin=$(command -v redis-server || echo /usr/bin/redis-server)
-echo "test: the state suite against $("$redis_bin" --version | cut -d' ' -f1-3)"
-VALKEY_SERVER="$redis_bin" cargo test --locked -p state
+redis_version=$("$redis_bin" --version | cut -d' ' -f1-3)
+
+if cargo nextest --version >/dev/null 2>&1; then
+  phase "every test (nextest)" cargo nextest run --workspace --locked --profile ci
+  # nextest does not run doctests; only `worker` has one (compiled, not run).
+  phase "doctests" cargo test --doc -p worker --locked
+  phase "the state suite against $redis_version" \
+    env VALKEY_SERVER="$redis_bin" cargo nextest run -p state --locked --profile ci
+else
+  echo "test.sh: cargo-nextest is not installed; running the tests with cargo test"
+  phase "every test (cargo test)" cargo test --workspace --locked
+  phase "the state suite against $redis_version" \
+    env VALKEY_SERVER="$redis_bin" cargo test --locked -p state
+fi
