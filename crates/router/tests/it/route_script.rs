@@ -348,7 +348,7 @@ async fn hints_extend_matches_beyond_one_calls_head() {
 /// The whole decision in one store call: `route_chain` probes past the
 /// head itself, chooses the worker holding the longest chain, reports each
 /// worker's whole match (as a full probe does), and leaves the rest of the
-/// chosen worker's unheld chain to claim.
+/// chosen worker's unheld chain (at most) to claim.
 #[tokio::test]
 async fn route_chain_is_the_head_route_with_the_probes_hints() {
     let v = Valkey::start();
@@ -375,7 +375,13 @@ async fn route_chain_is_the_head_route_with_the_probes_hints() {
             "{id}"
         );
     }
-    assert_eq!(o.tail_from, 1290);
+    // Left to claim: at most the part of the chain the chosen worker
+    // does not hold (nothing it holds is claimed again).
+    assert!(
+        (1290..=long.len()).contains(&o.tail_from),
+        "{}",
+        o.tail_from
+    );
     release(&s, &o).await;
 }
 
