@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use prefix_router::routing::CacheAwareConfig;
 use protocol::hashing::{BlockHash, HashSeed};
-use state::{BatchLimits, ConnectionSettings, ROUTE_HEAD, StateStore, StateTtls, WorkerHeartbeat};
+use state::{BatchLimits, ConnectionSettings, StateStore, StateTtls, WorkerHeartbeat};
 use tokenize::ModelPipeline;
 
 const MODEL: &str = "bench";
@@ -72,41 +72,32 @@ fn prepare(pipeline: &ModelPipeline, prompt: &str) -> Result<Prepared> {
     })
 }
 
-/// What one routing call did: its wall time, and the tail claim the proxy
-/// makes off the critical path.
+/// What one routing call did: its wall time, and where the tail claim the
+/// proxy makes off the critical path starts.
 struct Routed {
     wall: Duration,
     worker: Option<String>,
-    tail: Vec<BlockHash>,
+    tail_from: usize,
 }
 
-/// The Valkey part of one decision as the proxy makes it: a read-only lookup
-/// when the chain is longer than the routed head, then the atomic route call.
+/// The Valkey part of one decision, the call the proxy makes
+/// (`StateStore::route_chain`: a read-only probe when the chain is longer
+/// than the routed head, then the atomic route call).
 async fn route(store: &StateStore, p: &Prepared) -> Result<Routed> {
     let t = Instant::now();
-    let head = p.hashes.len().min(ROUTE_HEAD);
-    let hints: Vec<(String, usize)> = if p.hashes.len() > ROUTE_HEAD {
-        let full = store.probe(MODEL, &p.hashes).await?;
-        full.workers
-            .iter()
-            .filter(|w| w.matched_blocks > head)
-            .map(|w| (w.info.worker_id.clone(), w.matched_blocks - head))
-            .collect()
-    } else {
-        Vec::new()
-    };
     let params = CacheAwareConfig {
         epsilon: 1000.0,
         ..CacheAwareConfig::default()
     }
     .route_params(p.tokens as u64, 16, 1);
-    let o = store
-        .route_and_claim(MODEL, &p.hashes[..head], &params, &hints)
-        .await?;
+    let o = store.route_chain(MODEL, &p.hashes, &params, &[]).await?;
     let wall = t.elapsed();
     let worker = o.chosen.map(|i| o.lookup.workers[i].info.worker_id.clone());
-    let tail = p.hashes[o.covered.min(p.hashes.len())..].to_vec();
-    Ok(Routed { wall, worker, tail })
+    Ok(Routed {
+        wall,
+        worker,
+        tail_from: o.tail_from,
+    })
 }
 
 /// Server-side statistics of the script calls in one window.
@@ -207,14 +198,14 @@ async fn row(
         let r = route(store, p).await?;
         if let Some(w) = &r.worker {
             stats.release(w).await?;
-            tails.push((w.clone(), r.tail));
+            tails.push((w.clone(), &p.hashes, r.tail_from));
         }
         walls.push(p.tokenize + p.hash + r.wall);
     }
     let window = stats.window().await?;
-    for (worker, tail) in tails {
-        if !tail.is_empty() {
-            store.claim(MODEL, &worker, &tail).await?;
+    for (worker, chain, from) in tails {
+        if from < chain.len() {
+            store.claim_prefix(MODEL, &worker, chain, from).await?;
         }
     }
     Ok((walls, window))

@@ -203,7 +203,7 @@ end
 -- distinct depth instead of scanning them all. Sound because holdings are
 -- prefix-closed: a block's hash chains its parent, vLLM frees a request's
 -- blocks tail first so LRU evicts a prefix's tail before its head, and
--- claims cover a contiguous run. lookup.lua scans every block (exact, for
+-- claims cover a contiguous run. probe.lua scans every block (exact, for
 -- explain and operators). Probe order: the tip (a warm prompt is done in
 -- one probe), then block 1 (a cold one in two), then block n - 1 (a warm
 -- prefix with a new last block in three), then a binary search per group

@@ -118,7 +118,7 @@ impl StateStore {
             requests: 1,
             prefill_tokens: i64::try_from(prefill_tokens).unwrap_or(i64::MAX),
         };
-        self.add_in_flight_except(model, worker_id, delta, Some(&part))
+        self.change_in_flight_except(model, worker_id, delta, Some(&part))
             .await?;
         Ok(n)
     }

@@ -3,7 +3,7 @@
 //! worker reported. Also, in any model, the end of requests' prefills
 //! (their tokens taken off at the first response byte). One call per request and part would cost each primary
 //! about 0.2 ms per request of the whole fleet (docs/capacity.md); here
-//! each part gets one `inflight.lua` and one `load.lua` call per
+//! each part gets one `change_in_flight.lua` and one `report_load.lua` call per
 //! [`FLUSH_EVERY`], carrying every worker's net change.
 //!
 //! The part that routed a request counts it atomically in its routing call,
@@ -156,7 +156,7 @@ impl StateStore {
             }
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             match self
-                .run::<u64>(Lane::Bulk, ScriptName::Inflight, &part, &args)
+                .run::<u64>(Lane::Bulk, ScriptName::ChangeInFlight, &part, &args)
                 .await
             {
                 Ok(_) => {
@@ -186,7 +186,7 @@ impl StateStore {
             }
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             if let Err(e) = self
-                .run::<u8>(Lane::Bulk, ScriptName::Load, &part, &args)
+                .run::<u8>(Lane::Bulk, ScriptName::ReportLoad, &part, &args)
                 .await
             {
                 tracing::debug!(error = %e, part, "batched load reports lost");

@@ -76,7 +76,7 @@ impl StateStore {
         }
         for &idx in reply.iter().skip(4) {
             tracing::info!(model, idx, "resuming a stalled sync patch");
-            self.finish_patch(model, idx).await?;
+            self.sync_patch(model, idx).await?;
             report.resumed_syncs += 1;
         }
         for _ in 0..max_purge_steps {
@@ -91,7 +91,7 @@ impl StateStore {
 
     /// One purge batch (in every part); returns (entries removed,
     /// incarnations still queued).
-    pub async fn purge_step(&self, model: &str) -> Result<(u64, u64), StateError> {
+    pub async fn purge(&self, model: &str) -> Result<(u64, u64), StateError> {
         let parts = self.parts(model)?;
         let (mut removed, mut queued) = (0, 0);
         for part in parts.iter() {

@@ -3,7 +3,7 @@
 //! it.
 //!
 //! The gauges in Valkey are changed by the calls that count a request
-//! (`route.lua`, `claim.lua`, `inflight.lua`). When one of those passes its
+//! (`route.lua`, `claim.lua`, `change_in_flight.lua`). When one of those passes its
 //! deadline, the router routes without it, but Valkey may still run it
 //! later: a count nobody will release. A release can be lost the same way.
 //! So every router lease renewal sends the ledger, and `router_lease.lua`

@@ -194,22 +194,9 @@ impl StateStore {
             .unwrap_or_default();
         let args = [worker_id, waiting.as_str(), &kv, &running];
         let recorded: u8 = self
-            .run(Lane::Bulk, ScriptName::Load, &parts[0], &args)
+            .run(Lane::Bulk, ScriptName::ReportLoad, &parts[0], &args)
             .await?;
         Ok(recorded == 1)
-    }
-
-    /// Adds `delta` to this router's in-flight count for a worker (in every
-    /// part of the model); returns this router's new count (0 for a sharded
-    /// model, whose parts get the change in the next batch).
-    pub async fn add_in_flight(
-        &self,
-        model: &str,
-        worker_id: &str,
-        delta: i64,
-    ) -> Result<u64, StateError> {
-        self.change_in_flight(model, worker_id, InFlight::requests(delta))
-            .await
     }
 
     /// Adds `delta` to this router's in-flight gauges for a worker (in
@@ -223,7 +210,7 @@ impl StateStore {
         worker_id: &str,
         delta: InFlight,
     ) -> Result<u64, StateError> {
-        self.add_in_flight_except(model, worker_id, delta, None)
+        self.change_in_flight_except(model, worker_id, delta, None)
             .await
     }
 
@@ -231,7 +218,7 @@ impl StateStore {
     /// `skip` (the part whose routing call already counted the request).
     /// Every count of a new request passes here, so here the router takes
     /// its first lease in a model ([`lease_if_new`](Self::lease_if_new)).
-    pub(crate) async fn add_in_flight_except(
+    pub(crate) async fn change_in_flight_except(
         &self,
         model: &str,
         worker_id: &str,
@@ -249,7 +236,9 @@ impl StateStore {
             // Unsharded: at once, unless the routing call already counted it.
             let mut n = 0;
             if Some(parts[0].as_str()) != skip {
-                n = self.add_in_flight_part(&parts[0], worker_id, delta).await?;
+                n = self
+                    .change_in_flight_part(&parts[0], worker_id, delta)
+                    .await?;
             }
             if new_request {
                 self.lease_if_new(model).await;
@@ -268,7 +257,7 @@ impl StateStore {
     }
 
     /// In-flight change in one part, and in its ledger.
-    async fn add_in_flight_part(
+    async fn change_in_flight_part(
         &self,
         model: &str,
         worker_id: &str,
@@ -281,7 +270,7 @@ impl StateStore {
         let n = self
             .run(
                 Lane::Bulk,
-                ScriptName::Inflight,
+                ScriptName::ChangeInFlight,
                 model,
                 &[
                     &router,

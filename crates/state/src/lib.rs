@@ -33,7 +33,7 @@
 //! * `repair`: a sync of only the digest buckets that differ (membership,
 //!   then tiers).
 //! * `probe`: read-only probes of which worker holds how much of a prompt,
-//!   per tier (`lookup.lua`), and the worker listing.
+//!   per tier (`probe.lua`), and the worker listing.
 //! * `route_claim`: the cache-aware policy's inputs ([`RouteParams`], whose
 //!   `Default` is the one definition of its defaults) and its atomic call
 //!   (`route.lua`):

@@ -87,6 +87,21 @@ impl WorkerMatch {
         }
     }
 
+    /// The match `extra` blocks longer, held on the tier of its last
+    /// block (tiers are prefix-closed: a longer match on the GPU is on the
+    /// GPU throughout).
+    pub fn extend_on_last_tier(&mut self, extra: usize) {
+        let (tiers, old) = (self.by_tier(), self.matched_blocks);
+        self.matched_blocks = old + extra;
+        if tiers.disk > 0 {
+            return;
+        }
+        self.cpu_blocks = old + extra;
+        if tiers.cpu == 0 {
+            self.gpu_blocks = old + extra;
+        }
+    }
+
     /// Maps each depth through `f` (indexed blocks to blocks covered).
     fn map_depths(&mut self, f: impl Fn(usize) -> usize) {
         self.matched_blocks = f(self.matched_blocks);
@@ -337,7 +352,7 @@ impl StateStore {
         model: &str,
         chunk: &[BlockHash],
     ) -> Result<PrefixProbe, StateError> {
-        const S: ScriptName = ScriptName::Lookup;
+        const S: ScriptName = ScriptName::Probe;
         let hex = hex_args(chunk);
         let args: Vec<&str> = hex.iter().map(String::as_str).collect();
         let reply: Vec<String> = self.run(Lane::Hot, S, model, &args).await?;

@@ -79,7 +79,7 @@ impl StateStore {
     /// those buckets then have. Live speculative
     /// entries stay, as in a full sync. A worker whose full sync is being
     /// applied is refused (`Unavailable`): that sync settles every bucket.
-    pub async fn sync_repair_in_families(
+    pub async fn sync_repair(
         &self,
         model: &str,
         worker_id: &str,

@@ -1,4 +1,4 @@
-//! [`StateStore::route_and_claim`]: probe, route (choose) and claim in one
+//! [`StateStore::route`]: probe, route (choose) and claim in one
 //! atomic call of `route.lua`.
 
 use std::time::Duration;
@@ -115,30 +115,68 @@ pub struct RouteOutcome {
     /// Prompt tokens counted as the chosen worker's prefill (this router
     /// takes them off at the response's first byte).
     pub prefill_tokens: u64,
+    /// The first block of the chain left unclaimed for the chosen worker
+    /// (by [`route`](StateStore::route): `covered`; by
+    /// [`route_chain`](StateStore::route_chain), past the chosen worker's
+    /// whole match, at most the chain's length): the caller claims the
+    /// rest off the request's critical path
+    /// ([`claim_prefix`](StateStore::claim_prefix)).
+    pub tail_from: usize,
 }
 
 impl StateStore {
-    /// Matches `head` (at most [`ROUTE_HEAD`] hashes; its indexed blocks, see
-    /// `protocol::index`) against the live workers, chooses one as the
-    /// cache-aware policy would, claims up to [`ROUTE_CLAIM`] of its unheld
-    /// indexed blocks and counts the request, in one
-    /// atomic call. `hints` give, for workers that a read-only lookup found
-    /// holding more than the head, how many blocks beyond it they hold.
-    pub async fn route_and_claim(
+    /// The routing decision for a whole chain, in one call: when the
+    /// chain is longer than [`ROUTE_HEAD`], a read-only probe finds how far
+    /// the workers holding the whole head go; [`route`](Self::route)
+    /// chooses among the live workers (those `allowed` names, when it names
+    /// any), claims the head for the chosen worker and counts the request.
+    /// The outcome's workers carry their whole match (beyond the head, on
+    /// the tier of the head's last block, as `route.lua` weighs it), and
+    /// [`RouteOutcome::tail_from`] says what is left to claim.
+    pub async fn route_chain(
         &self,
         model: &str,
-        head: &[BlockHash],
+        chain: &[BlockHash],
         params: &RouteParams,
-        hints: &[(String, usize)],
+        allowed: &[String],
     ) -> Result<RouteOutcome, StateError> {
-        self.route_and_claim_within(model, head, params, hints, &[])
-            .await
+        let head = chain.len().min(ROUTE_HEAD);
+        let hints: Vec<(String, usize)> = if chain.len() > ROUTE_HEAD {
+            let full = self.probe(model, chain).await?;
+            full.workers
+                .iter()
+                .filter(|w| w.matched_blocks > head)
+                .map(|w| (w.info.worker_id.clone(), w.matched_blocks - head))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut outcome = self
+            .route(model, &chain[..head], params, &hints, allowed)
+            .await?;
+        for w in &mut outcome.lookup.workers {
+            let extra = hints.iter().find(|(id, _)| *id == w.info.worker_id);
+            if let (true, Some((_, extra))) = (w.matched_blocks == head, extra) {
+                w.extend_on_last_tier(*extra);
+            }
+        }
+        let chosen_depth = outcome
+            .chosen
+            .and_then(|i| outcome.lookup.workers.get(i))
+            .map_or(chain.len(), |w| w.matched_blocks);
+        outcome.tail_from = outcome.covered.max(chosen_depth).min(chain.len());
+        Ok(outcome)
     }
 
-    /// As [`route_and_claim`](Self::route_and_claim), choosing only among
-    /// the workers named in `allowed` (all when it is empty); the lookup
-    /// still lists every live worker.
-    pub async fn route_and_claim_within(
+    /// Matches `head` (at most [`ROUTE_HEAD`] hashes; its indexed blocks, see
+    /// `protocol::index`) against the live workers, chooses one as the
+    /// cache-aware policy would (only among the workers named in `allowed`,
+    /// all when it is empty; the probe still lists every live worker),
+    /// claims up to [`ROUTE_CLAIM`] of its unheld indexed blocks and counts
+    /// the request, in one atomic call (`route.lua`). `hints` give, for
+    /// workers that a read-only probe found holding more than the head, how
+    /// many blocks beyond it they hold.
+    pub async fn route(
         &self,
         model: &str,
         head: &[BlockHash],
@@ -195,7 +233,7 @@ impl StateStore {
             self.inner.ledger.add(&part, &w.info.worker_id, delta);
             // The other parts of a sharded model count it too, batched
             // (fan_out): their routes weigh this worker's load a moment later.
-            self.add_in_flight_except(model, &w.info.worker_id, delta, Some(&part))
+            self.change_in_flight_except(model, &w.info.worker_id, delta, Some(&part))
                 .await?;
         }
         Ok(outcome)
@@ -254,9 +292,11 @@ fn parse_reply(reply: &[redis::Value]) -> Result<RouteOutcome, StateError> {
         })
         .collect::<Result<Vec<_>, StateError>>()?;
     let chosen = usize::try_from(int(&reply[1])?).unwrap_or(0);
+    let covered = usize::try_from(int(&reply[2])?).unwrap_or(0);
     Ok(RouteOutcome {
         chosen: chosen.checked_sub(1).filter(|&i| i < workers.len()),
-        covered: usize::try_from(int(&reply[2])?).unwrap_or(0),
+        covered,
+        tail_from: covered,
         prefill_tokens: u64::try_from(int(&reply[4])?).unwrap_or(0),
         lookup: PrefixProbe {
             scanned_blocks: usize::try_from(int(&reply[0])?).unwrap_or(0),

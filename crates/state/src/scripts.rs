@@ -60,15 +60,15 @@ pub enum ScriptName {
     /// Renew a router's lease.
     RouterLease,
     /// In-flight gauge of one router for one worker.
-    Inflight,
+    ChangeInFlight,
     /// Read-only prefix match.
-    Lookup,
+    Probe,
     /// Read-only listing of a model's workers.
     Workers,
     /// Match, choose and claim in one atomic call.
     Route,
     /// Load reported in a response header.
-    Load,
+    ReportLoad,
     /// Admit a response to the response cache, within its byte budget.
     ResponsePut,
     /// Flow control: saturation, an arriving request's place, dispatches.
@@ -100,11 +100,11 @@ impl ScriptName {
         ScriptName::Purge,
         ScriptName::Gc,
         ScriptName::RouterLease,
-        ScriptName::Inflight,
-        ScriptName::Lookup,
+        ScriptName::ChangeInFlight,
+        ScriptName::Probe,
         ScriptName::Workers,
         ScriptName::Route,
-        ScriptName::Load,
+        ScriptName::ReportLoad,
         ScriptName::ResponsePut,
         ScriptName::FlowDispatch,
         ScriptName::FlowLeave,
@@ -130,11 +130,11 @@ impl ScriptName {
             ScriptName::Purge => "purge.lua",
             ScriptName::Gc => "gc.lua",
             ScriptName::RouterLease => "router_lease.lua",
-            ScriptName::Inflight => "inflight.lua",
-            ScriptName::Lookup => "lookup.lua",
+            ScriptName::ChangeInFlight => "change_in_flight.lua",
+            ScriptName::Probe => "probe.lua",
             ScriptName::Workers => "workers.lua",
             ScriptName::Route => "route.lua",
-            ScriptName::Load => "load.lua",
+            ScriptName::ReportLoad => "report_load.lua",
             ScriptName::ResponsePut => "response_put.lua",
             ScriptName::FlowDispatch => "flow_dispatch.lua",
             ScriptName::FlowLeave => "flow_leave.lua",
@@ -160,11 +160,11 @@ impl ScriptName {
             ScriptName::Purge => include_str!("../lua/purge.lua"),
             ScriptName::Gc => include_str!("../lua/gc.lua"),
             ScriptName::RouterLease => include_str!("../lua/router_lease.lua"),
-            ScriptName::Inflight => include_str!("../lua/inflight.lua"),
-            ScriptName::Lookup => include_str!("../lua/lookup.lua"),
+            ScriptName::ChangeInFlight => include_str!("../lua/change_in_flight.lua"),
+            ScriptName::Probe => include_str!("../lua/probe.lua"),
             ScriptName::Workers => include_str!("../lua/workers.lua"),
             ScriptName::Route => include_str!("../lua/route.lua"),
-            ScriptName::Load => include_str!("../lua/load.lua"),
+            ScriptName::ReportLoad => include_str!("../lua/report_load.lua"),
             ScriptName::ResponsePut => include_str!("../lua/response_put.lua"),
             ScriptName::FlowDispatch => include_str!("../lua/flow_dispatch.lua"),
             ScriptName::FlowLeave => include_str!("../lua/flow_leave.lua"),
@@ -176,7 +176,7 @@ impl ScriptName {
 
     /// Read-only scripts are called with FCALL_RO, so replicas may serve them.
     fn read_only(self) -> bool {
-        matches!(self, ScriptName::Lookup | ScriptName::Workers)
+        matches!(self, ScriptName::Probe | ScriptName::Workers)
     }
 
     /// The script's name inside the library (its file name without `.lua`).
@@ -321,4 +321,70 @@ impl ScriptSet {
 fn is_function_missing(e: &redis::RedisError) -> bool {
     e.detail()
         .is_some_and(|d| d.starts_with("Function not found"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// Every `.rs` file under `dir`, as text.
+    fn sources(dir: &Path, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(std::fs::read_to_string(&path).unwrap());
+            }
+        }
+    }
+
+    /// One name per concept: each script is named after the store method
+    /// that runs it (`probe.lua` is run by `StateStore::probe`), and its
+    /// header opens with its own file name.
+    #[test]
+    fn each_script_is_named_after_the_store_method_that_runs_it() {
+        let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut code = Vec::new();
+        sources(&crate_dir.join("src"), &mut code);
+        for name in ScriptName::ALL {
+            let method = format!("async fn {}(", name.stem());
+            let runs = format!("ScriptName::{name:?}");
+            let named = code.iter().any(|file| {
+                // The method, and the script it runs, in one file.
+                file.contains(&method) && file.contains(&runs)
+            });
+            assert!(
+                named,
+                "{} has no store method `{}` (in the file that runs {runs})",
+                name.file(),
+                name.stem()
+            );
+            assert!(
+                name.body().starts_with(&format!("-- {}:", name.file())),
+                "{}'s header does not open with its name",
+                name.file()
+            );
+        }
+    }
+
+    /// The script list is the directory: every script of `lua/` (the
+    /// `lib*.lua` helpers aside) is in [`ScriptName::ALL`], once.
+    #[test]
+    fn the_script_list_is_the_lua_directory() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
+        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|f| f.ends_with(".lua") && !f.starts_with("lib"))
+            .collect();
+        on_disk.sort();
+        let mut listed: Vec<String> = ScriptName::ALL
+            .iter()
+            .map(|n| n.file().to_owned())
+            .collect();
+        listed.sort();
+        assert_eq!(listed, on_disk);
+    }
 }

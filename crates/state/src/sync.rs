@@ -368,7 +368,7 @@ impl StateStore {
                 .await
                 .map_err(|e| aborted(unknown_worker(e, model, worker_id), sync_id))?;
             // Either way a patch is due: ours, or the previous one to finish.
-            let held = self.finish_patch(model, idx).await?;
+            let held = self.sync_patch(model, idx).await?;
             if committed == 1 {
                 metrics::counter!("prefix_router_entries_total", "op" => "sync").increment(active);
                 return Ok(SyncOutcome { active: held });
@@ -382,7 +382,7 @@ impl StateStore {
 
     /// Runs sync patch steps for incarnation `idx` until it is done; returns
     /// the number of blocks the incarnation then holds.
-    pub(crate) async fn finish_patch(&self, model: &str, idx: u64) -> Result<u64, StateError> {
+    pub(crate) async fn sync_patch(&self, model: &str, idx: u64) -> Result<u64, StateError> {
         let (idx, budget) = (idx.to_string(), self.limits().step_budget.to_string());
         loop {
             let (done, n): (u8, u64) = self

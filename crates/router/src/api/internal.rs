@@ -245,7 +245,7 @@ pub async fn sync_repair(
     let fams = families(b.families.as_deref(), b.hashes.len())?;
     let out = app
         .store
-        .sync_repair_in_families(
+        .sync_repair(
             &model,
             &b.worker_id,
             &b.buckets,
@@ -310,7 +310,7 @@ pub async fn deregister(
     let purge_model = model.clone();
     tokio::spawn(async move {
         loop {
-            match store.purge_step(&purge_model).await {
+            match store.purge(&purge_model).await {
                 Ok((_, 0)) => break,
                 Ok(_) => {}
                 Err(e) => {

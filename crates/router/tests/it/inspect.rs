@@ -479,9 +479,12 @@ impl Fleet {
                     stale_load: Duration::from_secs(10),
                     seed: 7,
                 };
-                s.route_and_claim(M, &pick(hs), &params, &[]).await.unwrap();
+                s.route(M, &pick(hs), &params, &[], &[]).await.unwrap();
             }
-            Op::Done(w) => drop(s.add_in_flight(M, W[*w], -1).await),
+            Op::Done(w) => drop(
+                s.change_in_flight(M, W[*w], state::InFlight::requests(-1))
+                    .await,
+            ),
             Op::Load(w) => drop(s.report_load(M, W[*w], Some(2), Some(1), Some(0.25)).await),
             // Routers renew leases only on listed models (serve's lease loop).
             Op::DeadRouter if s.models().await.unwrap().iter().any(|m| m == M) => {

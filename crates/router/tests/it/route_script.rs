@@ -190,7 +190,7 @@ fn the_scripts_choice_is_the_rust_policys_choice() {
                 ..config(eps, max_seqs)
             };
             let o = s
-                .route_and_claim_within(M, &c, &cfg.route_params(prompt_tokens, BS, seed), &[], &allowed)
+                .route(M, &c, &cfg.route_params(prompt_tokens, BS, seed), &[], &allowed)
                 .await
                 .unwrap();
             // Probing (route.lua) finds the depths explain's lookup finds,
@@ -245,7 +245,7 @@ async fn concurrent_routers_agree_on_one_worker_for_a_new_prefix() {
         p.tokens_per_queued_request = 0.0;
         p.tokens_per_running_request = 0.0;
         tasks.push(tokio::spawn(async move {
-            let o = s.route_and_claim(M, &c, &p, &[]).await.unwrap();
+            let o = s.route(M, &c, &p, &[], &[]).await.unwrap();
             o.lookup.workers[o.chosen.unwrap()].info.worker_id.clone()
         }));
     }
@@ -272,7 +272,7 @@ async fn misses_on_an_idle_fleet_are_spread_evenly() {
         // A new prefix every time, on an idle fleet: every worker ties.
         let seed = ((i * 2_654_435_761) % 1_000_003) as u32;
         let o = s
-            .route_and_claim(M, &chain(2, 10_000 + i), &params(100, 0.25, seed), &[])
+            .route(M, &chain(2, 10_000 + i), &params(100, 0.25, seed), &[], &[])
             .await
             .unwrap();
         let id = o.lookup.workers[o.chosen.unwrap()].info.worker_id.clone();
@@ -300,7 +300,7 @@ async fn bounded_load_spreads_a_prefix_every_request_shares() {
     for i in 0..40u32 {
         // Requests stay in flight: the load builds up.
         let o = s
-            .route_and_claim(M, &system_prompt, &params(500, 0.25, i), &[])
+            .route(M, &system_prompt, &params(500, 0.25, i), &[], &[])
             .await
             .unwrap();
         *per_worker
@@ -326,7 +326,7 @@ async fn hints_extend_matches_beyond_one_calls_head() {
     }
     let head = &long[..1024];
     let p = params(1300 * BS as u64, 0.25, 1);
-    let without = s.route_and_claim(M, head, &p, &[]).await.unwrap();
+    let without = s.route(M, head, &p, &[], &[]).await.unwrap();
     assert_eq!(
         without
             .lookup
@@ -338,18 +338,58 @@ async fn hints_extend_matches_beyond_one_calls_head() {
     );
     release(&s, &without).await;
     let hints = vec![("short".to_owned(), 6), ("long".to_owned(), 266)];
-    let with = s.route_and_claim(M, head, &p, &hints).await.unwrap();
+    let with = s.route(M, head, &p, &hints, &[]).await.unwrap();
     assert_eq!(
         with.lookup.workers[with.chosen.unwrap()].info.worker_id,
         "long"
     );
 }
 
+/// The whole decision in one store call: `route_chain` probes past the
+/// head itself, chooses the worker holding the longest chain, reports each
+/// worker's whole match (as a full probe does), and leaves the rest of the
+/// chosen worker's unheld chain (at most) to claim.
+#[tokio::test]
+async fn route_chain_is_the_head_route_with_the_probes_hints() {
+    let v = Valkey::start();
+    let s = store(&v, "rc", "router-a", ttls());
+    let long = chain(1300, 3);
+    for (id, held) in [("short", 1030usize), ("long", 1290)] {
+        worker(&s, id, None).await;
+        s.stored(M, id, &long[..held]).await.unwrap();
+    }
+    let probe = s.probe(M, &long).await.unwrap();
+    let p = params(1300 * BS as u64, 0.25, 1);
+    let o = s.route_chain(M, &long, &p, &[]).await.unwrap();
+    let chosen = &o.lookup.workers[o.chosen.unwrap()];
+    assert_eq!(chosen.info.worker_id, "long");
+    let depth = |ws: &[state::WorkerMatch], id: &str| {
+        ws.iter()
+            .find(|w| w.info.worker_id == id)
+            .map(|w| (w.matched_blocks, w.by_tier()))
+    };
+    for id in ["short", "long"] {
+        assert_eq!(
+            depth(&o.lookup.workers, id),
+            depth(&probe.workers, id),
+            "{id}"
+        );
+    }
+    // Left to claim: at most the part of the chain the chosen worker
+    // does not hold (nothing it holds is claimed again).
+    assert!(
+        (1290..=long.len()).contains(&o.tail_from),
+        "{}",
+        o.tail_from
+    );
+    release(&s, &o).await;
+}
+
 /// Who the routing step sees, by worker id, with its waiting count and
 /// requests in flight.
 async fn seen(s: &StateStore, c: &[BlockHash]) -> BTreeMap<String, (u64, u64)> {
     let o = s
-        .route_and_claim(M, c, &params(100, 1000.0, 1), &[])
+        .route(M, c, &params(100, 1000.0, 1), &[], &[])
         .await
         .unwrap();
     // Release what the route counted, so that each probe leaves no load.
@@ -393,14 +433,19 @@ async fn the_routing_step_sees_every_change_to_the_fleet() {
     assert_eq!(ids(&seen(&s, &c).await), ["w1", "w2"]);
     // In-flight counts of this router, then of another router whose lease
     // ends.
-    s.add_in_flight(M, "w2", 3).await.unwrap();
+    s.change_in_flight(M, "w2", state::InFlight::requests(3))
+        .await
+        .unwrap();
     assert_eq!(seen(&s, &c).await["w2"].1, 3);
     let other = store(&v, "rs", "router-b", ttls());
     other
         .router_lease(M, Duration::from_millis(300))
         .await
         .unwrap();
-    other.add_in_flight(M, "w1", 2).await.unwrap();
+    other
+        .change_in_flight(M, "w1", state::InFlight::requests(2))
+        .await
+        .unwrap();
     assert_eq!(seen(&s, &c).await["w1"].1, 2);
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(seen(&s, &c).await["w1"].1, 0);
@@ -447,7 +492,7 @@ async fn a_hot_prefix_stays_on_its_holders_until_their_load_says_otherwise() {
     let tokens = 40 * BS as u64 + 20;
     for i in 0..30u32 {
         let o = s
-            .route_and_claim(M, &document, &params(tokens, 0.25, i * 7919), &[])
+            .route(M, &document, &params(tokens, 0.25, i * 7919), &[], &[])
             .await
             .unwrap();
         let chosen = &o.lookup.workers[o.chosen.unwrap()];
@@ -467,10 +512,14 @@ async fn a_hot_prefix_stays_on_its_holders_until_their_load_says_otherwise() {
     // Both holders running a request: the document, held by two of three,
     // counts as cached on all, and the third, whose batch is empty, takes
     // it.
-    s.add_in_flight(M, "w0", 1).await.unwrap();
-    s.add_in_flight(M, "w1", 1).await.unwrap();
+    s.change_in_flight(M, "w0", state::InFlight::requests(1))
+        .await
+        .unwrap();
+    s.change_in_flight(M, "w1", state::InFlight::requests(1))
+        .await
+        .unwrap();
     let o = s
-        .route_and_claim(M, &document, &params(tokens, 0.25, 1), &[])
+        .route(M, &document, &params(tokens, 0.25, 1), &[], &[])
         .await
         .unwrap();
     assert_eq!(o.lookup.workers[o.chosen.unwrap()].info.worker_id, "w2");
@@ -490,7 +539,13 @@ async fn credited(s: &StateStore, prompt: &[BlockHash]) -> (usize, usize, usize)
     let exact = s.probe_with_gaps(M, prompt).await.unwrap();
     let plain = s.probe(M, prompt).await.unwrap();
     let o = s
-        .route_and_claim(M, prompt, &params(prompt.len() as u64 * 16, 0.25, 1), &[])
+        .route(
+            M,
+            prompt,
+            &params(prompt.len() as u64 * 16, 0.25, 1),
+            &[],
+            &[],
+        )
         .await
         .unwrap();
     let chosen = &o.lookup.workers[o.chosen.unwrap()];
@@ -545,9 +600,11 @@ async fn only_queued_prefill_spills_a_match() {
     let document = chain(96, 21);
     s.stored(M, "w0", &document).await.unwrap();
     let tokens = 96 * BS as u64 + 7;
-    s.add_in_flight(M, "w0", 3).await.unwrap();
+    s.change_in_flight(M, "w0", state::InFlight::requests(3))
+        .await
+        .unwrap();
     let o = s
-        .route_and_claim(M, &document, &params(tokens, 0.25, 5), &[])
+        .route(M, &document, &params(tokens, 0.25, 5), &[], &[])
         .await
         .unwrap();
     assert_eq!(o.lookup.workers[o.chosen.unwrap()].info.worker_id, "w0");
@@ -559,7 +616,7 @@ async fn only_queued_prefill_spills_a_match() {
         .await
         .unwrap();
     let o = s
-        .route_and_claim(M, &document, &params(tokens, 0.25, 5), &[])
+        .route(M, &document, &params(tokens, 0.25, 5), &[], &[])
         .await
         .unwrap();
     assert_ne!(o.lookup.workers[o.chosen.unwrap()].info.worker_id, "w0");

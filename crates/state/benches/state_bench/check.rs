@@ -143,8 +143,12 @@ pub async fn unchanged_sync(
     parts.push(
         timed(raw, "in-flight +1 then −1 × 100", || async {
             for _ in 0..100 {
-                store.add_in_flight(MODEL, id, 1).await?;
-                store.add_in_flight(MODEL, id, -1).await?;
+                store
+                    .change_in_flight(MODEL, id, state::InFlight::requests(1))
+                    .await?;
+                store
+                    .change_in_flight(MODEL, id, state::InFlight::requests(-1))
+                    .await?;
             }
             Ok(())
         })
@@ -246,7 +250,7 @@ async fn timed_repair(
     raw.begin().await?;
     let t = Instant::now();
     let out = store
-        .sync_repair_in_families(MODEL, id, differing, listed, None, None)
+        .sync_repair(MODEL, id, differing, listed, None, None)
         .await?;
     let wall = t.elapsed();
     let mut w = raw.window("fcall").await?;

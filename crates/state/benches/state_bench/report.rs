@@ -218,7 +218,7 @@ pub fn sync_check(out: &mut String, run: &crate::check::CheckRun) {
     let _ = writeln!(out, "\n## D. Anti-entropy of an unchanged worker\n");
     let _ = writeln!(
         out,
-        "A worker holding {} confirmed entries. Its periodic sync first sends the 256 digests of its snapshot (`sync_check.lua`); when a few buckets differ it repairs those alone (`StateStore::sync_repair_in_families`: a bucket that differs by one block names it by the XOR of the digests; others are read from the 32 forward buckets each covers (`HGETALL`); `stored.lua` adds the missing blocks, `sync_repair.lua` removes the gone ones); only when many differ does it send the snapshot. For comparison, the full sync of the same (unchanged) snapshot, which is what every period cost before. Server time from `INFO commandstats` (FCALL; for repairs also HGET, HMGET, SMISMEMBER and HGETALL) over each call alone.\n",
+        "A worker holding {} confirmed entries. Its periodic sync first sends the 256 digests of its snapshot (`sync_check.lua`); when a few buckets differ it repairs those alone (`StateStore::sync_repair`: a bucket that differs by one block names it by the XOR of the digests; others are read from the 32 forward buckets each covers (`HGETALL`); `stored.lua` adds the missing blocks, `sync_repair.lua` removes the gone ones); only when many differ does it send the snapshot. For comparison, the full sync of the same (unchanged) snapshot, which is what every period cost before. Server time from `INFO commandstats` (FCALL; for repairs also HGET, HMGET, SMISMEMBER and HGETALL) over each call alone.\n",
         run.entries
     );
     let _ = writeln!(

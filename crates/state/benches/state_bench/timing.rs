@@ -40,7 +40,7 @@ async fn end(
     wall: Duration,
     mut note: String,
 ) -> Result<Timing> {
-    let cmd = if matches!(script, ScriptName::Lookup | ScriptName::Workers) {
+    let cmd = if matches!(script, ScriptName::Probe | ScriptName::Workers) {
         "fcall_ro"
     } else {
         "fcall"
@@ -201,7 +201,7 @@ pub async fn script_calls(
         rows.push(
             end(
                 raw,
-                ScriptName::Lookup,
+                ScriptName::Probe,
                 "lookup",
                 hs.clone(),
                 calls,

@@ -123,13 +123,24 @@ async fn a_crashed_routers_in_flight_share_expires_with_its_lease() {
     r2.router_lease(M, Duration::from_millis(800))
         .await
         .unwrap();
-    r1.add_in_flight(M, "w", 2).await.unwrap();
-    r2.add_in_flight(M, "w", 3).await.unwrap();
+    r1.change_in_flight(M, "w", state::InFlight::requests(2))
+        .await
+        .unwrap();
+    r2.change_in_flight(M, "w", state::InFlight::requests(3))
+        .await
+        .unwrap();
     let in_flight = |l: state::PrefixProbe| l.workers[0].info.in_flight;
     assert_eq!(in_flight(r1.probe(M, &[]).await.unwrap()), 5);
     // Decrements never go below zero.
-    assert_eq!(r1.add_in_flight(M, "w", -5).await.unwrap(), 0);
-    r1.add_in_flight(M, "w", 2).await.unwrap();
+    assert_eq!(
+        r1.change_in_flight(M, "w", state::InFlight::requests(-5))
+            .await
+            .unwrap(),
+        0
+    );
+    r1.change_in_flight(M, "w", state::InFlight::requests(2))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(1000)).await;
     assert_eq!(
         in_flight(r1.probe(M, &[]).await.unwrap()),
@@ -166,8 +177,14 @@ async fn a_router_restarted_under_the_same_id_drops_its_predecessors_counts() {
         .router_lease(M, Duration::from_secs(60))
         .await
         .unwrap();
-    before.add_in_flight(M, "w", 4).await.unwrap();
-    other.add_in_flight(M, "w", 1).await.unwrap();
+    before
+        .change_in_flight(M, "w", state::InFlight::requests(4))
+        .await
+        .unwrap();
+    other
+        .change_in_flight(M, "w", state::InFlight::requests(1))
+        .await
+        .unwrap();
     // Renewals by the same process keep its counts.
     before
         .router_lease(M, Duration::from_secs(60))
@@ -184,7 +201,10 @@ async fn a_router_restarted_under_the_same_id_drops_its_predecessors_counts() {
         .await
         .unwrap();
     assert_eq!(in_flight(after.probe(M, &[]).await.unwrap()), 1);
-    after.add_in_flight(M, "w", 1).await.unwrap();
+    after
+        .change_in_flight(M, "w", state::InFlight::requests(1))
+        .await
+        .unwrap();
     assert_eq!(in_flight(after.probe(M, &[]).await.unwrap()), 2);
 }
 

@@ -93,11 +93,13 @@ async fn in_flight(s: &StateStore, chain: &[BlockHash], worker: &str) -> u64 {
 /// it held). The release waits for the other parts' in-flight counts.
 async fn route(s: &StateStore, chain: &[BlockHash]) -> (String, usize) {
     let params = state::RouteParams::new(BLOCKS * 16, 16, 7);
-    let out = s.route_and_claim(M, chain, &params, &[]).await.unwrap();
+    let out = s.route(M, chain, &params, &[], &[]).await.unwrap();
     let w = &out.lookup.workers[out.chosen.unwrap()];
     assert_eq!(out.covered, chain.len());
     tokio::time::sleep(Duration::from_millis(300)).await;
-    s.add_in_flight(M, &w.info.worker_id, -1).await.unwrap();
+    s.change_in_flight(M, &w.info.worker_id, state::InFlight::requests(-1))
+        .await
+        .unwrap();
     (w.info.worker_id.clone(), w.matched_blocks)
 }
 
@@ -165,10 +167,7 @@ async fn scenario(s: &StateStore, shards: usize, flush: impl Fn()) {
     // once, the others from the next batch (state's fan_out); the release
     // clears them all.
     let params = state::RouteParams::new(BLOCKS * 16, 16, 9);
-    let out = s
-        .route_and_claim(M, &chains[5], &params, &[])
-        .await
-        .unwrap();
+    let out = s.route(M, &chains[5], &params, &[], &[]).await.unwrap();
     let held_by = out.lookup.workers[out.chosen.unwrap()]
         .info
         .worker_id
@@ -177,7 +176,9 @@ async fn scenario(s: &StateStore, shards: usize, flush: impl Fn()) {
     for c in &chains {
         assert_eq!(in_flight(s, c, &held_by).await, 1, "part of {:?}", c[0]);
     }
-    s.add_in_flight(M, &held_by, -1).await.unwrap();
+    s.change_in_flight(M, &held_by, state::InFlight::requests(-1))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     for c in &chains {
         assert_eq!(in_flight(s, c, &held_by).await, 0, "part of {:?}", c[0]);
@@ -195,14 +196,14 @@ async fn scenario(s: &StateStore, shards: usize, flush: impl Fn()) {
     // A repair syncs that shard's bucket alone, both ways.
     let (fewer_h, fewer_f) = split_families(&w1[1..]);
     let out = s
-        .sync_repair_in_families(M, "w1", &differing, &fewer_h, Some(&fewer_f), None)
+        .sync_repair(M, "w1", &differing, &fewer_h, Some(&fewer_f), None)
         .await
         .unwrap();
     assert_eq!((out.added, out.removed), (0, 1));
     assert_eq!(s.sync_check_shards(M, "w1", &fewer).await.unwrap(), None);
     let (all_h, all_f) = split_families(&w1);
     let out = s
-        .sync_repair_in_families(M, "w1", &differing, &all_h, Some(&all_f), None)
+        .sync_repair(M, "w1", &differing, &all_h, Some(&all_f), None)
         .await
         .unwrap();
     assert_eq!((out.added, out.removed), (1, 0));
@@ -335,20 +336,14 @@ async fn batched_counts_and_prefill_releases_survive_reconciliation() {
     // Two requests on two families.
     let chains: Vec<Vec<BlockHash>> = (1..=12).map(chain).collect();
     let params = state::RouteParams::new(BLOCKS * 16 + 5, 16, 7);
-    let first = s
-        .route_and_claim(M, &chains[0], &params, &[])
-        .await
-        .unwrap();
+    let first = s.route(M, &chains[0], &params, &[], &[]).await.unwrap();
     assert_eq!(first.prefill_tokens, BLOCKS * 16 + 5);
     // Its count reaches the other parts; then, in one batch, its prefill
     // ends and a second request comes.
     tokio::time::sleep(Duration::from_millis(50)).await;
     let done = InFlight::prefill_tokens(-(first.prefill_tokens as i64));
     s.change_in_flight(M, "w1", done).await.unwrap();
-    let second = s
-        .route_and_claim(M, &chains[1], &params, &[])
-        .await
-        .unwrap();
+    let second = s.route(M, &chains[1], &params, &[], &[]).await.unwrap();
     let open = second.prefill_tokens;
     // Every part, seen through a chain it routes, after the batch and two
     // renewals: two requests, the second's prefill.

@@ -353,7 +353,7 @@ async fn a_repair_syncs_only_the_differing_buckets() {
         "a few buckets differ: {differing:?}"
     );
     let out = s
-        .sync_repair_in_families(M, "w", &differing, &worker, None, None)
+        .sync_repair(M, "w", &differing, &worker, None, None)
         .await
         .unwrap();
     assert_eq!(
@@ -384,7 +384,7 @@ async fn a_repair_syncs_only_the_differing_buckets() {
     assert_eq!(raw.forward_pairs(), raw.reverse_pairs());
     // Repeating it changes nothing.
     let again = s
-        .sync_repair_in_families(M, "w", &differing, &worker, None, None)
+        .sync_repair(M, "w", &differing, &worker, None, None)
         .await
         .unwrap();
     assert_eq!(again, state::RepairOutcome::default());
@@ -396,7 +396,7 @@ async fn a_repair_syncs_only_the_differing_buckets() {
         (&all[..1], "nobody"),
     ] {
         assert!(
-            s.sync_repair_in_families(M, who, buckets, &worker, None, None)
+            s.sync_repair(M, who, buckets, &worker, None, None)
                 .await
                 .is_err(),
             "{who} {:?}",

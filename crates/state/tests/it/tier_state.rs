@@ -158,7 +158,7 @@ async fn a_lost_demotion_is_found_by_the_next_check_and_repaired() {
         .map(|(h, t)| (*h, *t))
         .unzip();
     let out = s
-        .sync_repair_in_families(M, "w", &differing, &listed, None, Some(&tiers))
+        .sync_repair(M, "w", &differing, &listed, None, Some(&tiers))
         .await
         .unwrap();
     assert_eq!((out.added, out.removed), (0, 0), "membership was right");
@@ -311,7 +311,7 @@ async fn routing_prefers_a_gpu_hit_to_a_cpu_hit_and_a_cpu_hit_to_none() {
         let chain = chain.clone();
         async move {
             let o = s
-                .route_and_claim_within(M, &chain, &params(prompt, 16, 11), &[], &allowed)
+                .route(M, &chain, &params(prompt, 16, 11), &[], &allowed)
                 .await
                 .unwrap();
             let w = &o.lookup.workers[o.chosen.unwrap()];
@@ -423,7 +423,7 @@ fn a_repair_of_random_tier_and_membership_drift_ends_equal() {
             };
             let (listed, tiers): (Vec<BlockHash>, Vec<Tier>) =
                 worker.iter().map(|(h, t)| (*h, *t)).unzip();
-            s.sync_repair_in_families(M, "w", &differing, &listed, None, Some(&tiers))
+            s.sync_repair(M, "w", &differing, &listed, None, Some(&tiers))
                 .await
                 .unwrap();
             assert_eq!(
@@ -464,7 +464,13 @@ async fn a_syncing_workers_tiers_are_the_targets_for_the_route_and_the_lookup() 
     let exact = s.probe_with_gaps(M, &chain).await.unwrap();
     assert_eq!(exact.workers[0].by_tier(), want, "lookup");
     let o = s
-        .route_and_claim(M, &chain, &state::RouteParams::new(80 * 16, 16, 3), &[])
+        .route(
+            M,
+            &chain,
+            &state::RouteParams::new(80 * 16, 16, 3),
+            &[],
+            &[],
+        )
         .await
         .unwrap();
     assert_eq!(o.lookup.workers[0].by_tier(), want, "route");

@@ -19,7 +19,7 @@ pub use outcome::{decision, phase, record_outcome};
 use std::sync::Arc;
 
 use protocol::hashing::BlockHash;
-use state::{ROUTE_HEAD, StateError, StateStore};
+use state::{StateError, StateStore};
 
 use super::{InFlightGuard, ProxyError};
 use crate::flow::FlowControl;
@@ -150,22 +150,19 @@ impl Decider {
         // Whether the shared state listed live workers before the filter.
         let mut listed = false;
         let shared = match atomic {
-            Some(cfg) => self
-                .route_and_claim(model, chain, cfg, &within)
-                .await
-                .map(|ranked| {
-                    listed = !ranked.is_empty();
-                    // The script chose by the URLs last seen; a worker
-                    // whose URL changed since is not allowed now: its count
-                    // must not outlive this request.
-                    if let (Some(first), Some(allowed)) = (ranked.first(), allowed)
-                        && first.assigned
-                        && !allowed(&first.url)
-                    {
-                        self.release(model, first);
-                    }
-                    keep(ranked)
-                }),
+            Some(cfg) => self.route(model, chain, cfg, &within).await.map(|ranked| {
+                listed = !ranked.is_empty();
+                // The script chose by the URLs last seen; a worker
+                // whose URL changed since is not allowed now: its count
+                // must not outlive this request.
+                if let (Some(first), Some(allowed)) = (ranked.first(), allowed)
+                    && first.assigned
+                    && !allowed(&first.url)
+                {
+                    self.release(model, first);
+                }
+                keep(ranked)
+            }),
             None => self.store.probe(model, &chain.hashes).await.map(|lookup| {
                 let all = targets(&lookup, block_size);
                 self.known.remember(model, &all);
@@ -199,10 +196,11 @@ impl Decider {
         }
     }
 
-    /// The cache-aware first choice, made, claimed and counted by one atomic
-    /// script call (among the workers `within` names, when it names any),
-    /// followed by the other workers in policy order (retries).
-    pub async fn route_and_claim(
+    /// The cache-aware first choice, made, claimed and counted by one call
+    /// of the store (`StateStore::route_chain`, among the workers `within`
+    /// names, when it names any), followed by the other workers in policy
+    /// order (retries).
+    pub async fn route(
         &self,
         model: &str,
         chain: &Chain,
@@ -210,19 +208,6 @@ impl Decider {
         within: &[String],
     ) -> Result<Vec<Target>, StateError> {
         let (block_size, request) = (chain.block_size, chain.request());
-        let head = chain.hashes.len().min(ROUTE_HEAD);
-        // A chain longer than one call: a read-only pass finds how far the
-        // workers holding the whole head go.
-        let hints: Vec<(String, usize)> = if chain.hashes.len() > ROUTE_HEAD {
-            let full = self.store.probe(model, &chain.hashes).await?;
-            full.workers
-                .iter()
-                .filter(|w| w.matched_blocks > head)
-                .map(|w| (w.info.worker_id.clone(), w.matched_blocks - head))
-                .collect()
-        } else {
-            Vec::new()
-        };
         let params = cfg.route_params(
             request.prompt_tokens,
             block_size,
@@ -230,24 +215,9 @@ impl Decider {
         );
         let outcome = self
             .store
-            .route_and_claim_within(model, &chain.hashes[..head], &params, &hints, within)
+            .route_chain(model, &chain.hashes, &params, within)
             .await?;
         let mut all = targets(&outcome.lookup, block_size);
-        for t in &mut all {
-            let extra = hints.iter().find(|(w, _)| *w == t.candidate.worker_id);
-            if let (true, Some((_, extra))) = (t.matched_blocks == head, extra) {
-                t.matched_blocks += extra;
-                t.candidate.cached_tokens = (t.matched_blocks * block_size) as u64;
-                // On the tier of the head's last block, as route.lua counts it.
-                let more = (extra * block_size) as u64;
-                let c = &mut t.candidate;
-                if c.disk_tokens > 0 {
-                    c.disk_tokens += more;
-                } else if c.cpu_tokens > 0 {
-                    c.cpu_tokens += more;
-                }
-            }
-        }
         self.known.remember(model, &all);
         let Some(chosen) = outcome.chosen else {
             return Ok(Vec::new());
@@ -256,7 +226,7 @@ impl Decider {
         first.assigned = true;
         first.prefill_tokens = outcome.prefill_tokens;
         // The chain's tail is claimed off the request's critical path.
-        let from = outcome.covered.max(first.matched_blocks);
+        let from = outcome.tail_from;
         if from < chain.hashes.len() {
             let (store, model, worker, chain) = (
                 self.store.clone(),

@@ -87,7 +87,7 @@ pub async fn rank_prefill(
         return Some(order(prefill_policy(decide), &planned.request, all));
     };
     let within = planned.plan.prefill_ids();
-    match decide.route_and_claim(model, chain, cfg, &within).await {
+    match decide.route(model, chain, cfg, &within).await {
         Ok(ranked) => Some(
             ranked
                 .into_iter()

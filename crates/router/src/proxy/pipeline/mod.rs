@@ -24,7 +24,7 @@ use tracing::Instrument;
 
 use super::decision::{decision, phase, record_outcome};
 use super::{InFlightGuard, Proxy, ProxyError, forward, orca, pd};
-use crate::response_cache::{Lookup, Miss, ResponseCache, request_key};
+use crate::response_cache::{Ineligible, Lookup, Miss, RequestKey, ResponseCache, request_key};
 use crate::telemetry::{self, SPANS};
 use protocol::headers::{ORCA_REQUEST_HEADER, ORCA_RESPONSE_HEADER};
 
@@ -62,20 +62,21 @@ impl Proxy {
         let span = telemetry::route_span(headers);
         async move {
             let started = Instant::now();
-            let miss = match self.cache.as_ref() {
-                Some(cache) if endpoint != Endpoint::Other => {
-                    match self
-                        .cache_lookup(cache, path_and_query, headers, &body)
-                        .await
-                    {
-                        Lookup::Hit(resp) => return Ok(resp),
-                        Lookup::Miss(miss) => Some((cache, miss)),
-                        Lookup::Bypass => None,
-                    }
+            let cache = self.cache.as_ref().filter(|_| endpoint != Endpoint::Other);
+            let key_of = cache.map(|_| KeyOf::new(path_and_query, headers));
+            let (mut parsed, key) = self.read_keyed(endpoint, &body, key_of).await?;
+            let miss = match (cache, key) {
+                (Some(cache), Some(Ok(key))) => match cache.lookup(key).await {
+                    Lookup::Hit(resp) => return Ok(resp),
+                    Lookup::Miss(miss) => Some((cache, miss)),
+                    Lookup::Bypass => None,
+                },
+                (Some(cache), Some(Err(why))) => {
+                    cache.skipped(why);
+                    None
                 }
                 _ => None,
             };
-            let mut parsed = self.read(endpoint, &body).await?;
             let body = parsed.without_router_fields.take().unwrap_or(body);
             let admitted = admit(&self.admission, headers, &parsed, &body).await?;
             let body = with_priority(&self.admission, endpoint, &admitted, body);
@@ -104,11 +105,31 @@ impl Proxy {
         endpoint: Endpoint,
         body: &Bytes,
     ) -> Result<Parsed, ProxyError> {
+        Ok(self.read_keyed(endpoint, body, None).await?.0)
+    }
+
+    /// [`read`](Self::read), and with `key_of` the response cache's key of
+    /// the request (or why it has none), in the same trip to the pool. The
+    /// key names the routed model (an adapter's base), so that adapters
+    /// share their base model's budget.
+    async fn read_keyed(
+        &self,
+        endpoint: Endpoint,
+        body: &Bytes,
+        key_of: Option<KeyOf>,
+    ) -> Result<(Parsed, Option<Result<RequestKey, Ineligible>>), ProxyError> {
         let (prompts, body) = (self.prompts.clone(), body.clone());
         let span = tracing::Span::current();
         self.pool
             .run(body.len(), move || {
-                span.in_scope(|| prompts.parse(endpoint, &body))
+                let key = key_of.map(|of| {
+                    request_key(&of.path, of.auth.as_deref(), &body).map(|mut k| {
+                        k.model = prompts.pipelines().resolve(&k.model).route_model.to_owned();
+                        k
+                    })
+                });
+                let parsed = span.in_scope(|| prompts.parse(endpoint, &body))?;
+                Ok((parsed, key))
             })
             .await?
     }
@@ -217,39 +238,23 @@ impl Proxy {
             ProxyError::NoWorker(last_error)
         })
     }
+}
 
-    /// The cache's answer to a completion: its key is computed on the pool
-    /// (a JSON parse), the model named by its routed model (an adapter's
-    /// base), so that adapters share their base model's budget.
-    async fn cache_lookup(
-        &self,
-        cache: &ResponseCache,
-        path_and_query: &str,
-        headers: &HeaderMap,
-        body: &Bytes,
-    ) -> Lookup {
-        let (path, body_copy) = (path_and_query.to_owned(), body.clone());
-        let auth = headers
-            .get(axum::http::header::AUTHORIZATION)
-            .map(|v| v.as_bytes().to_vec());
-        let prompts = self.prompts.clone();
-        let key = self
-            .pool
-            .run(body.len(), move || {
-                request_key(&path, auth.as_deref(), &body_copy).map(|mut k| {
-                    k.model = prompts.pipelines().resolve(&k.model).route_model.to_owned();
-                    k
-                })
-            })
-            .await;
-        match key {
-            Ok(Ok(key)) => cache.lookup(key).await,
-            Ok(Err(why)) => {
-                cache.skipped(why);
-                Lookup::Bypass
-            }
-            // The pool is full: parsing now would only delay the routing.
-            Err(_) => Lookup::Bypass,
+/// What the response cache's key needs of a request besides its body.
+struct KeyOf {
+    /// The path with its query.
+    path: String,
+    /// The `Authorization` header (the tenant).
+    auth: Option<Vec<u8>>,
+}
+
+impl KeyOf {
+    fn new(path_and_query: &str, headers: &HeaderMap) -> Self {
+        KeyOf {
+            path: path_and_query.to_owned(),
+            auth: headers
+                .get(axum::http::header::AUTHORIZATION)
+                .map(|v| v.as_bytes().to_vec()),
         }
     }
 }

@@ -1,4 +1,4 @@
--- load.lua: record the load live workers reported in a response header
+-- report_load.lua: record the load live workers reported in a response header
 -- (ORCA) or a scrape, without touching their leases (only heartbeats renew
 -- leases).
 -- KEYS[1] = <base>:ids

@@ -1,4 +1,4 @@
--- inflight.lua: add deltas to this router's in-flight counts for workers:
+-- change_in_flight.lua: add deltas to this router's in-flight counts for workers:
 -- requests, and their uncached prompt tokens still before a first token.
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base, ARGV[2] = router_id, then triples: ARGV[3] = worker_id,

@@ -1,4 +1,4 @@
--- lookup.lua: read-only prefix match of a chain of blocks against live workers.
+-- probe.lua: read-only prefix match of a chain of blocks against live workers.
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base, ARGV[2..] = the request's block hashes in chain order.
 -- For each live worker: the number of leading blocks of the chain it holds
