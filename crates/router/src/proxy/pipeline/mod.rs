@@ -15,6 +15,7 @@ pub use admit::{admit, explain_admission, with_priority};
 pub use flow_gate::flow_admit;
 pub use prompts::{Parsed, Prompts};
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::http::{HeaderMap, Method};
@@ -23,7 +24,7 @@ use bytes::Bytes;
 use tracing::Instrument;
 
 use super::decision::{decision, phase, record_outcome};
-use super::{InFlightGuard, Proxy, ProxyError, forward, orca, pd};
+use super::{InFlightGuard, Proxy, ProxyError, migrate, orca, pd};
 use crate::response_cache::{Lookup, Miss, ResponseCache, request_key};
 use crate::telemetry::{self, SPANS};
 use protocol::headers::{ORCA_REQUEST_HEADER, ORCA_RESPONSE_HEADER};
@@ -52,7 +53,7 @@ struct Outgoing<'a> {
 impl Proxy {
     /// Routes and forwards one request; `body` is forwarded unchanged.
     pub async fn handle(
-        &self,
+        self: &Arc<Self>,
         endpoint: Endpoint,
         method: &Method,
         path_and_query: &str,
@@ -106,16 +107,24 @@ impl Proxy {
     ) -> Result<Parsed, ProxyError> {
         let (prompts, body) = (self.prompts.clone(), body.clone());
         let span = tracing::Span::current();
+        let migrating = self.migration.limit > 0;
         self.pool
             .run(body.len(), move || {
-                span.in_scope(|| prompts.parse(endpoint, &body))
+                span.in_scope(|| {
+                    let mut parsed = prompts.parse(endpoint, &body)?;
+                    if migrating {
+                        let sent = parsed.without_router_fields.as_ref().unwrap_or(&body);
+                        parsed.migration = Some(migrate::eligibility(endpoint, sent));
+                    }
+                    Ok(parsed)
+                })
             })
             .await?
     }
 
     /// Routes and forwards an admitted request.
     async fn forward_parsed(
-        &self,
+        self: &Arc<Self>,
         endpoint: Endpoint,
         out: Outgoing<'_>,
         parsed: Parsed,
@@ -133,6 +142,7 @@ impl Proxy {
             model,
             chain,
             streamed,
+            migration,
             ..
         } = parsed;
         tracing::Span::current().record("model", model.as_str());
@@ -178,6 +188,13 @@ impl Proxy {
         drop(flow);
         metrics::counter!("prefix_router_decisions_total", "outcome" => decision(&ranked, tracked))
             .increment(1);
+        let client = migrate::Client {
+            method,
+            path_and_query,
+            headers: &headers,
+            chain: &chain,
+        };
+        let (mut migration, body) = migrate::prepare(&self.migration, migration, &client, body);
         let mut last_error = String::from("no live worker");
         for target in ranked.iter().take(decide.max_attempts) {
             let worker = &target.candidate.worker_id;
@@ -198,7 +215,7 @@ impl Proxy {
                     record_outcome(&model, target, &chain);
                     orca::record_load(&decide.store, &model, worker, &resp);
                     let strip = asked_orca.then_some(ORCA_RESPONSE_HEADER);
-                    let resp = forward::relay(resp, worker, guard, strip);
+                    let resp = self.relay(&mut migration, resp, worker, &target.url, guard, strip);
                     return Ok(match miss {
                         Some((cache, miss)) => cache.record(miss, resp),
                         None => resp,
