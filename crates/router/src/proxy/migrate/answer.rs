@@ -11,6 +11,14 @@ use serde_json::{Map, Value, json};
 
 use super::eligible::Eligible;
 
+/// What the client gets of one event.
+pub(super) enum Relayed {
+    /// The event as the worker sent it.
+    AsSent,
+    /// This instead.
+    Rewritten(Bytes),
+}
+
 /// Why the current worker's stream cannot go on.
 #[derive(Debug, Clone)]
 pub(super) struct Broken(pub(super) String);
@@ -60,8 +68,8 @@ impl Answer {
         }
     }
 
-    /// Reads one event's data; returns what the client gets, if anything.
-    pub(super) fn on_event(&mut self, data: &[u8]) -> Result<Option<Bytes>, Broken> {
+    /// Reads one event's data; returns what the client gets.
+    pub(super) fn on_event(&mut self, data: &[u8]) -> Result<Relayed, Broken> {
         if data == b"[DONE]" {
             if !self.finished {
                 return Err(Broken(
@@ -69,7 +77,7 @@ impl Answer {
                 ));
             }
             self.done = true;
-            return Ok(Some(Bytes::from_static(b"data: [DONE]\n\n")));
+            return Ok(Relayed::AsSent);
         }
         let mut v: Value = serde_json::from_slice(data)
             .map_err(|e| Broken(format!("the worker sent an event that is not JSON: {e}")))?;
@@ -125,6 +133,15 @@ impl Answer {
             }
         }
         let usage_only = choices.is_empty() && v.get("usage").is_some();
+        // The first worker's chunks go as sent unless they carry ids the
+        // client did not ask for.
+        let ids_sent = v.get("prompt_token_ids").is_some()
+            || choices
+                .iter()
+                .any(|c| c.get("token_ids").is_some() || c.get("prompt_token_ids").is_some());
+        if self.moves == 0 && (self.request.client_ids || !ids_sent) {
+            return Ok(Relayed::AsSent);
+        }
         let out = match (self.upstream, self.request.chat) {
             (Upstream::Continuation, true) if !usage_only => self.as_chat_chunk(&v),
             _ => {
@@ -132,7 +149,7 @@ impl Answer {
                 v
             }
         };
-        Ok(Some(sse(&out)))
+        Ok(Relayed::Rewritten(sse(&out)))
     }
 
     /// The chunk `v` of this answer as the client gets it: the first

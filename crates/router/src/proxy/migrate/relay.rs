@@ -15,7 +15,7 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use serde_json::json;
 
-use super::answer::{Answer, Broken, sse};
+use super::answer::{Answer, Broken, Relayed, sse};
 use super::sse::Events;
 use super::{Migration, MigrationSettings, Moved};
 use crate::proxy::{InFlightGuard, Proxy};
@@ -109,9 +109,10 @@ impl Relay {
         self.events
             .push(bytes)
             .map_err(|_| Broken("an event over 16 MiB".into()))?;
-        while let Some(data) = self.events.next_data() {
-            if let Some(out) = self.answer.on_event(&data)? {
-                self.out.push_back(out);
+        while let Some((raw, data)) = self.events.next_data() {
+            match self.answer.on_event(&data)? {
+                Relayed::AsSent => self.out.push_back(raw),
+                Relayed::Rewritten(out) => self.out.push_back(out),
             }
             if self.answer.done {
                 // The answer is whole: what follows is not the client's.

@@ -2,7 +2,7 @@
 //! the bytes and hands out each complete event's `data`, however the
 //! bytes were split into chunks.
 
-use bytes::{Buf, BytesMut};
+use bytes::{Bytes, BytesMut};
 
 /// Longest event held while waiting for its end: a worker that sends more
 /// without an event boundary has failed (memory stays bounded).
@@ -28,15 +28,16 @@ impl Events {
         Ok(())
     }
 
-    /// The `data` of the next complete event (its `data:` lines joined by
-    /// newlines), if one is complete; events without data are skipped.
-    pub(super) fn next_data(&mut self) -> Option<Vec<u8>> {
+    /// The next complete event, as sent (its separator included), and its
+    /// `data` (its `data:` lines joined by newlines), if one is complete;
+    /// events without data are skipped.
+    pub(super) fn next_data(&mut self) -> Option<(Bytes, Vec<u8>)> {
         loop {
             let (end, sep) = boundary(&self.buf)?;
-            let event = self.buf.split_to(end);
-            self.buf.advance(sep);
+            let raw = self.buf.split_to(end + sep).freeze();
+            let event = &raw[..end];
             let mut data: Option<Vec<u8>> = None;
-            for line in event[..].split(|&b| b == b'\n') {
+            for line in event.split(|&b| b == b'\n') {
                 let line = line.strip_suffix(b"\r").unwrap_or(line);
                 if let Some(rest) = line.strip_prefix(b"data:") {
                     let rest = rest.strip_prefix(b" ").unwrap_or(rest);
@@ -49,8 +50,8 @@ impl Events {
                     }
                 }
             }
-            if data.is_some() {
-                return data;
+            if let Some(data) = data {
+                return Some((raw, data));
             }
         }
     }
@@ -86,7 +87,7 @@ mod tests {
             let mut out = Vec::new();
             for part in [&stream[..cut], &stream[cut..]] {
                 e.push(part).unwrap();
-                while let Some(d) = e.next_data() {
+                while let Some((_, d)) = e.next_data() {
                     out.push(d);
                 }
             }
