@@ -75,7 +75,7 @@ pub struct RunArgs {
     )]
     pub policies: Vec<String>,
     /// Scenarios, comma-separated: steady, router-restart, valkey-restart,
-    /// worker-kill. Each one runs every arm.
+    /// worker-kill, rolling-restart. Each one runs every arm.
     #[arg(
         long,
         value_delimiter = ',',

@@ -198,7 +198,8 @@ impl Runner {
         };
         bar.set_message("");
         let workers = fleet.sim_ids();
-        let counted = arm.sim_roles.is_some();
+        // Disaggregated arms (their counters), and faults (migrations).
+        let counted = arm.sim_roles.is_some() || scenario.has_event();
         let counters0 = match counted {
             true => Some(fleet.counters().await),
             false => None,

@@ -1,7 +1,8 @@
 //! Fault scenarios, applied once in the middle of a run: every router
 //! SIGKILLed and restarted, Valkey SIGKILLed and restarted (empty or from
 //! its append-only file), a cluster primary SIGKILLed (its replica takes
-//! over), or one worker SIGKILLed.
+//! over), one worker SIGKILLed, or every worker stopped with SIGTERM and
+//! restarted in turn (a rolling restart).
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -24,6 +25,8 @@ pub enum Scenario {
     ValkeyFailover,
     /// One worker killed (it stays down).
     WorkerKill,
+    /// Every worker stopped with SIGTERM and restarted, one after another.
+    RollingRestart,
 }
 
 impl FromStr for Scenario {
@@ -36,8 +39,9 @@ impl FromStr for Scenario {
             "valkey-restart" => Ok(Scenario::ValkeyRestart),
             "valkey-failover" => Ok(Scenario::ValkeyFailover),
             "worker-kill" => Ok(Scenario::WorkerKill),
+            "rolling-restart" => Ok(Scenario::RollingRestart),
             _ => Err(format!(
-                "unknown scenario {s:?}: expected steady, router-restart, valkey-restart, valkey-failover or worker-kill"
+                "unknown scenario {s:?}: expected steady, router-restart, valkey-restart, valkey-failover, worker-kill or rolling-restart"
             )),
         }
     }
@@ -52,6 +56,7 @@ impl Scenario {
             Scenario::ValkeyRestart => "valkey-restart",
             Scenario::ValkeyFailover => "valkey-failover",
             Scenario::WorkerKill => "worker-kill",
+            Scenario::RollingRestart => "rolling-restart",
         }
     }
 
@@ -106,6 +111,13 @@ pub async fn apply(
             let id = fleet.kill_sim(0).await?;
             Ok(format!("worker {id} SIGKILLed (stays down)"))
         }
+        Scenario::RollingRestart => {
+            let n = fleet.sim_ids().len();
+            fleet.restart_sims(Duration::from_secs(30)).await?;
+            Ok(format!(
+                "{n} workers SIGTERMed and restarted one after another"
+            ))
+        }
     }
 }
 
@@ -121,6 +133,7 @@ mod tests {
             Scenario::ValkeyRestart,
             Scenario::ValkeyFailover,
             Scenario::WorkerKill,
+            Scenario::RollingRestart,
         ] {
             assert_eq!(s.name().parse::<Scenario>(), Ok(s));
         }

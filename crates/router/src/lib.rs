@@ -75,8 +75,9 @@ mod telemetry;
 
 pub use config::{
     AdmissionArgs, AdmissionConfig, BodyMode, EppArgs, EppSettings, ExposureArgs, FlowArgs,
-    FlowSettings, GrpcTls, OtlpSettings, ResponseCacheArgs, ResponseCacheSettings, ServeArgs,
-    ServeConfig, StaticWorker, TenantConfig, TenantLimits, TenantSource,
+    FlowSettings, GrpcTls, MigrationArgs, MigrationSettings, OtlpSettings, ResponseCacheArgs,
+    ResponseCacheSettings, ServeArgs, ServeConfig, StaticWorker, TenantConfig, TenantLimits,
+    TenantSource,
 };
 pub use metrics_recorder::metrics_handle;
 pub use models::ModelConfig;

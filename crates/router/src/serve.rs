@@ -78,6 +78,7 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
         .with_pd_skip_prefill_share(cfg.pd_skip_prefill_share)
         .with_pd_prefill_policy(cfg.pd_prefill_policy)
         .with_response_cache(cache)
+        .with_migration(cfg.migration)
         .with_flow_control(flow))
 }
 

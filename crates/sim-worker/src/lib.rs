@@ -3,7 +3,7 @@
 //! and timing ([`Engine`], [`TimeModel`]), served over vLLM's OpenAI API
 //! ([`server`]) and reported to a fleet as a real engine is.
 //!
-//! The model is pure: nothing in `engine`, `cache`, `events`, `timing` or
+//! The model is pure: nothing in `engine`, `cache`, `events`, `greedy`, `timing` or
 //! `transfer` does I/O, sleeps or reads a clock; every operation that depends on time
 //! takes `now` as a [`Duration`](std::time::Duration) since an epoch the
 //! caller chooses (the server's start `Instant`). That keeps it
@@ -15,6 +15,8 @@
 //! * [`engine`]: admission, scheduling, prefill and decode timing.
 //! * [`cache`]: the block pool, its LRU free queue, its CPU tier and events.
 //! * [`events`]: the event vocabulary, the tiers ([`Medium`]) and replay.
+//! * `greedy`: [`Vocabulary`], the answers' tokens as greedy decoding
+//!   gives them (each a function of the prompt and the tokens before it).
 //! * `timing`: [`TimeModel`], prefill and decode durations.
 //! * `transfer`: [`KvTransferModel`], remote-prefill pulls and CPU-tier
 //!   loads.
@@ -26,6 +28,7 @@
 pub mod cache;
 pub mod engine;
 pub mod events;
+mod greedy;
 pub mod server;
 mod timing;
 mod transfer;
@@ -36,6 +39,7 @@ pub use engine::{
     KvSource, PrefillSharing, SimRequest, Ticket, Tiers,
 };
 pub use events::{CacheEvent, CacheReplay, Medium, ReplayError, TierEvent};
+pub use greedy::{EmptyVocabulary, Sequence, Vocabulary};
 pub use timing::{TimeModel, TimeModelError};
 pub use transfer::{KvTransferModel, TransferModelError};
 

@@ -99,9 +99,16 @@ struct Args {
     /// Output tokens when a request gives no max_tokens.
     #[arg(long, default_value_t = 16)]
     default_max_tokens: usize,
-    /// The text of every output token.
-    #[arg(long, default_value = " tok")]
-    filler: String,
+    /// The text the answers' tokens are drawn from (tokenized at start;
+    /// each output token is a function of the prompt and the tokens
+    /// before it, as greedy decoding gives).
+    #[arg(long, default_value = sim_worker::server::DEFAULT_VOCABULARY)]
+    vocabulary: String,
+    /// Break every answer after some output tokens: `cut:N` (the
+    /// connection is cut), `error:N` (an error event ends the stream) or
+    /// `crash:N` (the process exits); also set live by `POST /sim/faults`.
+    #[arg(long)]
+    stream_fault: Option<sim_worker::server::StreamFault>,
     /// Report the cache to this fleet URL (any router, or a balancer).
     #[arg(long)]
     fleet_url: Option<String>,
@@ -217,7 +224,7 @@ fn config(args: Args) -> anyhow::Result<SimConfig> {
             transfer,
         },
         default_max_tokens: args.default_max_tokens,
-        filler: args.filler,
+        vocabulary: args.vocabulary,
         push,
         kv_events,
         faults: FaultSettings {
@@ -225,6 +232,7 @@ fn config(args: Args) -> anyhow::Result<SimConfig> {
             stop_reporting: args.stop_reporting,
             paused: args.paused,
             crash_after: args.crash_after,
+            stream_fault: args.stream_fault,
         },
     })
 }

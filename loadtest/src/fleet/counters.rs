@@ -49,6 +49,10 @@ pub struct FleetCounters {
     /// (`prefix_router_pd_requests_total{path}`: `disaggregated`,
     /// `skip_prefill`, `decode_only`), summed over replicas.
     pub pd_paths: BTreeMap<String, u64>,
+    /// The routers' mid-stream migrations by outcome
+    /// (`prefix_router_migrations_total{outcome}`: `migrated`,
+    /// `not_migrated`, `failed`), summed over replicas.
+    pub migrations: BTreeMap<String, u64>,
 }
 
 impl FleetCounters {
@@ -82,6 +86,7 @@ impl FleetCounters {
             c.remote_tokens += sum(&text, "sim:remote_prefill_tokens_total", None);
         }
         let mut pd_paths = BTreeMap::new();
+        let mut migrations = BTreeMap::new();
         for url in routers {
             let text = scrape(http, url).await;
             for path in ["disaggregated", "skip_prefill", "decode_only"] {
@@ -92,8 +97,20 @@ impl FleetCounters {
                 );
                 *pd_paths.entry(path.to_owned()).or_insert(0) += n;
             }
+            for outcome in ["migrated", "not_migrated", "failed"] {
+                let n = sum(
+                    &text,
+                    "prefix_router_migrations_total",
+                    Some(("outcome", outcome)),
+                );
+                *migrations.entry(outcome.to_owned()).or_insert(0) += n;
+            }
         }
-        FleetCounters { roles, pd_paths }
+        FleetCounters {
+            roles,
+            pd_paths,
+            migrations,
+        }
     }
 
     /// What was counted since `before` (a restarted process counts from 0:
@@ -121,15 +138,21 @@ impl FleetCounters {
                 }
             })
             .collect();
-        let pd_paths = self
-            .pd_paths
-            .iter()
-            .map(|(k, v)| {
-                let b = before.pd_paths.get(k).copied().unwrap_or(0);
-                (k.clone(), v.saturating_sub(b))
-            })
-            .collect();
-        FleetCounters { roles, pd_paths }
+        let since = |now: &BTreeMap<String, u64>, then: &BTreeMap<String, u64>| {
+            now.iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v.saturating_sub(then.get(k).copied().unwrap_or(0)),
+                    )
+                })
+                .collect()
+        };
+        FleetCounters {
+            roles,
+            pd_paths: since(&self.pd_paths, &before.pd_paths),
+            migrations: since(&self.migrations, &before.migrations),
+        }
     }
 
     /// The share of disaggregated requests whose prefill was skipped.
@@ -250,6 +273,7 @@ mod tests {
                 ("skip_prefill".to_owned(), skip),
                 ("disaggregated".to_owned(), disagg),
             ]),
+            migrations: BTreeMap::new(),
         };
         let d = at(700, 30, 60).since(&at(100, 0, 50));
         assert_eq!(d.roles[0].prompt_tokens, 600);

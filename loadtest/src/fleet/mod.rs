@@ -143,35 +143,55 @@ impl Fleet {
 
     /// Starts the sim-workers, reporting through the balancer if `report`.
     async fn start_sims(&mut self, report: bool) -> anyhow::Result<()> {
-        let fleet_url = self.balancer.url();
-        let spec = &self.spec;
-        let kv_events = spec.arm.kind.sims_publish_kv_events();
-        let count = spec
+        let count = self
+            .spec
             .arm
             .sim_roles
             .as_ref()
-            .map_or(spec.sims.count, Vec::len);
+            .map_or(self.spec.sims.count, Vec::len);
         for i in 0..count {
-            let mut settings = spec.sims.clone();
-            if let Some(role) = spec.arm.sim_roles.as_ref().and_then(|r| r.get(i)) {
-                settings
-                    .extra_args
-                    .extend(["--role".into(), role.to_string()]);
-            }
-            let sim = start_sim(
-                &spec.sim_program,
-                &settings,
-                i,
-                &spec.model,
-                &spec.tokenizer_dir,
-                report.then_some(fleet_url.as_str()),
-                kv_events,
-                &spec.routers.token,
-                &spec.dir,
-            )
-            .await
-            .with_context(|| format!("starting sim-worker {i}"))?;
+            let sim = self.start_one_sim(i, report).await?;
             self.sims.push(sim);
+        }
+        Ok(())
+    }
+
+    /// Starts sim-worker `i`, reporting through the balancer if `report`.
+    async fn start_one_sim(&self, i: usize, report: bool) -> anyhow::Result<Sim> {
+        let fleet_url = self.balancer.url();
+        let spec = &self.spec;
+        let mut settings = spec.sims.clone();
+        if let Some(role) = spec.arm.sim_roles.as_ref().and_then(|r| r.get(i)) {
+            settings
+                .extra_args
+                .extend(["--role".into(), role.to_string()]);
+        }
+        start_sim(
+            &spec.sim_program,
+            &settings,
+            i,
+            &spec.model,
+            &spec.tokenizer_dir,
+            report.then_some(fleet_url.as_str()),
+            spec.arm.kind.sims_publish_kv_events(),
+            &spec.routers.token,
+            &spec.dir,
+        )
+        .await
+        .with_context(|| format!("starting sim-worker {i}"))
+    }
+
+    /// Stops every sim-worker with SIGTERM (up to `patience` each, then
+    /// SIGKILL) and starts it again, one after another, each live again
+    /// before the next stops (a rolling restart). Only for fleets whose
+    /// workers report (a restarted sim has a new port).
+    pub async fn restart_sims(&mut self, patience: std::time::Duration) -> anyhow::Result<()> {
+        for i in 0..self.sims.len() {
+            let proc = &mut self.sims[i].proc;
+            tokio::task::block_in_place(|| proc.terminate(patience));
+            let sim = self.start_one_sim(i, true).await?;
+            self.sims[i] = sim;
+            self.wait_workers_live().await?;
         }
         Ok(())
     }

@@ -102,6 +102,7 @@ mod tests {
                 ("skip_prefill".to_owned(), 1),
                 ("disaggregated".to_owned(), 3),
             ]),
+            migrations: BTreeMap::new(),
         });
         let t = pd_table(&[arm("colocated"), pd]);
         let rows: Vec<&str> = t.lines().skip(2).collect();

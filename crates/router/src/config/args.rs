@@ -10,6 +10,7 @@ use protocol::parse_duration;
 use super::StaticWorker;
 use super::admission::AdmissionArgs;
 use super::flow::FlowArgs;
+use super::migration::MigrationArgs;
 use super::response_cache::ResponseCacheArgs;
 
 /// Flags of `prefix-router serve`; each also reads `PREFIX_ROUTER_<NAME>`.
@@ -162,6 +163,9 @@ pub struct ServeArgs {
     /// Flow control: saturation and the waiting room (boxed, as `exposure`).
     #[command(flatten)]
     pub flow: Box<FlowArgs>,
+    /// Mid-stream migration.
+    #[command(flatten)]
+    pub migration: MigrationArgs,
     /// Tenants, classes and their limits (boxed, as `exposure`).
     #[command(flatten)]
     pub admission: Box<AdmissionArgs>,

@@ -40,6 +40,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("epp", &self.epp)
             .field("response_cache", &self.response_cache)
             .field("flow", &self.flow)
+            .field("migration", &self.migration)
             .field("admission", &self.admission)
             .finish()
     }

@@ -10,6 +10,8 @@ mod epp;
 mod file;
 mod flow;
 mod flow_settings;
+mod migration;
+mod migration_settings;
 mod models;
 mod response_cache;
 mod static_worker;
@@ -19,6 +21,8 @@ pub use args::{ExposureArgs, OtlpSettings, ServeArgs};
 pub use epp::{BodyMode, EppArgs, EppSettings, GrpcTls};
 pub use flow::FlowArgs;
 pub use flow_settings::FlowSettings;
+pub use migration::MigrationArgs;
+pub use migration_settings::MigrationSettings;
 pub use response_cache::{ResponseCacheArgs, ResponseCacheSettings};
 pub use static_worker::StaticWorker;
 
@@ -117,6 +121,8 @@ pub struct ServeConfig {
     pub response_cache: Option<ResponseCacheSettings>,
     /// Flow control; `None` when off (no saturation threshold).
     pub flow: Option<FlowSettings>,
+    /// Mid-stream migration (`--migration-limit`, `--stall-timeout`).
+    pub migration: MigrationSettings,
     /// Tenants, classes and limits.
     pub admission: AdmissionConfig,
 }
@@ -293,6 +299,7 @@ impl ServeConfig {
                 max_bytes: file.response_cache_max_bytes,
             },
         )?;
+        let migration = migration::resolve(&args.migration)?;
         let flow = flow::resolve(
             &args.flow,
             flow::FileKeys {
@@ -396,6 +403,7 @@ impl ServeConfig {
             epp: None,
             response_cache,
             flow,
+            migration,
             admission,
         })
     }

@@ -86,6 +86,47 @@ pub fn relay(
     guard: InFlightGuard,
     strip: Option<&str>,
 ) -> Response {
+    relay_noting(resp, worker_id, guard, strip, None)
+}
+
+/// As [`relay`]; a server-sent-event stream that breaks ends with an
+/// error event saying so and `unmoved` (why the answer could not move to
+/// another worker), without `[DONE]` (a final chunk written right before
+/// a cut connection could be lost).
+pub(super) fn relay_noting(
+    resp: reqwest::Response,
+    worker_id: &str,
+    guard: InFlightGuard,
+    strip: Option<&str>,
+    unmoved: Option<&str>,
+) -> Response {
+    let builder = head(&resp, worker_id, strip);
+    let sse = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let cut_event = unmoved.filter(|_| sse).map(|why| {
+        let event = serde_json::json!({"error": {
+            "object": "error", "type": "worker_failed", "code": 502,
+            "message": format!("the worker failed mid-answer; not migrated: {why}"),
+        }});
+        Bytes::from(format!("data: {event}\n\n"))
+    });
+    let body = Body::from_stream(Guarded {
+        inner: Box::pin(resp.bytes_stream()),
+        guard,
+        cut_event,
+        failed: false,
+    });
+    with_body(builder, body, false)
+}
+
+/// The status and headers of the worker's response as ours (counted).
+pub(super) fn head(
+    resp: &reqwest::Response,
+    worker_id: &str,
+    strip: Option<&str>,
+) -> axum::http::response::Builder {
     metrics::counter!("prefix_router_upstream_responses_total", "status" => resp.status().as_u16().to_string()).increment(1);
     let mut builder = Response::builder().status(resp.status());
     if let Some(headers) = builder.headers_mut() {
@@ -98,10 +139,19 @@ pub fn relay(
             headers.insert(WORKER_HEADER, v);
         }
     }
-    let body = Body::from_stream(Guarded {
-        inner: Box::pin(resp.bytes_stream()),
-        guard,
-    });
+    builder
+}
+
+/// `builder`'s response with `body`; a body the router rewrites
+/// (`rewritten`) has no content length of the worker's.
+pub(super) fn with_body(
+    mut builder: axum::http::response::Builder,
+    body: Body,
+    rewritten: bool,
+) -> Response {
+    if rewritten && let Some(headers) = builder.headers_mut() {
+        headers.remove(header::CONTENT_LENGTH);
+    }
     builder
         .body(body)
         .unwrap_or_else(|_| Response::new(Body::empty()))
@@ -113,13 +163,30 @@ pub fn relay(
 struct Guarded<S> {
     inner: Pin<Box<S>>,
     guard: InFlightGuard,
+    /// Sent before the error when the stream breaks.
+    cut_event: Option<Bytes>,
+    /// The stream broke and the event went out: it ends there.
+    failed: bool,
 }
 
 impl<S: Stream<Item = Result<Bytes, reqwest::Error>>> Stream for Guarded<S> {
     type Item = Result<Bytes, reqwest::Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let next = self.inner.as_mut().poll_next(cx);
+        if self.failed {
+            return Poll::Ready(None);
+        }
+        let next = match self.inner.as_mut().poll_next(cx) {
+            Poll::Ready(Some(Err(e))) => match self.cut_event.take() {
+                Some(event) => {
+                    tracing::debug!(error = %e, "stream broke; error event sent");
+                    self.failed = true;
+                    return Poll::Ready(Some(Ok(event)));
+                }
+                None => Poll::Ready(Some(Err(e))),
+            },
+            other => other,
+        };
         if let Poll::Ready(Some(Ok(bytes))) = &next
             && !bytes.is_empty()
         {

@@ -28,6 +28,9 @@
 //! * `forward`: the HTTP client and the relay of a worker's answer
 //!   (headers only the router sets, `protocol::headers::RESERVED`, are
 //!   dropped as it is sent); `orca`: the load a worker reports in it.
+//! * `migrate`: a streamed answer whose worker fails mid-answer moves to
+//!   another worker and goes on in the same client stream (issue 29);
+//!   `forward`'s relay hands migratable answers to it.
 //! * `inflight`: [`InFlightGuard`], a request's count on its worker until
 //!   it ends; `cpu_pool`: where prompts are parsed and tokenized; `error`.
 
@@ -37,6 +40,7 @@ mod error;
 mod explain;
 mod forward;
 mod inflight;
+mod migrate;
 mod orca;
 mod pd;
 mod pick;
@@ -52,6 +56,7 @@ pub use pipeline::Endpoint;
 use std::sync::Arc;
 
 use crate::admission::Admission;
+use crate::config::MigrationSettings;
 use crate::flow::FlowControl;
 use crate::response_cache::ResponseCache;
 use crate::routing::{CacheAwareConfig, Policy};
@@ -76,6 +81,8 @@ pub struct Proxy {
     flow: Option<Arc<FlowControl>>,
     /// Tenants, classes and their limits.
     admission: Arc<Admission>,
+    /// Mid-stream migration (`migrate`).
+    migration: MigrationSettings,
 }
 
 impl Proxy {
@@ -99,7 +106,15 @@ impl Proxy {
             upstream,
             cache: None,
             flow: None,
+            migration: MigrationSettings::default(),
         }
+    }
+
+    /// Moves answers whose worker fails mid-stream by `settings`
+    /// (default: 3 times, 30 s stall timeout).
+    pub fn with_migration(mut self, settings: MigrationSettings) -> Self {
+        self.migration = settings;
+        self
     }
 
     /// Classifies and admits requests by `admission` (default: no limits).

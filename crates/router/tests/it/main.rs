@@ -31,6 +31,7 @@ mod inflight_reconcile;
 mod inspect;
 mod load_bounds;
 mod load_scrape;
+mod migration;
 mod models_lifecycle;
 mod multi_model;
 mod otlp;

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::app::App;
+use super::config::StreamFault;
 use super::error::{SimError, SimJson};
 use protocol::WorkerRole;
 
@@ -34,6 +35,19 @@ pub struct FaultsBody {
     /// Exit at once with status 137, without answering.
     #[serde(default)]
     crash: bool,
+    /// Break every answer after some tokens (`{"after_tokens": 3, "kind":
+    /// "cut" | "error" | "crash"}`); `null` clears it.
+    #[serde(default, deserialize_with = "some")]
+    stream_fault: Option<Option<StreamFault>>,
+}
+
+/// A present field, `null` included, as `Some`.
+fn some<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
 }
 
 /// `GET /sim/faults`: the faults in force.
@@ -78,6 +92,9 @@ pub async fn set_faults(
     if let Some(paused) = body.paused {
         app.core.set_paused(paused);
     }
+    if let Some(fault) = body.stream_fault {
+        app.core.set_stream_fault(fault);
+    }
     let now = current_faults(&app);
     tracing::info!(faults = %now, "faults changed");
     Ok(Json(now))
@@ -90,6 +107,7 @@ fn current_faults(app: &App) -> Value {
         "stop_reporting": st.reporters.stopped(),
         "lose_kv_batches": st.reporters.lose_kv_batches(),
         "paused": app.core.is_paused(),
+        "stream_fault": app.core.stream_fault(),
     })
 }
 

@@ -25,8 +25,8 @@ pub struct App {
     pub worker_id: String,
     /// The served model name.
     pub model: String,
-    /// The text of each output token.
-    pub filler: Arc<str>,
+    /// The tokens answers are made of.
+    pub vocabulary: crate::Vocabulary,
     /// Output tokens when a request names none.
     pub default_max_tokens: usize,
     /// Appended to `/metrics` (the process's own metrics, the pusher's).

@@ -31,8 +31,9 @@ pub struct SimConfig {
     pub tiers: Tiers,
     /// Output tokens when a request gives no `max_tokens`.
     pub default_max_tokens: usize,
-    /// The text of every output token.
-    pub filler: String,
+    /// The text the answers' tokens are drawn from (tokenized at start;
+    /// see [`Vocabulary`](crate::Vocabulary)).
+    pub vocabulary: String,
     /// Reporting to the fleet over HTTP, if enabled.
     pub push: Option<PushSettings>,
     /// vLLM KV events over ZeroMQ, if enabled.
@@ -45,7 +46,7 @@ impl SimConfig {
     /// Defaults for `model`, tokenized from `tokenizer_dir`: loopback port
     /// 0, worker id `sim-0`, vLLM's engine defaults (see
     /// [`EngineConfig::default`]), both roles, no CPU tier, 16 output
-    /// tokens of `" tok"`, no reporting, no faults.
+    /// tokens drawn from [`DEFAULT_VOCABULARY`], no reporting, no faults.
     pub fn new(model: impl Into<String>, tokenizer_dir: impl Into<PathBuf>) -> Self {
         SimConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -57,13 +58,17 @@ impl SimConfig {
             role: WorkerRole::Both,
             tiers: Tiers::default(),
             default_max_tokens: 16,
-            filler: " tok".into(),
+            vocabulary: DEFAULT_VOCABULARY.into(),
             push: None,
             kv_events: None,
             faults: FaultSettings::default(),
         }
     }
 }
+
+/// The text a sim's answers are drawn from unless told otherwise.
+pub const DEFAULT_VOCABULARY: &str =
+    " the quick brown fox jumps over a lazy dog while seven small birds sing";
 
 /// Reporting through the fleet's push API (a [`Pusher`](worker::push::Pusher)).
 #[derive(Debug, Clone)]
@@ -139,4 +144,55 @@ pub struct FaultSettings {
     pub paused: bool,
     /// Exit abruptly this long after start, like `kill -9`.
     pub crash_after: Option<Duration>,
+    /// Break every answer after some tokens (tests of mid-stream failure).
+    pub stream_fault: Option<StreamFault>,
+}
+
+/// Every answer breaks once it has sent `after_tokens` output tokens of a
+/// choice (answers shorter than that are not touched).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamFault {
+    /// Output tokens sent before it breaks.
+    pub after_tokens: usize,
+    /// How it breaks.
+    pub kind: StreamFaultKind,
+}
+
+/// How an answer breaks ([`StreamFault`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamFaultKind {
+    /// The connection is cut (no final chunk, no `[DONE]`).
+    Cut,
+    /// vLLM's error event inside the stream, then `[DONE]` (a
+    /// non-streamed answer: a 500).
+    Error,
+    /// The whole process exits at once (status 137), like `kill -9`.
+    Crash,
+}
+
+impl std::str::FromStr for StreamFault {
+    type Err = String;
+
+    /// `cut:N`, `error:N` or `crash:N`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (kind, n) = s
+            .split_once(':')
+            .ok_or_else(|| format!("expected KIND:TOKENS (cut:3, error:3, crash:3), got {s:?}"))?;
+        let kind = match kind {
+            "cut" => StreamFaultKind::Cut,
+            "error" => StreamFaultKind::Error,
+            "crash" => StreamFaultKind::Crash,
+            other => {
+                return Err(format!(
+                    "unknown stream fault {other:?}: cut, error or crash"
+                ));
+            }
+        };
+        let after_tokens = n
+            .parse()
+            .map_err(|e| format!("stream fault token count {n:?}: {e}"))?;
+        Ok(StreamFault { after_tokens, kind })
+    }
 }

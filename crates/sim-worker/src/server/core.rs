@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, oneshot, watch};
 
 use super::book::TokenBook;
+use super::config::StreamFault;
 use super::reporting::Reporters;
 use crate::{Admission, Engine, FinishReason, RequestId};
 use protocol::WorkerLoad;
@@ -103,6 +104,7 @@ pub struct SimCore {
     wake: Notify,
     next_id: AtomicU64,
     paused: watch::Sender<bool>,
+    stream_fault: watch::Sender<Option<StreamFault>>,
     pusher: Option<PusherHandle>,
 }
 
@@ -120,6 +122,7 @@ impl SimCore {
             wake: Notify::new(),
             next_id: AtomicU64::new(1),
             paused: watch::Sender::new(paused),
+            stream_fault: watch::Sender::new(None),
             pusher,
         }
     }
@@ -189,6 +192,16 @@ impl SimCore {
     /// Pauses or resumes answering.
     pub fn set_paused(&self, paused: bool) {
         self.paused.send_replace(paused);
+    }
+
+    /// How answers break, if they do.
+    pub fn stream_fault(&self) -> Option<StreamFault> {
+        *self.stream_fault.borrow()
+    }
+
+    /// Sets (or clears) how answers break.
+    pub fn set_stream_fault(&self, fault: Option<StreamFault>) {
+        self.stream_fault.send_replace(fault);
     }
 
     /// Waits while the server is paused.

@@ -64,6 +64,11 @@ pub fn plan(role: WorkerRole, p: &Prepared) -> Result<Disagg, SimError> {
     }
     let transfer =
         kv_transfer::parse(p.kv_transfer_params.as_ref()).map_err(|e| bad(e.to_string()))?;
+    if transfer != KvTransfer::Local && p.prompts.len() != 1 {
+        return Err(bad(
+            "kv_transfer_params: a disaggregated request has exactly one prompt",
+        ));
+    }
     match (role, transfer) {
         (_, KvTransfer::Local) => Ok(Disagg::Local),
         (WorkerRole::Prefill, KvTransfer::RemoteDecode) if p.stream => Err(bad(
@@ -91,12 +96,13 @@ pub fn plan(role: WorkerRole, p: &Prepared) -> Result<Disagg, SimError> {
 /// (block size, hash seed). A prompt the sim cannot reproduce (no hashes)
 /// is not checked.
 fn check_hashes(r: &RemotePrefill, p: &Prepared) -> Result<(), SimError> {
+    let hashes = p.prompts.first().map_or(&[][..], |q| &q.hashes[..]);
     match &r.remote_block_hashes {
-        Some(theirs) if !p.hashes.is_empty() && *theirs != p.hashes => Err(bad(format!(
+        Some(theirs) if !hashes.is_empty() && *theirs != hashes => Err(bad(format!(
             "kv_transfer_params.remote_block_hashes name {} blocks that are not this prompt's \
              {} (another request's params, or another block size or hash seed?)",
             theirs.len(),
-            p.hashes.len()
+            hashes.len()
         ))),
         _ => Ok(()),
     }
@@ -141,7 +147,7 @@ pub fn handoff_params(
         remote_num_tokens: Some(a.prompt_tokens as u64),
         remote_blocks_expiry_time: None,
         transfer_mode: Some("pull".into()),
-        remote_block_hashes: Some(p.hashes.clone()),
+        remote_block_hashes: p.prompts.first().map(|q| q.hashes.clone()),
     };
     serde_json::to_value(params).unwrap_or(Value::Null)
 }

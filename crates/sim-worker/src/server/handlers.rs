@@ -1,7 +1,10 @@
 //! The OpenAI routes, answered like vLLM's server but from the simulated
 //! engine: the answer's timing, its `usage.prompt_tokens_details.
 //! cached_tokens` and the `x-sim-cached-tokens` header come from the
-//! engine; the text is `max_tokens` filler tokens. A prefill or decode
+//! engine; the text is `max_tokens` tokens of the sim's vocabulary, each
+//! a function of the prompt and the tokens before it (greedy decoding:
+//! [`Vocabulary`](crate::Vocabulary)); a list of prompts gets one choice
+//! each. A prefill or decode
 //! worker's half of a disaggregated request is decided by `disagg`.
 
 use std::sync::Arc;
@@ -16,13 +19,15 @@ use bytes::Bytes;
 use serde_json::json;
 
 use super::app::App;
+use super::config::StreamFaultKind;
 use super::disagg::{Disagg, Producer, handoff_params, plan};
 use super::error::SimError;
 use super::metrics::{Sample, orca_header, render};
 use super::prompt::{Kind, prepare};
-use super::request::admit;
-use super::responses::Envelope;
-use super::stream::sse_body;
+use super::request::{RequestGuard, admit};
+use super::responses::{Choice, Envelope, usage};
+use super::stream::{Planned, breaks_at, crash, sse_body};
+use crate::Admission;
 use protocol::headers::{
     ORCA_REQUEST_HEADER, ORCA_RESPONSE_HEADER, SIM_CACHED_TOKENS_HEADER, SIM_REMOTE_TOKENS_HEADER,
     SIM_WORKER_HEADER,
@@ -65,47 +70,84 @@ async fn answer(
     .await
     .map_err(|e| internal(format!("tokenizing task failed: {e}")))??;
     let disagg = plan(app.role, &prepared)?;
-    let (guard, admission) = admit(&app.core, &prepared, disagg.source()).await?;
-    let envelope = Envelope::new(&prepared, &app.worker_id, guard.id().0);
+    let max_tokens = prepared.max_tokens;
+    let admitted = futures_util::future::try_join_all(
+        prepared
+            .prompts
+            .iter()
+            .map(|p| admit(&app.core, p, max_tokens, disagg.source())),
+    )
+    .await?;
+    let Some(first_id) = admitted.first().map(|(g, _)| g.id()) else {
+        return Err(internal("a request without prompts".into()));
+    };
+    let envelope = Envelope::new(&prepared, &app.worker_id, first_id.0);
     // Read now: the engine frees the blocks when the request ends.
     let block_ids = (disagg == Disagg::Handoff).then(|| {
         let st = app.core.lock();
         st.engine
             .cache()
-            .block_ids(guard.id())
+            .block_ids(first_id)
             .map(<[usize]>::to_vec)
             .unwrap_or_default()
     });
+    let admissions: Vec<Admission> = admitted.iter().map(|(_, a)| *a).collect();
     let mut out = HeaderMap::new();
+    let cached: usize = admissions
+        .iter()
+        .map(|a| a.cached_tokens + a.cpu_tokens)
+        .sum();
     out.insert(
         HeaderName::from_static(SIM_CACHED_TOKENS_HEADER),
-        HeaderValue::from(admission.cached_tokens + admission.cpu_tokens),
+        HeaderValue::from(cached),
     );
     if disagg == Disagg::Receive {
+        let remote: usize = admissions.iter().map(|a| a.remote_tokens).sum();
         out.insert(
             HeaderName::from_static(SIM_REMOTE_TOKENS_HEADER),
-            HeaderValue::from(admission.remote_tokens),
+            HeaderValue::from(remote),
         );
     }
     if let Ok(v) = HeaderValue::from_str(&app.worker_id) {
         out.insert(HeaderName::from_static(SIM_WORKER_HEADER), v);
     }
+    let choices: Vec<(RequestGuard, Planned)> = admitted
+        .into_iter()
+        .zip(&prepared.prompts)
+        .enumerate()
+        .map(|(index, ((guard, admission), p))| {
+            let tokens = app.vocabulary.answer(&p.tokens, admission.output_tokens);
+            let plan = Planned {
+                admission,
+                index,
+                prompt: Arc::clone(&p.tokens),
+                tokens,
+            };
+            (guard, plan)
+        })
+        .collect();
     if prepared.stream {
         out.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
         out.insert("cache-control", HeaderValue::from_static("no-cache"));
         let body = sse_body(
             Arc::clone(&app.core),
-            guard,
-            admission,
+            app.vocabulary.clone(),
             envelope,
+            choices,
             prepared.include_usage,
-            Arc::clone(&app.filler),
         );
         return Ok((out, Body::from_stream(body)).into_response());
     }
-    tokio::time::sleep_until(app.core.instant(admission.done_at)).await;
+    if let Some(broken) = broken_answer(&app, &choices, out.clone()).await {
+        return broken;
+    }
+    let done_at = admissions
+        .iter()
+        .map(|a| a.done_at)
+        .max()
+        .unwrap_or_default();
+    tokio::time::sleep_until(app.core.instant(done_at)).await;
     app.core.wait_unpaused().await;
-    guard.finish();
     // vLLM answers the ORCA request header on non-streamed responses only.
     if let Some(format) = headers
         .get(ORCA_REQUEST_HEADER)
@@ -116,8 +158,22 @@ async fn answer(
             out.insert(HeaderName::from_static(ORCA_RESPONSE_HEADER), v);
         }
     }
-    let text = app.filler.repeat(admission.output_tokens);
-    let mut answer = envelope.full(&admission, &text);
+    let vocab = &app.vocabulary;
+    let mut whole = Vec::with_capacity(choices.len());
+    for (_, plan) in &choices {
+        let text: String = plan.tokens.iter().map(|&t| vocab.text(t)).collect();
+        let ids: Vec<u32> = plan.tokens.iter().map(|&t| vocab.id(t)).collect();
+        let choice = Choice {
+            index: plan.index,
+            prompt: &plan.prompt,
+        };
+        whole.push((choice, text, ids));
+    }
+    let mut answer = envelope.full(&whole, usage(&admissions));
+    drop(whole);
+    for (guard, _) in choices {
+        guard.finish();
+    }
     if let Some(block_ids) = block_ids {
         let producer = Producer {
             engine_id: &app.worker_id,
@@ -125,11 +181,43 @@ async fn answer(
             host: app.addr.ip().to_string(),
             port: app.addr.port(),
         };
-        answer["kv_transfer_params"] =
-            handoff_params(&producer, &prepared, &admission, &block_ids, app.block_size);
+        let first = admissions.first().copied();
+        if let Some(first) = first {
+            answer["kv_transfer_params"] =
+                handoff_params(&producer, &prepared, &first, &block_ids, app.block_size);
+        }
         app.core.lock().stats.handoffs += 1;
     }
     Ok((out, Json(answer)).into_response())
+}
+
+/// A non-streamed answer that a [`StreamFault`](super::config::StreamFault)
+/// breaks: at the time of the token where it breaks, the connection is cut
+/// (a body that fails), a 500 is answered, or the process exits.
+async fn broken_answer(
+    app: &App,
+    choices: &[(RequestGuard, Planned)],
+    out: HeaderMap,
+) -> Option<Result<Response, SimError>> {
+    let fault = app.core.stream_fault()?;
+    let (_, plan) = choices
+        .iter()
+        .find(|(_, p)| breaks_at(Some(fault), fault.after_tokens, p.tokens.len()).is_some())?;
+    tokio::time::sleep_until(
+        app.core
+            .instant(plan.admission.token_at(fault.after_tokens)),
+    )
+    .await;
+    Some(match fault.kind {
+        StreamFaultKind::Crash => crash(),
+        StreamFaultKind::Error => Err(internal("the engine failed (simulated)".into())),
+        StreamFaultKind::Cut => {
+            let cut = futures_util::stream::once(async {
+                Err::<Bytes, _>(std::io::Error::other("stream cut (simulated fault)"))
+            });
+            Ok((out, Body::from_stream(cut)).into_response())
+        }
+    })
 }
 
 fn internal(message: String) -> SimError {

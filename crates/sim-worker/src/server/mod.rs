@@ -13,7 +13,7 @@
 //! event fan-out), `driver` (the clock task), `book` (block tokens for KV
 //! events), `reporting` (push and KV-event reporters), `prompt` (request →
 //! tokens → hashes), `request` (admission, abort on disconnect), `stream`
-//! (SSE timing), `responses` (JSON shapes), `handlers` (OpenAI routes),
+//! (SSE timing, stream faults), `responses` (JSON shapes), `handlers` (OpenAI routes),
 //! `render` (vLLM's render routes and `/tokenize`: the ids it would cache),
 //! `disagg` (a prefill or decode worker's half of a disaggregated request),
 //! `metrics` (Prometheus text, ORCA header), `admin` (`/sim/*`), `app`
@@ -37,7 +37,10 @@ mod responses;
 mod stream;
 
 pub use admin::CRASH_EXIT_CODE;
-pub use config::{FaultSettings, KvEventsSettings, PushSettings, SimConfig};
+pub use config::{
+    DEFAULT_VOCABULARY, FaultSettings, KvEventsSettings, PushSettings, SimConfig, StreamFault,
+    StreamFaultKind,
+};
 pub use metrics::{orca_header, py_float};
 
 use std::collections::HashMap;
@@ -94,6 +97,14 @@ pub enum SimServerError {
     /// The KV-event sockets cannot be set up.
     #[error("KV events: {0}")]
     KvEvents(#[from] PublisherError),
+    /// The answers' vocabulary is unusable.
+    #[error("the answer vocabulary {text:?}: {reason}")]
+    Vocabulary {
+        /// The text given.
+        text: String,
+        /// Why.
+        reason: String,
+    },
     /// A startup task panicked or was cancelled.
     #[error("startup task failed: {0}")]
     Task(String),
@@ -119,6 +130,7 @@ impl SimServer {
         metrics: Option<PrometheusHandle>,
     ) -> Result<SimServer, SimServerError> {
         let pipeline = load_pipeline(&config).await?;
+        let vocabulary = vocabulary(&pipeline, &config.vocabulary)?;
         let mut engine = Engine::new(config.engine)?;
         engine.set_tiers(config.tiers)?;
         engine.set_record_events(config.push.is_some() || config.kv_events.is_some());
@@ -177,6 +189,7 @@ impl SimServer {
             config.faults.paused,
             handle,
         ));
+        core.set_stream_fault(config.faults.stream_fault);
         let (stop, stop_rx) = watch::channel(false);
         let driver = tokio::spawn(driver::drive(Arc::clone(&core), stop_rx.clone()));
         let app = Arc::new(App {
@@ -184,7 +197,7 @@ impl SimServer {
             pipeline,
             worker_id: config.worker_id.clone(),
             model: config.model.clone(),
-            filler: Arc::from(config.filler.as_str()),
+            vocabulary,
             default_max_tokens: config.default_max_tokens,
             metrics,
             kv_endpoints,
@@ -272,6 +285,21 @@ impl Drop for SimServer {
 
 fn lock(state: &Mutex<EngineState>) -> std::sync::MutexGuard<'_, EngineState> {
     state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The tokens of `text` (no special tokens), each with its own text.
+fn vocabulary(pipeline: &ModelPipeline, text: &str) -> Result<crate::Vocabulary, SimServerError> {
+    let failed = |reason: String| SimServerError::Vocabulary {
+        text: text.to_owned(),
+        reason,
+    };
+    let tok = &pipeline.tokenizer;
+    let ids = tok.encode(text, false).map_err(|e| failed(e.to_string()))?;
+    let tokens = ids
+        .into_iter()
+        .map(|id| Ok((id, tok.decode(&[id]).map_err(|e| failed(e.to_string()))?)))
+        .collect::<Result<Vec<_>, SimServerError>>()?;
+    crate::Vocabulary::new(tokens).map_err(|e| failed(e.to_string()))
 }
 
 async fn load_pipeline(config: &SimConfig) -> Result<ModelPipeline, SimServerError> {

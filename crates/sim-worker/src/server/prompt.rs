@@ -20,6 +20,17 @@ pub enum Kind {
     Chat,
 }
 
+/// One prompt of a request: its ids and block hashes.
+#[derive(Debug, Clone)]
+pub struct PromptIds {
+    /// The prompt's token ids (for an unreproducible chat prompt, an
+    /// estimate of their number).
+    pub tokens: Arc<[u32]>,
+    /// The hashes of the prompt's full blocks; empty when the prompt cannot
+    /// be reproduced exactly (then it is never cached).
+    pub hashes: Vec<BlockHash>,
+}
+
 /// A request, reduced to what the simulation and the answer need.
 #[derive(Debug, Clone)]
 pub struct Prepared {
@@ -27,18 +38,18 @@ pub struct Prepared {
     pub kind: Kind,
     /// The `model` of the request (echoed in the answer).
     pub model: String,
-    /// The prompt's token ids (for an unreproducible chat prompt, an
-    /// estimate of their number).
-    pub tokens: Arc<[u32]>,
-    /// The hashes of the prompt's full blocks; empty when the prompt cannot
-    /// be reproduced exactly (then it is never cached).
-    pub hashes: Vec<BlockHash>,
+    /// Its prompts, one choice each: a completions request may give a
+    /// list; a chat request has one.
+    pub prompts: Vec<PromptIds>,
     /// Tokens to generate.
     pub max_tokens: usize,
     /// Server-sent events instead of one JSON answer.
     pub stream: bool,
     /// `stream_options.include_usage`: a final usage chunk.
     pub include_usage: bool,
+    /// `return_token_ids` (vLLM's): the prompt's and the answer's ids in
+    /// the answer.
+    pub return_token_ids: bool,
     /// The request's `kv_transfer_params`, as given (`server::disagg`
     /// reads them).
     pub kv_transfer_params: Option<Value>,
@@ -60,11 +71,24 @@ pub fn prepare(
     let json = parse_body(body)?;
     let model = served(&json, served_model)?;
     let max_tokens = max_tokens(kind, &json, default_max_tokens)?;
-    let (tokens, exact) = prompt_ids(kind, &json, body, pipeline)?;
-    let hashes = if exact {
-        pipeline.block_hashes(&tokens, tokenize::cache_salt(&json["cache_salt"]), None)
-    } else {
-        Vec::new()
+    let salt = tokenize::cache_salt(&json["cache_salt"]);
+    let hashed = |(tokens, exact): (Vec<u32>, bool)| {
+        let hashes = if exact {
+            pipeline.block_hashes(&tokens, salt.clone(), None)
+        } else {
+            Vec::new()
+        };
+        PromptIds {
+            tokens: Arc::from(tokens),
+            hashes,
+        }
+    };
+    let prompts = match kind {
+        Kind::Completions => each_prompt(&json)?
+            .into_iter()
+            .map(|p| Ok(hashed((nonempty(prompt_tokens(p, pipeline)?)?, true))))
+            .collect::<Result<Vec<_>, SimError>>()?,
+        Kind::Chat => vec![hashed(prompt_ids(kind, &json, body, pipeline)?)],
     };
     let stream = json.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let include_usage = stream
@@ -75,11 +99,14 @@ pub fn prepare(
     Ok(Prepared {
         kind,
         model,
-        tokens: Arc::from(tokens),
-        hashes,
+        prompts,
         max_tokens,
         stream,
         include_usage,
+        return_token_ids: json
+            .get("return_token_ids")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
         kv_transfer_params: json.get("kv_transfer_params").cloned(),
     })
 }
@@ -121,10 +148,32 @@ pub fn prompt_ids(
         Kind::Completions => (completion_tokens(json, pipeline)?, true),
         Kind::Chat => chat_tokens(json, body, pipeline)?,
     };
+    Ok((nonempty(tokens)?, exact))
+}
+
+/// `tokens`, or a 400 when there are none.
+pub fn nonempty(tokens: Vec<u32>) -> Result<Vec<u32>, SimError> {
     if tokens.is_empty() {
         return Err(bad("The prompt must not be empty."));
     }
-    Ok((tokens, exact))
+    Ok(tokens)
+}
+
+/// Every prompt of a completions body: a list of strings or of id lists
+/// is several prompts; anything else is one.
+pub fn each_prompt(json: &Value) -> Result<Vec<CompletionPrompt>, SimError> {
+    let bad = |e: tokenize::InvalidPrompt| SimError::bad_request(e.to_string());
+    match json.get("prompt") {
+        Some(Value::Array(items))
+            if items.first().is_some_and(|f| f.is_string() || f.is_array()) =>
+        {
+            items
+                .iter()
+                .map(|p| completion_prompt(&serde_json::json!({ "prompt": p })).map_err(bad))
+                .collect()
+        }
+        _ => Ok(vec![completion_prompt(json).map_err(bad)?]),
+    }
 }
 
 /// `max_tokens` (chat: `max_completion_tokens` first), at least 1.

@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 
 use super::app::App;
 use super::error::SimError;
-use super::prompt::{Kind, parse_body, prompt_ids, prompt_tokens, served};
+use super::prompt::{Kind, each_prompt, nonempty, parse_body, prompt_ids, prompt_tokens, served};
 use tokenize::{CompletionPrompt, completion_prompt};
 
 /// `POST /v1/completions/render`.
@@ -84,10 +84,7 @@ fn render_completions(app: &App, body: &[u8]) -> Result<Value, SimError> {
     let model = served(&json, &app.model)?;
     let mut out = Vec::new();
     for prompt in each_prompt(&json)? {
-        let ids = prompt_tokens(prompt, &app.pipeline)?;
-        if ids.is_empty() {
-            return Err(SimError::bad_request("The prompt must not be empty."));
-        }
+        let ids = nonempty(prompt_tokens(prompt, &app.pipeline)?)?;
         out.push(item(app, &json, &model, ids));
     }
     Ok(Value::Array(out))
@@ -134,21 +131,4 @@ fn tokenize_body(app: &App, body: &[u8]) -> Result<Value, SimError> {
         "tokens": ids,
         "token_strs": null,
     }))
-}
-
-/// Every prompt of a completions body: a list of strings or of id lists
-/// is several prompts; anything else is one.
-fn each_prompt(json: &Value) -> Result<Vec<CompletionPrompt>, SimError> {
-    let bad = |e: tokenize::InvalidPrompt| SimError::bad_request(e.to_string());
-    match json.get("prompt") {
-        Some(Value::Array(items))
-            if items.first().is_some_and(|f| f.is_string() || f.is_array()) =>
-        {
-            items
-                .iter()
-                .map(|p| completion_prompt(&json!({ "prompt": p })).map_err(bad))
-                .collect()
-        }
-        _ => Ok(vec![completion_prompt(json).map_err(bad)?]),
-    }
 }

@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 use super::core::SimCore;
 use super::error::SimError;
-use super::prompt::Prepared;
+use super::prompt::PromptIds;
 use crate::{Admission, EngineError, KvSource, RequestId, SimRequest, Ticket};
 
 /// Aborts its request on drop unless finished; see the module docs.
@@ -41,12 +41,13 @@ impl Drop for RequestGuard {
     }
 }
 
-/// Submits `p`, whose prompt KV comes from `source`, and waits until it
-/// runs. The response can only start then: its headers carry the
+/// Submits prompt `p` with `max_tokens` to generate, whose prompt KV
+/// comes from `source`, and waits until it runs. The response can only start then: its headers carry the
 /// cached-token count, which admission decides.
 pub async fn admit(
     core: &Arc<SimCore>,
-    p: &Prepared,
+    p: &PromptIds,
+    max_tokens: usize,
     source: KvSource,
 ) -> Result<(RequestGuard, Admission), SimError> {
     let id = core.next_id();
@@ -54,7 +55,7 @@ pub async fn admit(
         id,
         block_hashes: p.hashes.clone(),
         prompt_tokens: p.tokens.len(),
-        output_tokens: p.max_tokens,
+        output_tokens: max_tokens,
     };
     let now = core.now();
     let submitted = {

@@ -21,6 +21,19 @@ pub struct Envelope {
     pub model: String,
     /// The endpoint.
     pub kind: Kind,
+    /// `return_token_ids`: ids in the answer, where vLLM puts them
+    /// (completions: `prompt_token_ids` and `token_ids` in each choice;
+    /// chat: `prompt_token_ids` beside `choices`, `token_ids` in each).
+    pub token_ids: bool,
+}
+
+/// One choice's answer: its prompt's ids and what it generated.
+#[derive(Debug, Clone, Copy)]
+pub struct Choice<'a> {
+    /// Its index among the request's prompts.
+    pub index: usize,
+    /// Its prompt's ids.
+    pub prompt: &'a [u32],
 }
 
 impl Envelope {
@@ -37,6 +50,7 @@ impl Envelope {
                 .map_or(0, |d| d.as_secs()),
             model: p.model.clone(),
             kind: p.kind,
+            token_ids: p.return_token_ids,
         }
     }
 
@@ -58,55 +72,101 @@ impl Envelope {
         })
     }
 
-    /// The whole answer of a non-streamed request.
-    pub fn full(&self, a: &Admission, text: &str) -> Value {
-        let choice = match self.kind {
-            Kind::Completions => json!({
-                "index": 0, "text": text, "logprobs": null,
-                "finish_reason": "length", "stop_reason": null, "prompt_logprobs": null,
-            }),
-            Kind::Chat => json!({
-                "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": null,
-                            "tool_calls": [], "reasoning_content": null},
-                "logprobs": null, "finish_reason": "length", "stop_reason": null,
-            }),
-        };
-        let mut v = self.wrap(false, json!([choice]));
-        v["usage"] = usage(a);
+    /// The whole answer of a non-streamed request: one choice per prompt,
+    /// each with its text and generated ids.
+    pub fn full(&self, choices: &[(Choice<'_>, String, Vec<u32>)], usage: Value) -> Value {
+        let list: Vec<Value> = choices
+            .iter()
+            .map(|(c, text, ids)| {
+                let mut choice = match self.kind {
+                    Kind::Completions => json!({
+                        "index": c.index, "text": text, "logprobs": null,
+                        "finish_reason": "length", "stop_reason": null, "prompt_logprobs": null,
+                    }),
+                    Kind::Chat => json!({
+                        "index": c.index,
+                        "message": {"role": "assistant", "content": text, "refusal": null,
+                                    "tool_calls": [], "reasoning_content": null},
+                        "logprobs": null, "finish_reason": "length", "stop_reason": null,
+                    }),
+                };
+                if self.token_ids {
+                    choice["token_ids"] = json!(ids);
+                    if self.kind == Kind::Completions {
+                        choice["prompt_token_ids"] = json!(c.prompt);
+                    }
+                }
+                choice
+            })
+            .collect();
+        let mut v = self.wrap(false, Value::Array(list));
+        if self.token_ids
+            && self.kind == Kind::Chat
+            && let Some((c, _, _)) = choices.first()
+        {
+            v["prompt_token_ids"] = json!(c.prompt);
+        }
+        v["usage"] = usage;
         v
     }
 
-    /// The first chunk of a streamed chat answer: the role, no content.
-    pub fn role_chunk(&self) -> Bytes {
+    /// The first chunk of a streamed chat answer: the role, no content
+    /// (and the prompt's ids, when asked).
+    pub fn role_chunk(&self, c: Choice<'_>) -> Bytes {
         let choice = json!({
-            "index": 0, "delta": {"role": "assistant", "content": ""},
+            "index": c.index, "delta": {"role": "assistant", "content": ""},
             "logprobs": null, "finish_reason": null,
         });
-        sse(&self.wrap(true, json!([choice])))
+        let mut v = self.wrap(true, json!([choice]));
+        if self.token_ids {
+            v["prompt_token_ids"] = json!(c.prompt);
+        }
+        sse(&v)
     }
 
-    /// The chunk of one output token; the last one says why it ended.
-    pub fn token_chunk(&self, text: &str, last: bool) -> Bytes {
+    /// The chunk of output token `id` (its text `text`) of choice `c`, the
+    /// `first` of its answer or not; the last one says why it ended.
+    pub fn token_chunk(
+        &self,
+        c: Choice<'_>,
+        id: u32,
+        text: &str,
+        first: bool,
+        last: bool,
+    ) -> Bytes {
         let finish = if last { json!("length") } else { Value::Null };
-        let choice = match self.kind {
+        let mut choice = match self.kind {
             Kind::Completions => json!({
-                "index": 0, "text": text, "logprobs": null,
+                "index": c.index, "text": text, "logprobs": null,
                 "finish_reason": finish, "stop_reason": null,
             }),
             Kind::Chat => json!({
-                "index": 0, "delta": {"content": text},
+                "index": c.index, "delta": {"content": text},
                 "logprobs": null, "finish_reason": finish, "stop_reason": null,
             }),
         };
+        if self.token_ids {
+            choice["token_ids"] = json!([id]);
+            if first && self.kind == Kind::Completions {
+                choice["prompt_token_ids"] = json!(c.prompt);
+            }
+        }
         sse(&self.wrap(true, json!([choice])))
     }
 
     /// The final usage chunk (`stream_options.include_usage`).
-    pub fn usage_chunk(&self, a: &Admission) -> Bytes {
+    pub fn usage_chunk(&self, usage: Value) -> Bytes {
         let mut v = self.wrap(true, json!([]));
-        v["usage"] = usage(a);
+        v["usage"] = usage;
         sse(&v)
+    }
+
+    /// An error inside a stream, as vLLM sends one (then `[DONE]`).
+    pub fn error_chunk(message: &str) -> Bytes {
+        sse(&json!({"error": {
+            "object": "error", "message": message, "type": "InternalServerError",
+            "param": null, "code": 500,
+        }}))
     }
 }
 
@@ -115,14 +175,18 @@ pub fn done_chunk() -> Bytes {
     Bytes::from_static(b"data: [DONE]\n\n")
 }
 
-/// `usage`, with the prompt tokens not computed (as vLLM counts them:
-/// prefix cache, CPU tier and a remote prefill's KV).
-pub fn usage(a: &Admission) -> Value {
+/// `usage` of the choices admitted as `a`, with the prompt tokens not
+/// computed (as vLLM counts them: prefix cache, CPU tier and a remote
+/// prefill's KV).
+pub fn usage(a: &[Admission]) -> Value {
+    let prompt: usize = a.iter().map(|a| a.prompt_tokens).sum();
+    let output: usize = a.iter().map(|a| a.output_tokens).sum();
+    let cached: usize = a.iter().map(Admission::reported_cached_tokens).sum();
     json!({
-        "prompt_tokens": a.prompt_tokens,
-        "total_tokens": a.prompt_tokens + a.output_tokens,
-        "completion_tokens": a.output_tokens,
-        "prompt_tokens_details": {"cached_tokens": a.reported_cached_tokens()},
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + output,
+        "completion_tokens": output,
+        "prompt_tokens_details": {"cached_tokens": cached},
     })
 }
 

@@ -1,107 +1,201 @@
-//! Streamed answers: one SSE chunk per output token, each sent at the time
-//! the engine's schedule gives it ([`Admission::token_at`]).
+//! Streamed answers: one SSE chunk per output token of each choice, each
+//! sent at the time the engine's schedule gives it
+//! ([`Admission::token_at`]); the choices of a request with several
+//! prompts interleave in time order, then come the usage chunk (when
+//! asked) and `[DONE]`.
 //!
-//! The body owns the request's [`RequestGuard`]: when the client goes away
-//! hyper drops the body, and the guard aborts the request in the engine
-//! (its blocks are freed; uncached if its prefill had not completed).
+//! Each choice's stream owns its [`RequestGuard`]: when the client goes
+//! away hyper drops the body, and the guard aborts the request in the
+//! engine (its blocks are freed; uncached if its prefill had not
+//! completed). A [`StreamFault`] in force breaks the answer when a choice
+//! reaches its token count: the connection is cut, an error event ends
+//! the stream, or the process exits.
 
-use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 
+use super::config::{StreamFault, StreamFaultKind};
 use super::core::SimCore;
 use super::prompt::Kind;
 use super::request::RequestGuard;
-use super::responses::{Envelope, done_chunk};
-use crate::Admission;
+use super::responses::{Choice, Envelope, done_chunk, usage};
+use crate::{Admission, Vocabulary};
 
-/// What the stream sends next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Next {
-    /// The chat role chunk, with the first token.
-    Role,
-    /// Output token `i`.
-    Token(usize),
-    /// The usage chunk.
-    Usage,
-    /// `data: [DONE]`.
+/// One choice of an answer: its schedule and the tokens it generates
+/// (indices in the [`Vocabulary`]).
+pub struct Planned {
+    /// Its schedule.
+    pub admission: Admission,
+    /// Its index among the request's prompts.
+    pub index: usize,
+    /// Its prompt's ids.
+    pub prompt: Arc<[u32]>,
+    /// What it generates, `admission.output_tokens` of them.
+    pub tokens: Vec<usize>,
+}
+
+/// What a choice's stream yields.
+enum Event {
+    Chunk(Bytes),
+    Broken(StreamFaultKind),
+}
+
+/// What the whole body sends next.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Choices,
     Done,
-    /// Nothing more.
     End,
 }
 
-struct State {
-    core: Arc<SimCore>,
-    guard: Option<RequestGuard>,
-    admission: Admission,
-    envelope: Envelope,
-    include_usage: bool,
-    filler: Arc<str>,
-    next: Next,
+/// Exits the process now, as a crash does.
+pub fn crash() -> ! {
+    tracing::warn!("simulated crash (stream fault): exiting now");
+    std::process::exit(super::CRASH_EXIT_CODE)
+}
+
+/// Whether token `i` of an answer of `len` tokens is where `fault` breaks it.
+pub fn breaks_at(fault: Option<StreamFault>, i: usize, len: usize) -> Option<StreamFaultKind> {
+    fault
+        .filter(|f| f.after_tokens < len && i >= f.after_tokens)
+        .map(|f| f.kind)
 }
 
 /// The SSE body of a streamed answer; see the module docs.
 pub fn sse_body(
     core: Arc<SimCore>,
-    guard: RequestGuard,
-    admission: Admission,
+    vocab: Vocabulary,
     envelope: Envelope,
+    choices: Vec<(RequestGuard, Planned)>,
     include_usage: bool,
-    filler: Arc<str>,
-) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
+) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
+    let envelope = Arc::new(envelope);
+    let admissions: Vec<Admission> = choices.iter().map(|(_, c)| c.admission).collect();
+    let streams = choices.into_iter().map(|(guard, c)| {
+        Box::pin(choice_stream(
+            Arc::clone(&core),
+            vocab.clone(),
+            Arc::clone(&envelope),
+            guard,
+            c,
+        )) as Pin<Box<dyn Stream<Item = Event> + Send>>
+    });
+    let merged = futures_util::stream::select_all(streams);
+    futures_util::stream::unfold((merged, Phase::Choices), move |(mut merged, phase)| {
+        let (envelope, admissions) = (Arc::clone(&envelope), admissions.clone());
+        async move {
+            let (item, next) = match phase {
+                Phase::End => return None,
+                Phase::Done => (Ok(done_chunk()), Phase::End),
+                Phase::Choices => match merged.next().await {
+                    Some(Event::Chunk(b)) => (Ok(b), Phase::Choices),
+                    Some(Event::Broken(StreamFaultKind::Error)) => (
+                        Ok(Envelope::error_chunk("the engine failed (simulated)")),
+                        Phase::Done,
+                    ),
+                    Some(Event::Broken(_)) => (
+                        Err(std::io::Error::other("stream cut (simulated fault)")),
+                        Phase::End,
+                    ),
+                    None if include_usage => {
+                        (Ok(envelope.usage_chunk(usage(&admissions))), Phase::Done)
+                    }
+                    None => (Ok(done_chunk()), Phase::End),
+                },
+            };
+            Some((item, (merged, next)))
+        }
+    })
+}
+
+/// What one choice's stream sends next.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// The chat role chunk.
+    Role,
+    /// Output token `i`.
+    Token(usize),
+    /// Nothing more.
+    End,
+}
+
+struct ChoiceState {
+    core: Arc<SimCore>,
+    vocab: Vocabulary,
+    envelope: Arc<Envelope>,
+    plan: Planned,
+    guard: Option<RequestGuard>,
+    next: Next,
+}
+
+fn choice_stream(
+    core: Arc<SimCore>,
+    vocab: Vocabulary,
+    envelope: Arc<Envelope>,
+    guard: RequestGuard,
+    plan: Planned,
+) -> impl Stream<Item = Event> + Send + 'static {
     let first = match envelope.kind {
         Kind::Chat => Next::Role,
         Kind::Completions => Next::Token(0),
     };
-    let state = State {
+    let state = ChoiceState {
         core,
-        guard: Some(guard),
-        admission,
+        vocab,
         envelope,
-        include_usage,
-        filler,
+        plan,
+        guard: Some(guard),
         next: first,
     };
     futures_util::stream::unfold(state, |mut s| async move {
-        let chunk = match s.next {
+        let choice = Choice {
+            index: s.plan.index,
+            prompt: &s.plan.prompt,
+        };
+        let event = match s.next {
             Next::End => return None,
             Next::Role => {
                 s.wait_for(0).await;
                 s.next = Next::Token(0);
-                s.envelope.role_chunk()
+                Event::Chunk(s.envelope.role_chunk(choice))
             }
             Next::Token(i) => {
                 s.wait_for(i).await;
-                let last = i + 1 >= s.admission.output_tokens;
-                s.next = match (last, s.include_usage) {
-                    (false, _) => Next::Token(i + 1),
-                    (true, true) => Next::Usage,
-                    (true, false) => Next::Done,
-                };
-                s.envelope.token_chunk(&s.filler, last)
-            }
-            Next::Usage => {
-                s.next = Next::Done;
-                s.envelope.usage_chunk(&s.admission)
-            }
-            Next::Done => {
-                if let Some(guard) = s.guard.take() {
-                    guard.finish();
+                let len = s.plan.tokens.len();
+                if let Some(kind) = breaks_at(s.core.stream_fault(), i, len) {
+                    if kind == StreamFaultKind::Crash {
+                        crash();
+                    }
+                    s.next = Next::End;
+                    return Some((Event::Broken(kind), s));
                 }
-                s.next = Next::End;
-                done_chunk()
+                let last = i + 1 >= len;
+                let t = s.plan.tokens.get(i).copied().unwrap_or(0);
+                let chunk =
+                    s.envelope
+                        .token_chunk(choice, s.vocab.id(t), s.vocab.text(t), i == 0, last);
+                if last {
+                    s.next = Next::End;
+                    if let Some(guard) = s.guard.take() {
+                        guard.finish();
+                    }
+                } else {
+                    s.next = Next::Token(i + 1);
+                }
+                Event::Chunk(chunk)
             }
         };
-        Some((Ok(chunk), s))
+        Some((event, s))
     })
 }
 
-impl State {
+impl ChoiceState {
     /// Sleeps until output token `i` is due, and while the server is paused.
     async fn wait_for(&self, i: usize) {
-        tokio::time::sleep_until(self.core.instant(self.admission.token_at(i))).await;
+        tokio::time::sleep_until(self.core.instant(self.plan.admission.token_at(i))).await;
         self.core.wait_unpaused().await;
     }
 }

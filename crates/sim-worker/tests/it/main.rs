@@ -11,6 +11,7 @@ mod common;
 mod sim_cache;
 mod sim_disagg;
 mod sim_engine;
+mod sim_greedy;
 mod sim_process;
 mod sim_props;
 mod sim_tiers;

@@ -29,6 +29,7 @@ use crate::routing::{
 use known::Known;
 
 /// A request's prompt, reduced to what routing needs.
+#[derive(Clone)]
 pub struct Chain {
     pub hashes: Vec<BlockHash>,
     pub prompt_tokens: u64,

@@ -15,6 +15,7 @@ pub use admit::{admit, explain_admission, with_priority};
 pub use flow_gate::flow_admit;
 pub use prompts::{Parsed, Prompts};
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::http::{HeaderMap, Method};
@@ -23,7 +24,7 @@ use bytes::Bytes;
 use tracing::Instrument;
 
 use super::decision::{decision, phase, record_outcome};
-use super::{InFlightGuard, Proxy, ProxyError, forward, orca, pd};
+use super::{InFlightGuard, Proxy, ProxyError, migrate, orca, pd};
 use crate::response_cache::{Ineligible, Lookup, Miss, RequestKey, ResponseCache, request_key};
 use crate::telemetry::{self, SPANS};
 use protocol::headers::{ORCA_REQUEST_HEADER, ORCA_RESPONSE_HEADER};
@@ -52,7 +53,7 @@ struct Outgoing<'a> {
 impl Proxy {
     /// Routes and forwards one request; `body` is forwarded unchanged.
     pub async fn handle(
-        &self,
+        self: &Arc<Self>,
         endpoint: Endpoint,
         method: &Method,
         path_and_query: &str,
@@ -120,6 +121,7 @@ impl Proxy {
     ) -> Result<(Parsed, Option<Result<RequestKey, Ineligible>>), ProxyError> {
         let (prompts, body) = (self.prompts.clone(), body.clone());
         let span = tracing::Span::current();
+        let migrating = self.migration.limit > 0;
         self.pool
             .run(body.len(), move || {
                 let key = key_of.map(|of| {
@@ -128,7 +130,14 @@ impl Proxy {
                         k
                     })
                 });
-                let parsed = span.in_scope(|| prompts.parse(endpoint, &body))?;
+                let parsed = span.in_scope(|| {
+                    let mut parsed = prompts.parse(endpoint, &body)?;
+                    if migrating {
+                        let sent = parsed.without_router_fields.as_ref().unwrap_or(&body);
+                        parsed.migration = Some(migrate::eligibility(endpoint, sent));
+                    }
+                    Ok::<_, ProxyError>(parsed)
+                })?;
                 Ok((parsed, key))
             })
             .await?
@@ -136,7 +145,7 @@ impl Proxy {
 
     /// Routes and forwards an admitted request.
     async fn forward_parsed(
-        &self,
+        self: &Arc<Self>,
         endpoint: Endpoint,
         out: Outgoing<'_>,
         parsed: Parsed,
@@ -154,6 +163,7 @@ impl Proxy {
             model,
             chain,
             streamed,
+            migration,
             ..
         } = parsed;
         tracing::Span::current().record("model", model.as_str());
@@ -199,6 +209,13 @@ impl Proxy {
         drop(flow);
         metrics::counter!("prefix_router_decisions_total", "outcome" => decision(&ranked, tracked))
             .increment(1);
+        let client = migrate::Client {
+            method,
+            path_and_query,
+            headers: &headers,
+            chain: &chain,
+        };
+        let (mut migration, body) = migrate::prepare(&self.migration, migration, &client, body);
         let mut last_error = String::from("no live worker");
         for target in ranked.iter().take(decide.max_attempts) {
             let worker = &target.candidate.worker_id;
@@ -219,7 +236,7 @@ impl Proxy {
                     record_outcome(&model, target, &chain);
                     orca::record_load(&decide.store, &model, worker, &resp);
                     let strip = asked_orca.then_some(ORCA_RESPONSE_HEADER);
-                    let resp = forward::relay(resp, worker, guard, strip);
+                    let resp = self.relay(&mut migration, resp, worker, &target.url, guard, strip);
                     return Ok(match miss {
                         Some((cache, miss)) => cache.record(miss, resp),
                         None => resp,

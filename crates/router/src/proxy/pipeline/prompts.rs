@@ -39,6 +39,9 @@ pub struct Parsed {
     pub user: Option<String>,
     /// The body's `max_tokens` (or `max_completion_tokens`), when a number.
     pub max_tokens: Option<u64>,
+    /// Whether the answer can move to another worker mid-stream, when
+    /// migration is on (`migrate`; set by the pipeline).
+    pub migration: Option<Result<crate::proxy::migrate::Eligible, &'static str>>,
 }
 
 /// The fields of a body that routing reads; the rest is only checked to be
@@ -197,6 +200,7 @@ impl Prompts {
                 .max_tokens
                 .as_u64()
                 .or(fields.max_completion_tokens.as_u64()),
+            migration: None,
         })
     }
 

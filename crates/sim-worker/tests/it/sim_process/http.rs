@@ -152,7 +152,10 @@ async fn chat_answers_even_when_the_prompt_cannot_be_reproduced() {
         assert_eq!(resp.status(), 200);
         let answer: Value = resp.json().await.expect("body");
         assert_eq!(answer["object"], "chat.completion");
-        assert_eq!(answer["choices"][0]["message"]["content"], " tok tok");
+        let content = answer["choices"][0]["message"]["content"]
+            .as_str()
+            .expect("text");
+        assert!(!content.is_empty(), "{answer}");
         let cached = answer["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64();
         assert_eq!(cached > Some(0), expected_hit, "{answer}");
     }
@@ -219,7 +222,12 @@ async fn streams_follow_the_time_model_and_disconnects_abort() {
         .iter()
         .map(|p| serde_json::from_str(p).expect("JSON chunk"))
         .collect();
-    assert!(chunks.iter().all(|c| c["choices"][0]["text"] == " tok"));
+    assert!(
+        chunks.iter().all(|c| c["choices"][0]["text"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty())),
+        "{chunks:?}"
+    );
     assert_eq!(chunks[5]["choices"][0]["finish_reason"], "length");
     // Five decode steps of 150 ms: the schedule cannot be beaten, and the
     // tokens cannot all have come at once.
@@ -246,7 +254,10 @@ async fn streams_follow_the_time_model_and_disconnects_abort() {
         .map(|(_, d)| serde_json::from_str(d).expect("JSON chunk"))
         .collect();
     assert_eq!(data[0]["choices"][0]["delta"]["role"], "assistant");
-    assert_eq!(data[2]["choices"][0]["delta"]["content"], " tok");
+    assert!(
+        data[2]["choices"][0]["delta"]["content"].is_string(),
+        "{data:?}"
+    );
     assert_eq!(data[3]["usage"]["completion_tokens"], 2);
     assert_eq!(events.last().map(|e| e.1.as_str()), Some("[DONE]"));
 

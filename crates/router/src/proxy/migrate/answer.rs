@@ -1,0 +1,318 @@
+//! [`Answer`]: one streamed answer as the client sees it, across the
+//! workers that produced it. It reads each event of the current worker,
+//! keeps the prompt's and the generated token ids, and rewrites what the
+//! client gets: the first worker's `id`, `created` and `model` on every
+//! chunk, the ids only when the client asked for them, a continuation's
+//! completion chunks reshaped as chat chunks for a chat request, and the
+//! usage of the whole answer.
+
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+
+use super::eligible::Eligible;
+
+/// What the client gets of one event.
+pub(super) enum Relayed {
+    /// The event as the worker sent it.
+    AsSent,
+    /// This instead.
+    Rewritten(Bytes),
+}
+
+/// Why the current worker's stream cannot go on.
+#[derive(Debug, Clone)]
+pub(super) struct Broken(pub(super) String);
+
+/// What the current worker was asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Upstream {
+    /// The client's request (the first worker, or a restart before
+    /// anything reached the client).
+    Original,
+    /// A completion from the prompt's ids and those generated so far.
+    Continuation,
+}
+
+/// One answer across workers; see the module docs.
+pub(super) struct Answer {
+    request: Eligible,
+    upstream: Upstream,
+    /// `id`, `created` and `model` of the first chunk the client got.
+    head: Option<(Value, Value, Value)>,
+    /// The prompt's ids, from the first worker's first chunk.
+    prompt: Option<Vec<u32>>,
+    /// Every token generated so far.
+    generated: Vec<u32>,
+    /// A `finish_reason` arrived.
+    finished: bool,
+    /// `[DONE]` arrived after it.
+    pub(super) done: bool,
+    /// Times the answer moved to another worker.
+    pub(super) moves: u32,
+    /// Why it cannot be continued, once something seen says so.
+    stuck: Option<&'static str>,
+}
+
+impl Answer {
+    pub(super) fn new(request: Eligible) -> Self {
+        Answer {
+            request,
+            upstream: Upstream::Original,
+            head: None,
+            prompt: None,
+            generated: Vec::new(),
+            finished: false,
+            done: false,
+            moves: 0,
+            stuck: None,
+        }
+    }
+
+    /// Reads one event's data; returns what the client gets.
+    pub(super) fn on_event(&mut self, data: &[u8]) -> Result<Relayed, Broken> {
+        if data == b"[DONE]" {
+            if !self.finished {
+                return Err(Broken(
+                    "the worker ended the stream before the answer".into(),
+                ));
+            }
+            self.done = true;
+            return Ok(Relayed::AsSent);
+        }
+        let mut v: Value = serde_json::from_slice(data)
+            .map_err(|e| Broken(format!("the worker sent an event that is not JSON: {e}")))?;
+        if let Some(err) = v.get("error") {
+            let msg = err
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("error");
+            return Err(Broken(format!("the worker sent an error event: {msg}")));
+        }
+        let first_of_worker = self.head.is_none();
+        if self.head.is_none() {
+            self.head = Some((v["id"].clone(), v["created"].clone(), v["model"].clone()));
+        }
+        if self.prompt.is_none() && self.upstream == Upstream::Original {
+            let ids = v
+                .get("prompt_token_ids")
+                .or_else(|| v.pointer("/choices/0/prompt_token_ids"));
+            self.prompt = ids.and_then(ids_of);
+            if self.prompt.is_none() && first_of_worker {
+                self.stuck = Some("the worker sent no prompt_token_ids");
+            }
+        }
+        let choices = v["choices"].as_array().map_or(&[][..], Vec::as_slice);
+        if choices.len() > 1
+            || choices
+                .iter()
+                .any(|c| c["index"].as_u64().unwrap_or(0) != 0)
+        {
+            self.stuck = Some("several choices");
+        }
+        if let Some(c) = choices.first() {
+            let text = c.get("text").or_else(|| c.pointer("/delta/content"));
+            match c.get("token_ids").and_then(ids_of) {
+                Some(ids) => self.generated.extend(ids),
+                // A chat role chunk has neither text nor ids.
+                None if text.and_then(Value::as_str).is_none_or(str::is_empty) => {}
+                None => self.stuck = Some("the worker sent no token_ids"),
+            }
+            if !c["finish_reason"].is_null() {
+                self.finished = true;
+            }
+            let delta = &c["delta"];
+            let parsed = ["tool_calls", "reasoning_content", "reasoning"]
+                .iter()
+                .any(|k| {
+                    delta
+                        .get(*k)
+                        .is_some_and(|v| !v.is_null() && v != &json!([]))
+                });
+            if parsed {
+                self.stuck = Some("tool-call or reasoning parsing");
+            }
+        }
+        let usage_only = choices.is_empty() && v.get("usage").is_some();
+        // The first worker's chunks go as sent unless they carry ids the
+        // client did not ask for.
+        let ids_sent = v.get("prompt_token_ids").is_some()
+            || choices
+                .iter()
+                .any(|c| c.get("token_ids").is_some() || c.get("prompt_token_ids").is_some());
+        if self.moves == 0 && (self.request.client_ids || !ids_sent) {
+            return Ok(Relayed::AsSent);
+        }
+        let out = match (self.upstream, self.request.chat) {
+            (Upstream::Continuation, true) if !usage_only => self.as_chat_chunk(&v),
+            _ => {
+                self.rewrite(&mut v, usage_only);
+                v
+            }
+        };
+        Ok(Relayed::Rewritten(sse(&out)))
+    }
+
+    /// The chunk `v` of this answer as the client gets it: the first
+    /// chunk's envelope, ids only when asked, the whole answer's usage.
+    fn rewrite(&self, v: &mut Value, usage_only: bool) {
+        if let (Some((id, created, model)), Some(obj)) = (&self.head, v.as_object_mut()) {
+            obj.insert("id".into(), id.clone());
+            obj.insert("created".into(), created.clone());
+            obj.insert("model".into(), model.clone());
+            if self.request.chat {
+                obj.insert("object".into(), json!("chat.completion.chunk"));
+            }
+            if !self.request.client_ids || self.upstream == Upstream::Continuation {
+                obj.remove("prompt_token_ids");
+            }
+        }
+        if let Some(choices) = v["choices"].as_array_mut() {
+            for c in choices.iter_mut().filter_map(Value::as_object_mut) {
+                if !self.request.client_ids {
+                    c.remove("token_ids");
+                }
+                if !self.request.client_ids || self.upstream == Upstream::Continuation {
+                    c.remove("prompt_token_ids");
+                }
+            }
+        }
+        if usage_only && self.moves > 0 {
+            v["usage"] = self.usage(&v["usage"]);
+        }
+    }
+
+    /// A continuation's completion chunk as a chat chunk.
+    fn as_chat_chunk(&self, v: &Value) -> Value {
+        let c = &v["choices"][0];
+        let mut choice = Map::new();
+        choice.insert("index".into(), json!(0));
+        choice.insert("delta".into(), json!({"content": c["text"].clone()}));
+        choice.insert("logprobs".into(), Value::Null);
+        choice.insert("finish_reason".into(), c["finish_reason"].clone());
+        if let Some(stop) = c.get("stop_reason") {
+            choice.insert("stop_reason".into(), stop.clone());
+        }
+        if self.request.client_ids
+            && let Some(ids) = c.get("token_ids")
+        {
+            choice.insert("token_ids".into(), ids.clone());
+        }
+        let (id, created, model) = self.head.clone().unwrap_or_default();
+        json!({
+            "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+            "choices": [Value::Object(choice)],
+        })
+    }
+
+    /// The usage of the whole answer: the prompt as first sent, every
+    /// token generated; cached tokens as the last worker found them,
+    /// within the prompt.
+    fn usage(&self, last: &Value) -> Value {
+        let prompt = self.prompt.as_ref().map_or(0, Vec::len) as u64;
+        let completion = self.generated.len() as u64;
+        let mut u = json!({
+            "prompt_tokens": prompt,
+            "total_tokens": prompt + completion,
+            "completion_tokens": completion,
+        });
+        if let Some(cached) = last
+            .pointer("/prompt_tokens_details/cached_tokens")
+            .and_then(Value::as_u64)
+        {
+            u["prompt_tokens_details"] = json!({"cached_tokens": cached.min(prompt)});
+        }
+        u
+    }
+
+    /// Why the answer cannot move to another worker now, if it cannot.
+    pub(super) fn stuck(&self) -> Option<&'static str> {
+        // Nothing reached the client yet: its request can start again.
+        self.head.as_ref()?;
+        self.stuck.or(if self.prompt.is_none() {
+            Some("the worker sent no prompt_token_ids")
+        } else {
+            None
+        })
+    }
+
+    /// The body for the next worker and its path: the client's request
+    /// when nothing reached the client yet, else a completion from the
+    /// prompt's ids and those generated. `original` is the client's body.
+    pub(super) fn next_request(&self, original: &Bytes) -> Result<(bool, Bytes, Vec<u32>), Broken> {
+        let Some(prompt) = self.prompt.as_ref().filter(|_| self.head.is_some()) else {
+            return Ok((false, original.clone(), Vec::new()));
+        };
+        let mut tokens = Vec::with_capacity(prompt.len() + self.generated.len());
+        tokens.extend_from_slice(prompt);
+        tokens.extend_from_slice(&self.generated);
+        let mut body: Map<String, Value> = serde_json::from_slice(original)
+            .map_err(|e| Broken(format!("the request body: {e}")))?;
+        if self.request.chat {
+            for key in CHAT_ONLY {
+                body.shift_remove(key);
+            }
+        }
+        let generated = self.generated.len() as u64;
+        body.insert("prompt".into(), json!(tokens));
+        match self.request.max_tokens {
+            Some(max) if max <= generated => {
+                return Err(Broken("the answer had all its tokens".into()));
+            }
+            Some(max) => {
+                body.insert("max_tokens".into(), json!(max - generated));
+            }
+            None => {
+                body.shift_remove("max_tokens");
+            }
+        }
+        if let Some(min) = body.get("min_tokens").and_then(Value::as_u64) {
+            body.insert("min_tokens".into(), json!(min.saturating_sub(generated)));
+        }
+        body.insert("stream".into(), json!(true));
+        body.insert("return_token_ids".into(), json!(true));
+        let bytes = serde_json::to_vec(&body).map_err(|e| Broken(e.to_string()))?;
+        Ok((true, Bytes::from(bytes), tokens))
+    }
+
+    /// The next worker was asked `continued` (else the client's request
+    /// again).
+    pub(super) fn moved(&mut self, continued: bool) {
+        self.moves += 1;
+        self.upstream = if continued {
+            Upstream::Continuation
+        } else {
+            Upstream::Original
+        };
+    }
+}
+
+/// Chat fields a completion does not take (the prompt is already
+/// rendered).
+const CHAT_ONLY: [&str; 14] = [
+    "messages",
+    "chat_template",
+    "chat_template_kwargs",
+    "add_generation_prompt",
+    "continue_final_message",
+    "documents",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "max_completion_tokens",
+    "mm_processor_kwargs",
+    "add_special_tokens",
+    "reasoning_effort",
+    "include_reasoning",
+];
+
+fn ids_of(v: &Value) -> Option<Vec<u32>> {
+    v.as_array()?
+        .iter()
+        .map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()))
+        .collect()
+}
+
+/// An event carrying `v`.
+pub(super) fn sse(v: &Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}

@@ -1,0 +1,216 @@
+//! Which requests can be continued exactly on another worker, read from
+//! the body once, on the tokenizing pool, when migration is on.
+//!
+//! A streamed completion or chat request is migratable unless one of its
+//! fields makes the continuation inexact (the list is in
+//! `docs/migration.md`): more than one answer (`n`, `best_of`, beam
+//! search), constrained decoding (`response_format` other than text,
+//! `guided_*`, `structured_outputs`), tools, `logprobs`,
+//! `prompt_logprobs`, stop strings, `echo` and `suffix`. Non-streamed
+//! requests are not continued: a worker that fails before its answer is
+//! replaced before anything reaches the client, as every request's is.
+
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+use super::super::Endpoint;
+
+/// What the relay needs to know about a migratable request.
+#[derive(Debug, Clone)]
+pub(in crate::proxy) struct Eligible {
+    /// A chat request (continued through `/v1/completions`, its chunks
+    /// reshaped as chat chunks).
+    pub(super) chat: bool,
+    /// The client asked for `return_token_ids` itself.
+    pub(super) client_ids: bool,
+    /// The `model` the client named (an adapter keeps its name).
+    pub(super) model: String,
+    /// Its `cache_salt`.
+    pub(super) salt: Option<String>,
+    /// `max_tokens` (chat: `max_completion_tokens` first), when given.
+    pub(super) max_tokens: Option<u64>,
+}
+
+/// The fields that decide; the rest of the body is skipped.
+#[derive(Deserialize)]
+struct Fields {
+    #[serde(default)]
+    model: Value,
+    #[serde(default)]
+    stream: Value,
+    #[serde(default)]
+    cache_salt: Value,
+    #[serde(default)]
+    max_tokens: Value,
+    #[serde(default)]
+    max_completion_tokens: Value,
+    #[serde(default)]
+    return_token_ids: Value,
+    #[serde(default)]
+    n: Value,
+    #[serde(default)]
+    best_of: Value,
+    #[serde(default)]
+    use_beam_search: Value,
+    #[serde(default)]
+    response_format: Value,
+    #[serde(default, deserialize_with = "non_null")]
+    guided_json: bool,
+    #[serde(default, deserialize_with = "non_null")]
+    guided_regex: bool,
+    #[serde(default, deserialize_with = "non_null")]
+    guided_choice: bool,
+    #[serde(default, deserialize_with = "non_null")]
+    guided_grammar: bool,
+    #[serde(default, deserialize_with = "non_null")]
+    structured_outputs: bool,
+    #[serde(default, deserialize_with = "non_null")]
+    tools: bool,
+    #[serde(default, deserialize_with = "non_null")]
+    functions: bool,
+    #[serde(default)]
+    logprobs: Value,
+    #[serde(default)]
+    prompt_logprobs: Value,
+    #[serde(default)]
+    stop: Value,
+    #[serde(default)]
+    echo: Value,
+    #[serde(default, deserialize_with = "non_null")]
+    suffix: bool,
+}
+
+/// True when the key is present with a value other than `null`.
+fn non_null<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    Option::<serde::de::IgnoredAny>::deserialize(d).map(|v| v.is_some())
+}
+
+/// Whether a request to `endpoint` with `body` can be migrated; `Err`
+/// names why not.
+pub(in crate::proxy) fn eligibility(
+    endpoint: Endpoint,
+    body: &[u8],
+) -> Result<Eligible, &'static str> {
+    let chat = match endpoint {
+        Endpoint::Completions => false,
+        Endpoint::ChatCompletions => true,
+        Endpoint::Other => return Err("not a completion"),
+    };
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err("not a JSON object");
+    }
+    let f: Fields = serde_json::from_slice(body).map_err(|_| "not a JSON object")?;
+    let more_than_one = |v: &Value| v.as_u64().is_some_and(|n| n > 1);
+    let truthy = |v: &Value| !matches!(v, Value::Null | Value::Bool(false));
+    let why = if f.stream != true {
+        Some("not streamed")
+    } else if more_than_one(&f.n) || more_than_one(&f.best_of) || f.use_beam_search == true {
+        Some("several answers (n, best_of or beam search)")
+    } else if !(f.response_format.is_null() || f.response_format["type"] == "text")
+        || f.guided_json
+        || f.guided_regex
+        || f.guided_choice
+        || f.guided_grammar
+        || f.structured_outputs
+    {
+        Some("constrained decoding (response_format, guided_*, structured_outputs)")
+    } else if f.tools || f.functions {
+        Some("tools")
+    } else if truthy(&f.logprobs) || !f.prompt_logprobs.is_null() {
+        Some("logprobs")
+    } else if match &f.stop {
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        _ => false,
+    } {
+        Some("stop strings")
+    } else if f.echo == true || f.suffix {
+        Some("echo or suffix")
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        return Err(why);
+    }
+    let max = if chat {
+        f.max_completion_tokens.as_u64().or(f.max_tokens.as_u64())
+    } else {
+        f.max_tokens.as_u64()
+    };
+    Ok(Eligible {
+        chat,
+        client_ids: f.return_token_ids == true,
+        model: f.model.as_str().unwrap_or_default().to_owned(),
+        salt: tokenize::cache_salt(&f.cache_salt),
+        max_tokens: max,
+    })
+}
+
+/// `body` with `return_token_ids` set (the last key wins in vLLM's
+/// parser, so a client's `false` is overridden), unless the client asked
+/// for them already.
+pub(in crate::proxy) fn asking_for_ids(e: &Eligible, body: &bytes::Bytes) -> bytes::Bytes {
+    if e.client_ids {
+        return body.clone();
+    }
+    let trimmed = body.trim_ascii_end();
+    let Some(inner) = trimmed.strip_suffix(b"}") else {
+        return body.clone();
+    };
+    let empty = inner.trim_ascii() == b"{";
+    let mut out = Vec::with_capacity(body.len() + 26);
+    out.extend_from_slice(inner);
+    if !empty {
+        out.push(b',');
+    }
+    out.extend_from_slice(br#""return_token_ids":true}"#);
+    bytes::Bytes::from(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn check(body: Value) -> Result<Eligible, &'static str> {
+        eligibility(Endpoint::Completions, body.to_string().as_bytes())
+    }
+
+    #[test]
+    fn inexact_continuations_are_named() {
+        let ok = json!({"model": "m", "prompt": "p", "stream": true, "max_tokens": 9, "stop_token_ids": [2]});
+        let e = check(ok.clone()).unwrap();
+        assert_eq!(
+            (e.max_tokens, e.client_ids, e.chat),
+            (Some(9), false, false)
+        );
+        for (field, value) in [
+            ("stream", json!(false)),
+            ("n", json!(2)),
+            ("response_format", json!({"type": "json_object"})),
+            ("guided_regex", json!("a+")),
+            ("tools", json!([])),
+            ("logprobs", json!(1)),
+            ("stop", json!(["\n"])),
+            ("echo", json!(true)),
+        ] {
+            let mut body = ok.clone();
+            body[field] = value;
+            assert!(check(body).is_err(), "{field}");
+        }
+        let mut fine = ok.clone();
+        fine["response_format"] = json!({"type": "text"});
+        fine["logprobs"] = Value::Null;
+        fine["stop"] = json!([]);
+        assert!(check(fine).is_ok());
+        assert!(eligibility(Endpoint::Other, b"{}").is_err());
+    }
+
+    #[test]
+    fn ids_are_asked_for_once() {
+        let e = check(json!({"model": "m", "prompt": "p", "stream": true})).unwrap();
+        let body = bytes::Bytes::from_static(br#"{"model":"m","return_token_ids":false} "#);
+        let asked: Value = serde_json::from_slice(&asking_for_ids(&e, &body)).unwrap();
+        assert_eq!(asked["return_token_ids"], json!(true));
+    }
+}

@@ -1,0 +1,179 @@
+//! The relay of a migratable stream: the worker's events go to the
+//! client through [`Answer`]; when the worker fails after its first byte
+//! (the connection breaks, it ends before the answer, an error event, or
+//! no chunk within the stall timeout) the answer moves to another worker
+//! ([`Proxy::reroute`](super::super::Proxy)) and the same client stream
+//! goes on. Past the migration limit, or when the answer cannot be
+//! continued exactly, the client gets an error event and the stream ends
+//! without `[DONE]`.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use serde_json::json;
+
+use super::answer::{Answer, Broken, Relayed, sse};
+use super::sse::Events;
+use super::{Migration, MigrationSettings, Moved};
+use crate::proxy::{InFlightGuard, Proxy};
+
+type Upstream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
+
+/// One stream being relayed.
+struct Relay {
+    proxy: Arc<Proxy>,
+    settings: MigrationSettings,
+    migration: Migration,
+    upstream: Upstream,
+    guard: Option<InFlightGuard>,
+    /// The current worker's URL, and those that failed this answer.
+    url: String,
+    failed: Vec<String>,
+    events: Events,
+    answer: Answer,
+    out: VecDeque<Bytes>,
+    /// After `out`, the body ends.
+    end: bool,
+}
+
+/// The client's body of a migratable answer from `resp` of the worker at
+/// `url`; see the module docs.
+pub(in crate::proxy) fn body(
+    proxy: Arc<Proxy>,
+    migration: Migration,
+    resp: reqwest::Response,
+    url: &str,
+    guard: InFlightGuard,
+) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
+    let relay = Relay {
+        settings: proxy.migration,
+        proxy,
+        answer: Answer::new(migration.eligible.clone()),
+        migration,
+        upstream: Box::pin(resp.bytes_stream()),
+        guard: Some(guard),
+        url: url.to_owned(),
+        failed: Vec::new(),
+        events: Events::default(),
+        out: VecDeque::new(),
+        end: false,
+    };
+    futures_util::stream::unfold(relay, |mut r| async move {
+        loop {
+            if let Some(b) = r.out.pop_front() {
+                return Some((Ok(b), r));
+            }
+            if r.end {
+                return None;
+            }
+            r.pull().await;
+        }
+    })
+}
+
+impl Relay {
+    /// Reads the worker's next bytes (or notices it failed).
+    async fn pull(&mut self) {
+        let next = tokio::time::timeout(self.settings.stall_timeout, self.upstream.next()).await;
+        let broken = match next {
+            Ok(Some(Ok(bytes))) => {
+                if !bytes.is_empty()
+                    && let Some(g) = self.guard.as_mut()
+                {
+                    g.first_byte();
+                }
+                match self.read(&bytes) {
+                    Ok(()) => return,
+                    Err(b) => b,
+                }
+            }
+            Ok(Some(Err(e))) => Broken(format!("the stream broke: {e}")),
+            Ok(None) if self.answer.done => {
+                self.end = true;
+                return;
+            }
+            Ok(None) => Broken("the worker closed the stream before the answer ended".into()),
+            Err(_) => Broken(format!(
+                "no chunk for {:?} (--stall-timeout)",
+                self.settings.stall_timeout
+            )),
+        };
+        self.failover(broken).await;
+    }
+
+    /// Splits `bytes` into events and relays them.
+    fn read(&mut self, bytes: &[u8]) -> Result<(), Broken> {
+        self.events
+            .push(bytes)
+            .map_err(|_| Broken("an event over 16 MiB".into()))?;
+        while let Some((raw, data)) = self.events.next_data() {
+            match self.answer.on_event(&data)? {
+                Relayed::AsSent => self.out.push_back(raw),
+                Relayed::Rewritten(out) => self.out.push_back(out),
+            }
+            if self.answer.done {
+                // The answer is whole: what follows is not the client's.
+                self.guard = None;
+                self.end = true;
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// The worker failed: moves the answer to another, or ends it with an
+    /// error event.
+    async fn failover(&mut self, broken: Broken) {
+        self.guard = None;
+        self.events.clear();
+        self.failed.push(std::mem::take(&mut self.url));
+        tracing::warn!(reason = %broken.0, moves = self.answer.moves, "an answer's worker failed mid-stream");
+        let why_not = if self.answer.moves >= self.settings.limit {
+            Some("the migration limit was reached".to_owned())
+        } else {
+            self.answer.stuck().map(|s| format!("not migratable: {s}"))
+        };
+        if let Some(why) = why_not {
+            return self.give_up(&broken, &why, "not_migrated");
+        }
+        let (continued, body, tokens) = match self.answer.next_request(&self.migration.body) {
+            Ok(next) => next,
+            Err(b) => return self.give_up(&broken, &b.0, "not_migrated"),
+        };
+        let moved = self
+            .proxy
+            .reroute(&self.migration, continued, body, &tokens, &self.failed)
+            .await;
+        match moved {
+            Ok(Moved {
+                resp,
+                guard,
+                url,
+                worker,
+            }) => {
+                tracing::info!(worker, continued, "answer moved to another worker");
+                metrics::counter!("prefix_router_migrations_total", "outcome" => "migrated")
+                    .increment(1);
+                self.answer.moved(continued);
+                self.upstream = Box::pin(resp.bytes_stream());
+                self.guard = Some(guard);
+                self.url = url;
+            }
+            Err(e) => self.give_up(&broken, &e, "failed"),
+        }
+    }
+
+    /// Ends the client's stream with an error event (no `[DONE]`).
+    fn give_up(&mut self, broken: &Broken, why: &str, outcome: &'static str) {
+        metrics::counter!("prefix_router_migrations_total", "outcome" => outcome).increment(1);
+        let message = format!("the worker failed mid-answer ({}); {why}", broken.0);
+        tracing::warn!(%message, "answer not migrated");
+        self.out.push_back(sse(&json!({"error": {
+            "object": "error", "message": message, "type": "worker_failed", "code": 502,
+        }})));
+        self.end = true;
+    }
+}
