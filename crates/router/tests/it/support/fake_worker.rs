@@ -198,6 +198,12 @@ async fn handle(
         tokio::spawn(async move {
             let mut rx = rx;
             for (i, chunk) in SSE_CHUNKS.iter().enumerate() {
+                // An endless answer never finishes: after its first chunk
+                // it only keeps the stream alive (the router ends a
+                // client's stream at the answer's `[DONE]`).
+                if endless && i > 0 {
+                    break;
+                }
                 if let (Some(u), true) = (&usage, i == SSE_CHUNKS.len() - 1) {
                     let event = format!(
                         "data: {}\n\n",
