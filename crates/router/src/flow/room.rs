@@ -151,9 +151,20 @@ impl Room {
                 .is_some_and(|(at, ask)| !ask && at.elapsed() < FRESH)
     }
 
-    /// A routing call's reply: saturated or not.
+    /// A routing call's reply: saturated or not. It may only tell
+    /// requests to ask: whether entries wait fleet-wide is known from the
+    /// fleet's room alone, so a routing view that finds a free worker
+    /// (computed before its own request's claim) must not clear what the
+    /// room's last reply said (the fairness run's heavy tenant went around
+    /// the room 48 times that way).
     pub fn observe(&self, saturated: bool) {
-        self.lock().seen = Some((Instant::now(), saturated));
+        {
+            let mut st = self.lock();
+            let asked = st.seen.is_some_and(|(_, ask)| ask);
+            if saturated || !asked {
+                st.seen = Some((Instant::now(), saturated));
+            }
+        }
         metrics::gauge!("prefix_router_flow_saturated", "model" => self.model.clone())
             .set(f64::from(u8::from(saturated)));
     }
