@@ -132,9 +132,13 @@ impl Proxy {
                 });
                 let parsed = span.in_scope(|| {
                     let mut parsed = prompts.parse(endpoint, &body)?;
-                    if migrating {
+                    // Only a streamed answer can move: the others skip the
+                    // second read of the body.
+                    if migrating && parsed.streamed {
                         let sent = parsed.without_router_fields.as_ref().unwrap_or(&body);
                         parsed.migration = Some(migrate::eligibility(endpoint, sent));
+                    } else if migrating {
+                        parsed.migration = Some(Err("not streamed"));
                     }
                     Ok::<_, ProxyError>(parsed)
                 })?;
