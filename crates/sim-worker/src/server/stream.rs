@@ -37,6 +37,11 @@ pub struct Planned {
     pub tokens: Vec<usize>,
 }
 
+/// How long a broken answer waits before it breaks, so that the tokens it
+/// sent before reach the client: a fault breaks an answer after exactly
+/// `after_tokens` tokens.
+const FLUSH_BEFORE_BREAK: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// What a choice's stream yields.
 enum Event {
     Chunk(Bytes),
@@ -166,6 +171,11 @@ fn choice_stream(
                 s.wait_for(i).await;
                 let len = s.plan.tokens.len();
                 if let Some(kind) = breaks_at(s.core.stream_fault(), i, len) {
+                    // The tokens before the break were yielded; a body that
+                    // is never pending again gives hyper no turn to write
+                    // them out before the connection goes (a late timer on a
+                    // busy machine makes every later token due at once).
+                    tokio::time::sleep(FLUSH_BEFORE_BREAK).await;
                     if kind == StreamFaultKind::Crash {
                         crash();
                     }
