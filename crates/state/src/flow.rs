@@ -152,6 +152,28 @@ impl StateStore {
             .await
     }
 
+    /// Whether `model`'s waiting room holds anything: entries waiting or
+    /// dispatched and not yet routed (perhaps expired: the next
+    /// [`flow_dispatch`](Self::flow_dispatch) drops those). One read of two
+    /// keys of one slot on the routing lane: the one call a request makes
+    /// when this router's view says the workers take more, so that it does
+    /// not go past entries waiting on other routers.
+    pub async fn flow_busy(&self, model: &str) -> Result<bool, StateError> {
+        let part = self.flow_part(model)?;
+        let mut cmd = redis::cmd("EXISTS");
+        cmd.arg(&self.keys().flow_busy(&part));
+        let n: u64 = self
+            .inner
+            .conns
+            .with_hot(|mut c| async move {
+                cmd.query_async(&mut c)
+                    .await
+                    .map_err(|e| StateError::from_redis("flow busy", e))
+            })
+            .await?;
+        Ok(n > 0)
+    }
+
     /// The part holding `model`'s waiting room: its first.
     fn flow_part(&self, model: &str) -> Result<String, StateError> {
         let parts = self.parts(model)?;

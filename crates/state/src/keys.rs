@@ -34,6 +34,15 @@ impl KeySpace {
         format!("{}:ids", self.model_base(model))
     }
 
+    /// `<ns>:{<part>}:fb` and `<ns>:{<part>}:fg`: the priorities with
+    /// entries waiting in a model's waiting room, and the entries
+    /// dispatched from it and not yet routed (`flow_dispatch.lua`); both
+    /// absent while nothing waits.
+    pub fn flow_busy(&self, part: &str) -> [String; 2] {
+        let base = self.model_base(part);
+        [format!("{base}:fb"), format!("{base}:fg")]
+    }
+
     /// `<ns>:{<part>}:rc:<key>`: a cached response of a model's part
     /// (`response_put.lua` keeps its budget beside it).
     pub fn response_entry(&self, part: &str, key_hex: &str) -> String {
@@ -67,6 +76,7 @@ mod tests {
         assert_eq!(ks.worker_ids("Qwen/Qwen3-8B"), "pr:{Qwen/Qwen3-8B}:ids");
         assert_eq!(ks.models(), "pr:models");
         assert_eq!(ks.response_entry("m", "ab"), "pr:{m}:rc:ab");
+        assert_eq!(ks.flow_busy("m"), ["pr:{m}:fb", "pr:{m}:fg"]);
         assert_eq!(ks.tenant_base("key:ab"), "pr:tenant:{key:ab}");
     }
 

@@ -10,7 +10,8 @@
 //!
 //! * `settings`: [`FlowSettings`], the thresholds and the bounds.
 //! * `saturation`: the local view of a model's saturation, kept from the
-//!   routing calls' replies, so that the unsaturated path costs no call.
+//!   routing calls' replies, so that the unsaturated path costs one read
+//!   (whether anything waits fleet-wide) and no script.
 //! * `room`: a model's waiting room in this router: its waiters, the
 //!   dispatcher that polls the fleet's order while any wait, shedding.
 //! * `refusal`: [`Refusal`], why a request was not served, as a response.
@@ -96,8 +97,22 @@ impl FlowControl {
     pub async fn admit(&self, model: &str, class: &RequestClass) -> Result<Ticket, Refusal> {
         let room = self.room(model);
         if room.may_go_direct() {
-            record::Labels::of(class).admitted("direct", std::time::Duration::ZERO);
-            return Ok(Ticket::direct());
+            // This router's view says the workers take more; entries may
+            // still wait on other routers (or hold places dispatched to
+            // them), and a request must not go past them: one read says.
+            let busy = match self.store.flow_busy(model).await {
+                Ok(busy) => busy,
+                Err(e) => {
+                    // Without the shared state there is no fleet order to
+                    // keep (routing falls back too).
+                    tracing::debug!(error = %e, model, "flow busy unanswered; routing without flow control");
+                    false
+                }
+            };
+            if !busy {
+                record::Labels::of(class).admitted("direct", std::time::Duration::ZERO);
+                return Ok(Ticket::direct());
+            }
         }
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         room.wait(seq, class).await

@@ -140,9 +140,10 @@ impl Room {
         st.waiters.is_empty() && !st.dispatching
     }
 
-    /// Whether a request may be routed without asking: nothing waits here,
-    /// and the last reply (fresh) said the workers take more and nobody
-    /// waits fleet-wide.
+    /// Whether a request may be routed without asking the fleet's room:
+    /// nothing waits here, and the last reply (fresh) said the workers take
+    /// more and nobody waited fleet-wide. Entries that came to other
+    /// routers since are the caller's to check (`StateStore::flow_busy`).
     pub fn may_go_direct(&self) -> bool {
         let st = self.lock();
         st.waiters.is_empty()

@@ -146,6 +146,49 @@ async fn high_priority_sent_to_router_a_goes_before_low_priority_waiting_on_rout
     );
 }
 
+/// A router whose own view is clean (its last request left the worker a
+/// free place) and that holds no waiter itself must still not route past
+/// entries waiting on another router: in the 10:1 fairness run the heavy
+/// tenant's router sent 48–68 requests "direct" within the second it
+/// trusted such a view, while the other routers' entries waited.
+#[tokio::test]
+async fn a_router_with_an_empty_room_does_not_go_past_entries_waiting_on_another() {
+    let valkey = Valkey::start();
+    let w = worker(&valkey).await;
+    let two_each = || {
+        let mut s = args(Duration::from_secs(20), 1024);
+        s.flow.max_in_flight_per_worker = Some(2);
+        s
+    };
+    let a = Router::start(&valkey.url(), two_each()).await;
+    let b = Router::start(&valkey.url(), two_each()).await;
+    warm(&valkey, &[&a, &b], &w, 1500).await;
+    // Both routers' views from the warm-up grow stale: the next request of
+    // each asks the fleet's room.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // B: "one" leaves the worker a free place, so B trusts for a second
+    // that requests may go straight to routing.
+    let one = send(&b, "one", None);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // A: "two" takes the last place; "three" waits in the fleet's room.
+    let two = send(&a, "two", None);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let three = send(&a, "three", None);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // B again, within its second: "four" must wait behind "three".
+    let four = send(&b, "four", None);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        received(&w),
+        ["one", "two"],
+        "a request went past the fleet's waiting room"
+    );
+    for r in [one, two, three, four] {
+        assert_eq!(r.await.unwrap().0, 200);
+    }
+    assert_eq!(received(&w), ["one", "two", "three", "four"]);
+}
+
 #[tokio::test]
 async fn a_full_waiting_room_sheds_the_lowest_priority_first() {
     let valkey = Valkey::start();
