@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use super::decision::{Chain, Target, UrlFilter, decision, record_outcome};
 use super::pd::{self, PdPick, PrefillLeg};
-use super::pipeline::{Endpoint, Parsed, admit, flow_admit};
+use super::pipeline::{Endpoint, Parsed, admit, flow_admit, with_priority};
 use super::{InFlightGuard, Proxy, ProxyError};
 use crate::admission::Ticket;
 use crate::telemetry::{self, SPANS};
@@ -33,7 +33,8 @@ pub struct Pick {
     /// decode workers).
     pd: Option<PrefillLeg>,
     /// The body the worker must get instead of the client's, when the
-    /// client's carried fields only the router sets (`router_fields`).
+    /// client's carried fields only the router sets (`router_fields`), or
+    /// the router sets the request's priority (`--pass-priority`).
     without_router_fields: Option<Bytes>,
     /// The request's hold on its tenant's limits.
     ticket: Ticket,
@@ -76,7 +77,8 @@ impl Pick {
     }
 
     /// The body to send in place of the client's, when the client's
-    /// carried fields only the router sets; `None`: the client's as sent.
+    /// carried fields only the router sets or the router sets the
+    /// request's priority; `None`: the client's as sent.
     pub fn without_router_fields(&self) -> Option<&Bytes> {
         self.without_router_fields.as_ref()
     }
@@ -135,6 +137,11 @@ impl Proxy {
             without_router_fields,
             ..
         } = parsed;
+        // The gateway sends on the body the picker hands back: with the
+        // request's priority, when configured, as `serve` forwards it.
+        let handed = without_router_fields.as_ref().unwrap_or(body);
+        let without_router_fields =
+            with_priority(&self.admission, endpoint, &admitted, handed).or(without_router_fields);
         let span = tracing::Span::current();
         span.record("model", model.as_str());
         let decide = &self.decide;

@@ -131,3 +131,79 @@ async fn a_refusal_is_an_immediate_429_with_openais_headers() {
     envoy.close().await;
     picker.stop().await;
 }
+
+/// With `--pass-priority` the picker hands the gateway the body with the
+/// request's priority as vLLM's `priority` field (negated), the client's
+/// own replaced, as `serve` forwards it.
+#[tokio::test]
+async fn the_picker_hands_on_the_priority_of_the_requests_class() {
+    let valkey = Valkey::start();
+    let ttls = StateTtls {
+        worker_lease: Duration::from_secs(600),
+        ..StateTtls::default()
+    };
+    let s = store(&valkey, "pr", "test-probe", ttls);
+    let hb = WorkerHeartbeat {
+        worker_id: "w0".into(),
+        url: "http://127.0.0.2:8000".into(),
+        load: None,
+    };
+    s.heartbeat(MODEL, &hb).await.unwrap();
+    let mut a = args();
+    a.model = Some(MODEL.into());
+    a.admission = Box::new(AdmissionArgs {
+        objectives: vec!["interactive=10".into()],
+        pass_priority: true,
+        ..AdmissionArgs::default()
+    });
+    let grpc: SocketAddr = format!("127.0.0.1:{}", free_port().unwrap())
+        .parse()
+        .unwrap();
+    let picker = Router::start_epp(&valkey.url(), a, grpc, BodyMode::FullDuplexStreamed).await;
+    let mut handed = None;
+    for _ in 0..100 {
+        if tonic::transport::Channel::from_shared(format!("http://{grpc}"))
+            .unwrap()
+            .connect()
+            .await
+            .is_ok()
+        {
+            let mut envoy = Envoy::open(grpc).await;
+            let config = modes(
+                BodySendMode::FullDuplexStreamed,
+                BodySendMode::FullDuplexStreamed,
+            );
+            let extra = [
+                ("content-type", "application/json"),
+                ("x-gateway-inference-objective", "interactive"),
+            ];
+            envoy
+                .send(client_request("/v1/completions", &extra, config))
+                .await;
+            let body = serde_json::to_vec(
+                &json!({"model": MODEL, "prompt": "hi", "max_tokens": 4, "priority": 99}),
+            )
+            .unwrap();
+            envoy.send(request_body(&body, true)).await;
+            let first = envoy.recv().await;
+            assert!(!destination(&first).is_empty(), "{first:?}");
+            let mut pieces = Vec::new();
+            loop {
+                pieces.push(envoy.recv().await);
+                if handed_back(&pieces).1 {
+                    break;
+                }
+            }
+            handed = Some(handed_back(&pieces).0);
+            envoy.close().await;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let handed: serde_json::Value =
+        serde_json::from_slice(&handed.expect("the picker serves")).unwrap();
+    // vLLM serves lower values first: priority 10 is -10.
+    assert_eq!(handed["priority"], -10, "{handed}");
+    assert_eq!(handed["prompt"], "hi");
+    picker.stop().await;
+}

@@ -41,19 +41,20 @@ pub async fn explain_admission(
 }
 
 /// `body` with the request's priority as vLLM's `priority` field (the
-/// client's own replaced), when `--pass-priority` asks for it; else as it
-/// is.
+/// client's own replaced), when `--pass-priority` asks for it; `None`: the
+/// body goes on as it is. Both modes hand it on (`serve` forwards it, the
+/// picker sends it back to the gateway as the body's replacement).
 pub fn with_priority(
     admission: &Admission,
     endpoint: Endpoint,
     admitted: &Admitted,
-    body: Bytes,
-) -> Bytes {
+    body: &Bytes,
+) -> Option<Bytes> {
     if !admission.config().pass_priority || endpoint == Endpoint::Other {
-        return body;
+        return None;
     }
-    let Ok(serde_json::Value::Object(mut fields)) = serde_json::from_slice(&body) else {
-        return body;
+    let Ok(serde_json::Value::Object(mut fields)) = serde_json::from_slice(body) else {
+        return None;
     };
     // vLLM serves a lower value first; a class's priority is higher for
     // more important work.
@@ -61,10 +62,7 @@ pub fn with_priority(
         "priority".into(),
         serde_json::Value::from(-i64::from(admitted.class.priority)),
     );
-    match serde_json::to_vec(&fields) {
-        Ok(v) => Bytes::from(v),
-        Err(_) => body,
-    }
+    serde_json::to_vec(&fields).ok().map(Bytes::from)
 }
 
 /// What a request costs its tenant's tokens limit.

@@ -80,7 +80,7 @@ impl Proxy {
             };
             let body = parsed.without_router_fields.take().unwrap_or(body);
             let admitted = admit(&self.admission, headers, &parsed, &body).await?;
-            let body = with_priority(&self.admission, endpoint, &admitted, body);
+            let body = with_priority(&self.admission, endpoint, &admitted, &body).unwrap_or(body);
             let flow = flow_admit(self.flow.as_ref(), &parsed.model, &admitted.class).await?;
             let out = Outgoing {
                 method,
