@@ -47,20 +47,23 @@ pub struct FlowControl {
 /// the request in flight, then drop it (a dispatched one's place in the
 /// free capacity is handed back to its in-flight count).
 pub struct Ticket {
-    release: Option<(Arc<Room>, String)>,
+    release: Option<Release>,
 }
 
-impl Ticket {
-    /// Leave without flow control (off, or the workers not saturated).
-    pub fn direct() -> Ticket {
-        Ticket { release: None }
-    }
+/// What a ticket gives back when its request was counted in flight.
+enum Release {
+    /// Its place among the requests let go straight to routing.
+    Direct(Arc<Room>),
+    /// Its place in the fleet's free capacity (a dispatched member).
+    Dispatched(Arc<Room>, String),
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        if let Some((room, member)) = self.release.take() {
-            room.routed(member);
+        match self.release.take() {
+            Some(Release::Direct(room)) => room.direct_done(),
+            Some(Release::Dispatched(room, member)) => room.routed(member),
+            None => {}
         }
     }
 }
@@ -96,23 +99,25 @@ impl FlowControl {
     /// for it if the workers are saturated; or why not.
     pub async fn admit(&self, model: &str, class: &RequestClass) -> Result<Ticket, Refusal> {
         let room = self.room(model);
-        if room.may_go_direct() {
+        if room.try_direct() {
             // This router's view says the workers take more; entries may
             // still wait on other routers (or hold places dispatched to
             // them), and a request must not go past them: one read says.
-            let busy = match self.store.flow_busy(model).await {
-                Ok(busy) => busy,
-                Err(e) => {
-                    // Without the shared state there is no fleet order to
-                    // keep (routing falls back too).
-                    tracing::debug!(error = %e, model, "flow busy unanswered; routing without flow control");
-                    false
-                }
-            };
+            // Unanswered (a timeout of the routing lane on a busy
+            // machine): the fleet's room is asked as when busy, which tells
+            // a slow reply from an outage (the 10:1 run let 60 requests
+            // past its waiting entries when this counted as "not busy").
+            let busy = self.store.flow_busy(model).await.unwrap_or_else(|e| {
+                tracing::debug!(error = %e, model, "flow busy unanswered; asking the fleet's room");
+                true
+            });
             if !busy {
                 record::Labels::of(class).admitted("direct", std::time::Duration::ZERO);
-                return Ok(Ticket::direct());
+                return Ok(Ticket {
+                    release: Some(Release::Direct(room)),
+                });
             }
+            room.direct_done();
         }
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         room.wait(seq, class).await
@@ -123,7 +128,12 @@ impl FlowControl {
     /// must ask the fleet's waiting room).
     pub fn observe<'a>(&self, model: &str, candidates: impl Iterator<Item = &'a Candidate>) {
         let room = self.room(model);
-        room.observe(saturation::saturated(&self.settings.thresholds, candidates));
+        let t = &self.settings.thresholds;
+        let candidates: Vec<&Candidate> = candidates.collect();
+        room.observe(
+            saturation::saturated(t, candidates.iter().copied()),
+            saturation::free_places(t, candidates.iter().copied()),
+        );
     }
 
     /// What explain shows: the thresholds, whether `candidates` are

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::record::Labels;
-use super::{FlowSettings, Refusal, ShedReason, Ticket, band, unix_ms_at};
+use super::{FlowSettings, Refusal, Release, ShedReason, Ticket, band, unix_ms_at};
 use crate::admission::RequestClass;
 use state::{Arrival, FlowArrival, FlowDispatch, StateStore, flow_member};
 
@@ -56,6 +56,12 @@ struct RoomState {
     /// When the last reply came, and whether requests must ask the fleet's
     /// room (saturated, or entries waiting).
     seen: Option<(Instant, bool)>,
+    /// The free places the last reply saw (see `saturation::free_places`).
+    free: u64,
+    /// Requests let go straight to routing and not yet counted in flight
+    /// by their routing call: at most `free` at once, so a burst after a
+    /// clean reply does not all go past the room.
+    direct: u64,
 }
 
 impl RoomState {
@@ -140,30 +146,46 @@ impl Room {
         st.waiters.is_empty() && !st.dispatching
     }
 
-    /// Whether a request may be routed without asking the fleet's room:
-    /// nothing waits here, and the last reply (fresh) said the workers take
-    /// more and nobody waited fleet-wide. Entries that came to other
-    /// routers since are the caller's to check (`StateStore::flow_busy`).
-    pub fn may_go_direct(&self) -> bool {
-        let st = self.lock();
-        st.waiters.is_empty()
+    /// Takes a place to route a request without asking the fleet's room,
+    /// if it may: nothing waits here, the last reply (fresh) said the
+    /// workers take more and nobody waited fleet-wide, and fewer requests
+    /// went straight to routing since than the places it saw free. Entries
+    /// that came to other routers since are the caller's to check
+    /// (`StateStore::flow_busy`); the place goes back with
+    /// [`direct_done`](Self::direct_done).
+    pub fn try_direct(&self) -> bool {
+        let mut st = self.lock();
+        let may = st.waiters.is_empty()
+            && st.direct < st.free
             && st
                 .seen
-                .is_some_and(|(at, ask)| !ask && at.elapsed() < FRESH)
+                .is_some_and(|(at, ask)| !ask && at.elapsed() < FRESH);
+        if may {
+            st.direct += 1;
+        }
+        may
     }
 
-    /// A routing call's reply: saturated or not. It may only tell
-    /// requests to ask: whether entries wait fleet-wide is known from the
-    /// fleet's room alone, so a routing view that finds a free worker
-    /// (computed before its own request's claim) must not clear what the
+    /// A request let go straight to routing was counted in flight (or
+    /// went to the fleet's room after all).
+    pub fn direct_done(&self) {
+        let mut st = self.lock();
+        st.direct = st.direct.saturating_sub(1);
+    }
+
+    /// A routing call's view: saturated or not, and the places free (the
+    /// routed request counted). It may only tell requests to ask: whether
+    /// entries wait fleet-wide is known from the fleet's room alone, so a
+    /// routing view that finds a free worker must not clear what the
     /// room's last reply said (the fairness run's heavy tenant went around
     /// the room 48 times that way).
-    pub fn observe(&self, saturated: bool) {
+    pub fn observe(&self, saturated: bool, free: u64) {
         {
             let mut st = self.lock();
             let asked = st.seen.is_some_and(|(_, ask)| ask);
             if saturated || !asked {
                 st.seen = Some((Instant::now(), saturated));
+                st.free = free;
             }
         }
         metrics::gauge!("prefix_router_flow_saturated", "model" => self.model.clone())
@@ -171,7 +193,11 @@ impl Room {
     }
 
     fn seen(&self, d: &FlowDispatch) {
-        self.lock().seen = Some((Instant::now(), d.saturated || d.waiting > 0));
+        {
+            let mut st = self.lock();
+            st.seen = Some((Instant::now(), d.saturated || d.waiting > 0));
+            st.free = d.free;
+        }
         metrics::gauge!("prefix_router_flow_saturated", "model" => self.model.clone())
             .set(f64::from(u8::from(d.saturated)));
         metrics::gauge!("prefix_router_flow_fleet_waiting", "model" => self.model.clone())
@@ -348,7 +374,7 @@ impl Room {
     ) -> Ticket {
         labels.admitted(path, started.elapsed());
         Ticket {
-            release: member.map(|m| (self.clone(), m)),
+            release: member.map(|m| Release::Dispatched(self.clone(), m)),
         }
     }
 

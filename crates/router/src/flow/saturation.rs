@@ -40,6 +40,22 @@ pub fn saturated<'a>(
     any
 }
 
+/// The places `candidates` have free, by `flow_dispatch.lua`'s rule: over
+/// the workers past no threshold, those left below the most in flight
+/// (one each without that limit).
+pub fn free_places<'a>(
+    t: &SaturationThresholds,
+    candidates: impl Iterator<Item = &'a Candidate>,
+) -> u64 {
+    candidates
+        .filter(|c| past(t, c).is_empty())
+        .map(|c| match t.max_in_flight {
+            0 => 1,
+            most => most.saturating_sub(c.in_flight),
+        })
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,6 +92,22 @@ mod tests {
         assert_eq!(
             past(&t, &c(5, 3, 1.0)),
             ["in_flight", "waiting", "kv_usage"]
+        );
+    }
+
+    #[test]
+    fn free_places_count_what_the_workers_past_no_threshold_have_left() {
+        let t = t();
+        assert_eq!(free_places(&t, [].iter()), 0);
+        // 4 - 1, and a worker past its waiting threshold adds nothing.
+        assert_eq!(free_places(&t, [c(1, 0, 0.0), c(0, 2, 0.0)].iter()), 3);
+        let one_each = SaturationThresholds {
+            max_in_flight: 0,
+            ..t
+        };
+        assert_eq!(
+            free_places(&one_each, [c(9, 0, 0.0), c(9, 0, 0.5)].iter()),
+            2
         );
     }
 }

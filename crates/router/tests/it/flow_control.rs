@@ -189,6 +189,33 @@ async fn a_router_with_an_empty_room_does_not_go_past_entries_waiting_on_another
     assert_eq!(received(&w), ["one", "two", "three", "four"]);
 }
 
+/// A burst on a router whose view is clean goes straight to routing only
+/// as far as the places it saw free; the rest ask the fleet's room (in the
+/// 10:1 fairness run, 60 requests of a burst at a phase's start went past
+/// the room before any routing reply said the workers were saturated).
+#[tokio::test]
+async fn a_burst_after_a_clean_view_goes_straight_only_to_the_places_seen_free() {
+    let valkey = Valkey::start();
+    let w = worker(&valkey).await;
+    let mut s = args(Duration::from_secs(20), 1024);
+    s.flow.max_in_flight_per_worker = Some(2);
+    let r = Router::start(&valkey.url(), s).await;
+    warm(&valkey, &[&r], &w, 1500).await;
+    // The warm-up's reply is fresh and clean: two places free.
+    let burst: Vec<_> = (0..8).map(|i| send(&r, &format!("b{i}"), None)).collect();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let at_once = received(&w).len();
+    assert!(
+        at_once <= 3,
+        "{at_once} of a burst of 8 reached a worker with 2 places: {:?}",
+        received(&w)
+    );
+    for r in burst {
+        assert_eq!(r.await.unwrap().0, 200);
+    }
+    assert_eq!(received(&w).len(), 8);
+}
+
 #[tokio::test]
 async fn a_full_waiting_room_sheds_the_lowest_priority_first() {
     let valkey = Valkey::start();
