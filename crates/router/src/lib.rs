@@ -27,6 +27,10 @@
 //!   routing, by `proxy` for both `serve` and `epp`.
 //! * `response_cache`: the optional cache of deterministic completions in
 //!   Valkey, asked by `proxy` before routing, replayed byte for byte.
+//! * `lmcache`: the LMCache controller as a state source (issue 31): its
+//!   lookup of a prompt's tokens (under a deadline, cached briefly) widens
+//!   the candidates by what each worker's LMCache holds, on its tier; its
+//!   per-instance key counts, polled, break ties. Asked by `proxy`.
 //! * `metrics_recorder`: the Prometheus recorder, installed once per process.
 //! * `memory`: the allocator set up to hand memory back after oversized
 //!   prompts (used by `serve` at start and by `proxy`'s tokenizing pool).
@@ -63,6 +67,7 @@ mod error;
 mod flow;
 mod forward_paths;
 mod hop;
+mod lmcache;
 mod load_scrape;
 mod memory;
 mod metrics_recorder;
@@ -75,9 +80,9 @@ mod telemetry;
 
 pub use config::{
     AdmissionArgs, AdmissionConfig, BodyMode, EppArgs, EppSettings, ExposureArgs, FlowArgs,
-    FlowSettings, GrpcTls, MigrationArgs, MigrationSettings, OtlpSettings, ResponseCacheArgs,
-    ResponseCacheSettings, ServeArgs, ServeConfig, StaticWorker, TenantConfig, TenantLimits,
-    TenantSource,
+    FlowSettings, GrpcTls, LmCacheArgs, LmCacheSettings, MigrationArgs, MigrationSettings,
+    OtlpSettings, ResponseCacheArgs, ResponseCacheSettings, ServeArgs, ServeConfig, StaticWorker,
+    TenantConfig, TenantLimits, TenantSource,
 };
 pub use metrics_recorder::metrics_handle;
 pub use models::ModelConfig;
