@@ -115,7 +115,9 @@ async fn a_silent_or_unreachable_controller_costs_no_request() {
     r.stop().await;
     hold.abort();
 
-    // Nothing listens at all: the same, as errors.
+    // Nothing listens at all: the same, as errors (new workers: a new
+    // Valkey).
+    let valkey = Valkey::start();
     let port = free_port().unwrap();
     let r = Router::start(
         &valkey.url(),

@@ -4,7 +4,8 @@
 //! back to the workers last seen live when Valkey is away (`known`), and
 //! claims and counts the request for a worker the atomic step did not
 //! (`assign`), and widens the candidates by what the workers' LMCache
-//! holds of the prompt (`lmcache`, when `--lmcache-controller` is set). Its input is a prompt's [`Chain`]; its output, [`Target`]s.
+//! holds of the prompt (`lmcache`, when `--lmcache-controller` is set).
+//! Its input is a prompt's [`Chain`]; its output, [`Target`]s.
 //! Both modes (`serve`'s pipeline and the endpoint picker's pick) and the
 //! P/D steps (`pd`) decide through it.
 
