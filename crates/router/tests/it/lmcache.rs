@@ -374,4 +374,48 @@ async fn a_prefix_only_an_instances_lmcache_holds_goes_to_its_worker() {
     );
     assert_eq!(counter(&m, "prefix_router_lmcache_up"), 1.0, "{m}");
     r.stop().await;
+
+    // Disaggregated: the prefill worker is the one whose LMCache holds the
+    // prompt (`vllm-1` is prefill worker p1 here, `w0` is p0).
+    let valkey = Valkey::start();
+    let r = Router::start(
+        &valkey.url(),
+        lm_args(&controller_url, &["vllm-1=p1", "w0=p0"]),
+    )
+    .await;
+    let mut prefill = Vec::new();
+    for id in ["p0", "p1"] {
+        let w = FakeWorker::start(id).await;
+        *w.shared.kv_transfer_params.lock().unwrap() = Some(json!({
+            "do_remote_prefill": true, "do_remote_decode": false,
+            "remote_block_ids": [[1]], "remote_engine_id": id,
+            "remote_request_id": format!("cmpl-{id}"), "remote_host": "127.0.0.1",
+            "remote_port": 5600, "tp_size": 1,
+        }));
+        let hb = json!({"worker_id": id, "url": w.url(), "model": M, "role": "prefill"});
+        assert_eq!(post(&r, "/internal/heartbeat", &hb).await.0, 200);
+        prefill.push(w);
+    }
+    let decode = FakeWorker::start("d0").await;
+    let hb = json!({"worker_id": "d0", "url": decode.url(), "model": M, "role": "decode"});
+    assert_eq!(post(&r, "/internal/heartbeat", &hb).await.0, 200);
+    let (c, d) = (prompt(4, 520), prompt(5, 530));
+    operate(&sim1, "admit", &c, "LocalCPUBackend").await;
+    operate(&sim0, "admit", &d, "LocalCPUBackend").await;
+    until_controller(&controller_url, &c, |l| l["vllm-1"][1] == 520).await;
+    until_controller(&controller_url, &d, |l| l["w0"][1] == 530).await;
+    assert_eq!(complete(&r, &c, Duration::from_secs(10)).await, 200);
+    assert_eq!(complete(&r, &d, Duration::from_secs(10)).await, 200);
+    let hits = |w: &FakeWorker| w.shared.hits.load(Ordering::SeqCst);
+    assert_eq!((hits(&prefill[0]), hits(&prefill[1])), (1, 1));
+    assert_eq!(
+        prefill[1].shared.bodies.lock().unwrap()[0]["prompt"],
+        json!(c)
+    );
+    assert_eq!(
+        prefill[0].shared.bodies.lock().unwrap()[0]["prompt"],
+        json!(d)
+    );
+    assert_eq!(hits(&decode), 2);
+    r.stop().await;
 }
