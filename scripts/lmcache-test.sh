@@ -13,9 +13,12 @@ venv="${LMCACHE_VENV:-$PWD/target/lmcache-venv}"
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import lmcache, msgspec, zmq' 2>/dev/null; then
   start=$(date +%s)
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --no-deps "lmcache==${LMCACHE_VERSION:-0.5.6}"
-  "$venv/bin/pip" install -q -r scripts/lmcache/requirements.txt
+  # pip lists lmcache's declared dependencies left out on purpose (torch,
+  # transformers, …): the controller does not import them.
+  quiet() { grep -v -e "requires" -e "dependency resolver" -e "dependency conflicts" || true; }
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps "lmcache==${LMCACHE_VERSION:-0.5.6}" 2>&1 | quiet
+  "$venv/bin/pip" install -q --disable-pip-version-check -r scripts/lmcache/requirements.txt 2>&1 | quiet
   echo "lmcache-test.sh: venv built in $(( $(date +%s) - start )) s, $(du -sh "$venv" | cut -f1)"
 fi
 export LMCACHE_VENV="$venv"
-cargo test -p prefix-router --test it lmcache:: -- --test-threads=1 "$@"
+cargo test -p prefix-router --test it lmcache:: -- --test-threads=1 --nocapture "$@"

@@ -263,14 +263,23 @@ fn row<'a>(explain: &'a Value, id: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no row for {id}: {explain}"))
 }
 
-#[tokio::test]
-async fn a_prefix_only_an_instances_lmcache_holds_goes_to_its_worker() {
+/// The real controller with two simulated LMCache workers (instances
+/// `vllm-1` and `w0`), all stopped on drop; `None` without the venv.
+struct RealLmCache {
+    controller_url: String,
+    sim1: String,
+    sim0: String,
+    _procs: Vec<fleet::ChildProc>,
+    _logs: tempfile::TempDir,
+}
+
+async fn real_lmcache(test: &str) -> Option<RealLmCache> {
     let Some(venv) = venv() else {
         eprintln!(
-            "SKIPPED lmcache::a_prefix_only_an_instances_lmcache_holds_goes_to_its_worker: \
-             LMCACHE_VENV is not set to a venv with lmcache; run scripts/lmcache-test.sh"
+            "SKIPPED lmcache::{test}: LMCACHE_VENV is not set to a venv with lmcache; \
+             run scripts/lmcache-test.sh"
         );
-        return;
+        return None;
     };
     let logs = tempfile::tempdir().unwrap();
     let ports = Ports {
@@ -302,21 +311,37 @@ async fn a_prefix_only_an_instances_lmcache_holds_goes_to_its_worker() {
     )
     .await
     .unwrap();
-    // Instance `vllm-1` is worker w1 by the map; `w0` is w0 by name.
-    let (_sim1, sim1) = sim_lmcache(&venv, logs.path(), &ports, "vllm-1").await;
-    let (_sim0, sim0) = sim_lmcache(&venv, logs.path(), &ports, "w0").await;
+    let (p1, sim1) = sim_lmcache(&venv, logs.path(), &ports, "vllm-1").await;
+    let (p0, sim0) = sim_lmcache(&venv, logs.path(), &ports, "w0").await;
+    Some(RealLmCache {
+        controller_url,
+        sim1,
+        sim0,
+        _procs: vec![controller, p1, p0],
+        _logs: logs,
+    })
+}
 
+#[tokio::test]
+async fn a_prefix_only_an_instances_lmcache_holds_goes_to_its_worker() {
+    let Some(lm) =
+        real_lmcache("a_prefix_only_an_instances_lmcache_holds_goes_to_its_worker").await
+    else {
+        return;
+    };
+    let (controller_url, sim1, sim0) = (&lm.controller_url, &lm.sim1, &lm.sim0);
+    // Instance `vllm-1` is worker w1 by the map; `w0` is w0 by name.
     let valkey = Valkey::start();
-    let r = Router::start(&valkey.url(), lm_args(&controller_url, &["vllm-1=w1"])).await;
+    let r = Router::start(&valkey.url(), lm_args(controller_url, &["vllm-1=w1"])).await;
     let workers = two_workers(&r).await;
 
     // Prompt a: 600 tokens (two full chunks and a partial one) in w1's
     // LMCache CPU tier; prompt b: in w0's on disk. The index holds neither.
     let (a, b) = (prompt(1, 600), prompt(2, 700));
-    operate(&sim1, "admit", &a, "LocalCPUBackend").await;
-    operate(&sim0, "admit", &b, "LocalDiskBackend").await;
-    until_controller(&controller_url, &a, |l| l["vllm-1"][1] == 600).await;
-    until_controller(&controller_url, &b, |l| l["w0"][1] == 700).await;
+    operate(sim1, "admit", &a, "LocalCPUBackend").await;
+    operate(sim0, "admit", &b, "LocalDiskBackend").await;
+    until_controller(controller_url, &a, |l| l["vllm-1"][1] == 600).await;
+    until_controller(controller_url, &b, |l| l["w0"][1] == 700).await;
 
     let (st, e) = post(&r, "/admin/explain", &json!({"model": M, "prompt": a})).await;
     assert_eq!(st, 200, "{e}");
@@ -342,8 +367,8 @@ async fn a_prefix_only_an_instances_lmcache_holds_goes_to_its_worker() {
 
     // Evicted: the controller's view follows, and so does explain's (after
     // the router's 2 s reuse of an answer).
-    operate(&sim1, "evict", &a, "LocalCPUBackend").await;
-    until_controller(&controller_url, &a, |l| {
+    operate(sim1, "evict", &a, "LocalCPUBackend").await;
+    until_controller(controller_url, &a, |l| {
         l.as_object().is_some_and(|o| o.is_empty())
     })
     .await;
@@ -380,7 +405,7 @@ async fn a_prefix_only_an_instances_lmcache_holds_goes_to_its_worker() {
     let valkey = Valkey::start();
     let r = Router::start(
         &valkey.url(),
-        lm_args(&controller_url, &["vllm-1=p1", "w0=p0"]),
+        lm_args(controller_url, &["vllm-1=p1", "w0=p0"]),
     )
     .await;
     let mut prefill = Vec::new();
@@ -400,10 +425,10 @@ async fn a_prefix_only_an_instances_lmcache_holds_goes_to_its_worker() {
     let hb = json!({"worker_id": "d0", "url": decode.url(), "model": M, "role": "decode"});
     assert_eq!(post(&r, "/internal/heartbeat", &hb).await.0, 200);
     let (c, d) = (prompt(4, 520), prompt(5, 530));
-    operate(&sim1, "admit", &c, "LocalCPUBackend").await;
-    operate(&sim0, "admit", &d, "LocalCPUBackend").await;
-    until_controller(&controller_url, &c, |l| l["vllm-1"][1] == 520).await;
-    until_controller(&controller_url, &d, |l| l["w0"][1] == 530).await;
+    operate(sim1, "admit", &c, "LocalCPUBackend").await;
+    operate(sim0, "admit", &d, "LocalCPUBackend").await;
+    until_controller(controller_url, &c, |l| l["vllm-1"][1] == 520).await;
+    until_controller(controller_url, &d, |l| l["w0"][1] == 530).await;
     assert_eq!(complete(&r, &c, Duration::from_secs(10)).await, 200);
     assert_eq!(complete(&r, &d, Duration::from_secs(10)).await, 200);
     let hits = |w: &FakeWorker| w.shared.hits.load(Ordering::SeqCst);
@@ -418,4 +443,69 @@ async fn a_prefix_only_an_instances_lmcache_holds_goes_to_its_worker() {
     );
     assert_eq!(hits(&decode), 2);
     r.stop().await;
+}
+
+/// LMCache matches whole 256-token chunks (and a partial last chunk only
+/// of a prompt of exactly that length), our index 16-token blocks: what the
+/// real controller's lookup finds of prompts sharing a prefix of random
+/// length with one its LMCache holds, against the shared length. Prints
+/// the share found (docs/lmcache.md records it).
+#[tokio::test]
+async fn the_controllers_lookup_finds_whole_chunks_of_a_shared_prefix() {
+    let Some(lm) =
+        real_lmcache("the_controllers_lookup_finds_whole_chunks_of_a_shared_prefix").await
+    else {
+        return;
+    };
+    // A fixed pseudo-random sequence of (cached length, shared length).
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let (mut shared_sum, mut lmcache_sum, mut blocks_sum) = (0u64, 0u64, 0u64);
+    let pairs = 40u32;
+    for i in 0..pairs {
+        let cached_len = 300 + next(3700) as u32;
+        let shared = 1 + next(u64::from(cached_len)) as u32;
+        let cached = prompt(100 + i, cached_len);
+        // The new prompt: the shared prefix, then tokens of its own.
+        let mut asked: Vec<u32> = cached[..shared as usize].to_vec();
+        asked.extend(prompt(10_000 + i, 200));
+        operate(&lm.sim1, "admit", &cached, "LocalCPUBackend").await;
+        until_controller(&lm.controller_url, &cached, |l| {
+            l["vllm-1"][1] == cached_len
+        })
+        .await;
+        let layout: Value = http()
+            .post(format!("{}/lookup", lm.controller_url))
+            .json(&json!({ "tokens": asked }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let found = layout["layout_info"]["vllm-1"][1].as_u64().unwrap_or(0);
+        // Exactly the whole chunks of the shared prefix.
+        assert_eq!(
+            found,
+            u64::from(shared / 256 * 256),
+            "{layout} shared {shared}"
+        );
+        shared_sum += u64::from(shared);
+        lmcache_sum += found;
+        blocks_sum += u64::from(shared / 16 * 16);
+        operate(&lm.sim1, "evict", &cached, "LocalCPUBackend").await;
+    }
+    println!(
+        "granularity: {pairs} prompts sharing {shared_sum} tokens with a cached one: \
+         the controller's lookup finds {lmcache_sum} ({:.1}%, {:.0} tokens lost per prompt), \
+         16-token blocks would find {blocks_sum} ({:.1}%)",
+        100.0 * lmcache_sum as f64 / shared_sum as f64,
+        (shared_sum - lmcache_sum) as f64 / f64::from(pairs),
+        100.0 * blocks_sum as f64 / shared_sum as f64,
+    );
 }
