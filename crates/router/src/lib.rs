@@ -51,6 +51,7 @@
 //! * `error`: `ApiError`, the JSON error body every
 //!   HTTP answer of the router uses (`api`, `epp`, the refusals of
 //!   `admission` and `flow`).
+//! * `periodic`: a background duty run on a period until shutdown.
 //! * `hop`: forwarding-loop guards (the `via` mark, own listeners).
 //! * `forward_paths`: which `/v1/*` paths reach a worker, and the check
 //!   that none can leave `/v1/` (used by `api` and `config`).
@@ -72,6 +73,7 @@ mod load_scrape;
 mod memory;
 mod metrics_recorder;
 mod models;
+mod periodic;
 mod proxy;
 mod response_cache;
 pub mod routing;

@@ -13,27 +13,14 @@ const POLL_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl LmCache {
     /// Polls the key counts every `--lmcache-poll-interval` until `stop`.
-    pub async fn poll_loop(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    pub async fn poll_loop(self: Arc<Self>, stop: tokio::sync::watch::Receiver<bool>) {
         tracing::info!(
             controller = %protocol::redact_url(&self.settings.controller),
             interval = ?self.settings.poll_interval,
             "reading the LMCache controller"
         );
-        let mut ticks = tokio::time::interval(self.settings.poll_interval);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = ticks.tick() => {}
-                _ = stop.changed() => return,
-            }
-            if *stop.borrow() {
-                return;
-            }
-            tokio::select! {
-                () = self.poll_once() => {}
-                _ = stop.changed() => return,
-            }
-        }
+        let lm = &self;
+        crate::periodic::every(self.settings.poll_interval, stop, || lm.poll_once()).await;
     }
 
     /// One poll: the counts replaced on success, kept (and the failure

@@ -229,19 +229,24 @@ async fn operate(sim: &str, op: &str, tokens: &[u32], location: &str) {
     assert_eq!(resp.status().as_u16(), 200);
 }
 
+/// The controller's own answer to `POST /lookup` of `tokens`.
+async fn controller_lookup(controller: &str, tokens: &[u32]) -> Value {
+    http()
+        .post(format!("{controller}/lookup"))
+        .json(&json!({ "tokens": tokens }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// The controller's own lookup of `tokens`, until `done` holds of it.
 async fn until_controller(controller: &str, tokens: &[u32], done: impl Fn(&Value) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let layout: Value = http()
-            .post(format!("{controller}/lookup"))
-            .json(&json!({ "tokens": tokens }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let layout = controller_lookup(controller, tokens).await;
         if done(&layout["layout_info"]) {
             return;
         }
@@ -479,15 +484,7 @@ async fn the_controllers_lookup_finds_whole_chunks_of_a_shared_prefix() {
             l["vllm-1"][1] == cached_len
         })
         .await;
-        let layout: Value = http()
-            .post(format!("{}/lookup", lm.controller_url))
-            .json(&json!({ "tokens": asked }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let layout = controller_lookup(&lm.controller_url, &asked).await;
         let found = layout["layout_info"]["vllm-1"][1].as_u64().unwrap_or(0);
         // Exactly the whole chunks of the shared prefix.
         assert_eq!(
