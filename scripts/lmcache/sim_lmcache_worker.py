@@ -68,28 +68,24 @@ class Worker:
         finally:
             sock.close()
 
-    def register(self):
-        msg = RegisterMsg(
+    def _about_me(self, cls):
+        """A RegisterMsg or HeartbeatMsg: the same fields name this worker."""
+        return cls(
             instance_id=self.args.instance_id,
             worker_id=0,
             ip="127.0.0.1",
             port=self.args.http_port,
             peer_init_url=None,
         )
-        self._request(self.reply_url, msg)
+
+    def register(self):
+        self._request(self.reply_url, self._about_me(RegisterMsg))
 
     def heartbeat_loop(self):
         while True:
             time.sleep(1.0)
-            msg = HeartbeatMsg(
-                instance_id=self.args.instance_id,
-                worker_id=0,
-                ip="127.0.0.1",
-                port=self.args.http_port,
-                peer_init_url=None,
-            )
             try:
-                self._request(self.heartbeat_url, msg)
+                self._request(self.heartbeat_url, self._about_me(HeartbeatMsg))
             except zmq.ZMQError as e:
                 print(f"heartbeat failed: {e}", file=sys.stderr, flush=True)
 
