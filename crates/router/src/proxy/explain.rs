@@ -85,6 +85,8 @@ impl Proxy {
             let deeper = all.iter().map(|o| o.matched_blocks).max().unwrap_or(0);
             let reason = if effective_tokens(&cfg, c) < shared {
                 format!("shared: most workers hold the first {shared} tokens (tier-weighted), which count as cached on every worker (hotspot guard); this one, holding {}, is chosen by load and will hold them too", c.cached_tokens)
+            } else if c.cached_tokens > (t.matched_blocks * block_size) as u64 {
+                format!("hit: {} cached tokens, {} of them only in its LMCache (weighted by tier), at an acceptable load", c.cached_tokens, c.cached_tokens - (t.matched_blocks * block_size) as u64)
             } else if deeper > t.matched_blocks {
                 format!("spill: a worker holding {deeper} blocks is over the load bound or costs more; this one holds {}", t.matched_blocks)
             } else if t.matched_blocks > 0 && c.cpu_tokens + c.disk_tokens > 0 {

@@ -351,6 +351,8 @@ async fn a_prefix_only_an_instances_lmcache_holds_goes_to_its_worker() {
     let (st, e) = post(&r, "/admin/explain", &json!({"model": M, "prompt": a})).await;
     assert_eq!(st, 200, "{e}");
     assert_eq!(e["chosen"]["worker_id"], "w1", "{e}");
+    let why = e["chosen"]["reason"].as_str().unwrap();
+    assert!(why.contains("600 of them only in its LMCache"), "{e}");
     let w1 = row(&e, "w1");
     assert_eq!(w1["lmcache"]["tokens"], 600, "{e}");
     assert_eq!(w1["lmcache"]["tier"], "cpu", "{e}");
