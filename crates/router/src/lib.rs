@@ -27,6 +27,10 @@
 //!   routing, by `proxy` for both `serve` and `epp`.
 //! * `response_cache`: the optional cache of deterministic completions in
 //!   Valkey, asked by `proxy` before routing, replayed byte for byte.
+//! * `lmcache`: the LMCache controller as a state source (issue 31): its
+//!   lookup of a prompt's tokens (under a deadline, cached briefly) widens
+//!   the candidates by what each worker's LMCache holds, on its tier; its
+//!   per-instance key counts, polled, break ties. Asked by `proxy`.
 //! * `metrics_recorder`: the Prometheus recorder, installed once per process.
 //! * `memory`: the allocator set up to hand memory back after oversized
 //!   prompts (used by `serve` at start and by `proxy`'s tokenizing pool).
@@ -47,6 +51,7 @@
 //! * `error`: `ApiError`, the JSON error body every
 //!   HTTP answer of the router uses (`api`, `epp`, the refusals of
 //!   `admission` and `flow`).
+//! * `periodic`: a background duty run on a period until shutdown.
 //! * `hop`: forwarding-loop guards (the `via` mark, own listeners).
 //! * `forward_paths`: which `/v1/*` paths reach a worker, and the check
 //!   that none can leave `/v1/` (used by `api` and `config`).
@@ -63,10 +68,12 @@ mod error;
 mod flow;
 mod forward_paths;
 mod hop;
+mod lmcache;
 mod load_scrape;
 mod memory;
 mod metrics_recorder;
 mod models;
+mod periodic;
 mod proxy;
 mod response_cache;
 pub mod routing;
@@ -75,9 +82,9 @@ mod telemetry;
 
 pub use config::{
     AdmissionArgs, AdmissionConfig, BodyMode, EppArgs, EppSettings, ExposureArgs, FlowArgs,
-    FlowSettings, GrpcTls, MigrationArgs, MigrationSettings, OtlpSettings, ResponseCacheArgs,
-    ResponseCacheSettings, ServeArgs, ServeConfig, StaticWorker, TenantConfig, TenantLimits,
-    TenantSource,
+    FlowSettings, GrpcTls, LmCacheArgs, LmCacheSettings, MigrationArgs, MigrationSettings,
+    OtlpSettings, ResponseCacheArgs, ResponseCacheSettings, ServeArgs, ServeConfig, StaticWorker,
+    TenantConfig, TenantLimits, TenantSource,
 };
 pub use metrics_recorder::metrics_handle;
 pub use models::ModelConfig;

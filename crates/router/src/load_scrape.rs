@@ -162,7 +162,7 @@ impl ScrapeFailure {
 pub async fn scrape_loop(
     store: StateStore,
     settings: ScrapeSettings,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let scraper = match Scraper::new(store, &settings) {
         Ok(s) => s,
@@ -172,19 +172,10 @@ pub async fn scrape_loop(
         }
     };
     tracing::info!(interval = ?settings.interval, "scraping the workers' /metrics");
-    let mut ticks = tokio::time::interval(settings.interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticks.tick() => {}
-            _ = stop.changed() => return,
-        }
-        if *stop.borrow() {
-            return;
-        }
-        tokio::select! {
-            round = scraper.round() => tracing::trace!(?round, "scrape round"),
-            _ = stop.changed() => return,
-        }
-    }
+    let scraper = &scraper;
+    crate::periodic::every(settings.interval, stop, || async move {
+        let round = scraper.round().await;
+        tracing::trace!(?round, "scrape round");
+    })
+    .await;
 }

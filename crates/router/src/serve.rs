@@ -13,6 +13,7 @@ use crate::api::{
 };
 use crate::config::ServeConfig;
 use crate::flow::FlowControl;
+use crate::lmcache::LmCache;
 use crate::load_scrape::{ScrapeSettings, scrape_loop};
 use crate::metrics_recorder::{metrics_handle, zero_counters};
 use crate::proxy::{CpuPool, Proxy, Upstream};
@@ -66,6 +67,10 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
         .map(|s| ResponseCache::new(store.clone(), s, cfg.valkey.hot_timeout));
     let flow = (cfg.flow.clone()).map(|s| FlowControl::new(store.clone(), s));
     let admission = Arc::new(Admission::new(cfg.admission.clone(), store.clone()));
+    let lmcache = (cfg.lmcache.clone())
+        .map(LmCache::new)
+        .transpose()
+        .context("building the LMCache controller's client")?;
     let proxy = Proxy::new(store, pipelines, policy, atomic, upstream, cfg.max_attempts)
         .with_admission(admission);
     let proxy = match cfg.max_prompt_tokens {
@@ -79,6 +84,7 @@ fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Result<Proxy> {
         .with_pd_prefill_policy(cfg.pd_prefill_policy)
         .with_response_cache(cache)
         .with_migration(cfg.migration)
+        .with_lmcache(lmcache)
         .with_flow_control(flow))
 }
 
@@ -190,6 +196,9 @@ pub async fn serve_with(
         tokio::spawn(admission.lease_loop(stop.clone())),
         tokio::spawn(gc_loop(store.clone(), cfg.gc_interval, stop.clone())),
     ];
+    if let Some(lm) = app.proxy.lmcache() {
+        tasks.push(tokio::spawn(lm.poll_loop(stop.clone())));
+    }
     if let Some(interval) = cfg.scrape_metrics_interval {
         let settings = ScrapeSettings::every(interval);
         tasks.push(tokio::spawn(scrape_loop(

@@ -10,6 +10,7 @@ use protocol::parse_duration;
 use super::StaticWorker;
 use super::admission::AdmissionArgs;
 use super::flow::FlowArgs;
+use super::lmcache::LmCacheArgs;
 use super::migration::MigrationArgs;
 use super::response_cache::ResponseCacheArgs;
 
@@ -166,6 +167,9 @@ pub struct ServeArgs {
     /// Mid-stream migration.
     #[command(flatten)]
     pub migration: MigrationArgs,
+    /// LMCache as a state source (boxed, as `exposure`).
+    #[command(flatten)]
+    pub lmcache: Box<LmCacheArgs>,
     /// Tenants, classes and their limits (boxed, as `exposure`).
     #[command(flatten)]
     pub admission: Box<AdmissionArgs>,

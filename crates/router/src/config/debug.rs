@@ -1,7 +1,7 @@
 //! `ServeConfig`'s `Debug`: every setting an operator may want in a log,
 //! with the Valkey password and the internal token redacted.
 
-use super::ServeConfig;
+use super::{LmCacheSettings, ServeConfig};
 
 impl std::fmt::Debug for ServeConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -42,6 +42,13 @@ impl std::fmt::Debug for ServeConfig {
             .field("flow", &self.flow)
             .field("migration", &self.migration)
             .field("admission", &self.admission)
+            .field(
+                "lmcache",
+                &self.lmcache.as_ref().map(|l| LmCacheSettings {
+                    controller: protocol::redact_url(&l.controller),
+                    ..l.clone()
+                }),
+            )
             .finish()
     }
 }

@@ -59,6 +59,13 @@ pub(super) struct FileConfig {
     #[serde(default)]
     pub(super) loras: Vec<String>,
     pub(super) scrape_metrics_interval: Option<String>,
+    // LMCache (config/lmcache.rs).
+    pub(super) lmcache_controller: Option<String>,
+    #[serde(default)]
+    pub(super) lmcache_instance_map: Vec<String>,
+    pub(super) lmcache_lookup_min_tokens: Option<u64>,
+    pub(super) lmcache_deadline: Option<String>,
+    pub(super) lmcache_poll_interval: Option<String>,
     pub(super) max_models: Option<usize>,
     pub(super) model_grace: Option<String>,
     #[serde(default)]

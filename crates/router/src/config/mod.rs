@@ -10,6 +10,7 @@ mod epp;
 mod file;
 mod flow;
 mod flow_settings;
+mod lmcache;
 mod migration;
 mod migration_settings;
 mod models;
@@ -21,6 +22,7 @@ pub use args::{ExposureArgs, OtlpSettings, ServeArgs};
 pub use epp::{BodyMode, EppArgs, EppSettings, GrpcTls};
 pub use flow::FlowArgs;
 pub use flow_settings::FlowSettings;
+pub use lmcache::{LmCacheArgs, LmCacheSettings};
 pub use migration::MigrationArgs;
 pub use migration_settings::MigrationSettings;
 pub use response_cache::{ResponseCacheArgs, ResponseCacheSettings};
@@ -125,6 +127,8 @@ pub struct ServeConfig {
     pub migration: MigrationSettings,
     /// Tenants, classes and limits.
     pub admission: AdmissionConfig,
+    /// The LMCache controller read as a state source; `None` when off.
+    pub lmcache: Option<LmCacheSettings>,
 }
 
 impl ServeConfig {
@@ -300,6 +304,16 @@ impl ServeConfig {
             },
         )?;
         let migration = migration::resolve(&args.migration)?;
+        let lmcache = lmcache::resolve(
+            &args.lmcache,
+            lmcache::FileKeys {
+                controller: file.lmcache_controller,
+                instance_map: file.lmcache_instance_map,
+                lookup_min_tokens: file.lmcache_lookup_min_tokens,
+                deadline: file.lmcache_deadline,
+                poll_interval: file.lmcache_poll_interval,
+            },
+        )?;
         let flow = flow::resolve(
             &args.flow,
             flow::FileKeys {
@@ -405,6 +419,7 @@ impl ServeConfig {
             flow,
             migration,
             admission,
+            lmcache,
         })
     }
 }

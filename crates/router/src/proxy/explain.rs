@@ -4,10 +4,13 @@
 
 use serde_json::{Value, json};
 
-use super::decision::targets;
+use std::sync::Arc;
+
+use super::decision::{Decider, targets, widen_targets};
 use super::pd::{self, PdPlan, disaggregated};
 use super::pipeline::{Endpoint, Parsed, explain_admission};
 use super::{Proxy, ProxyError};
+use crate::lmcache::{Held, Outcome};
 use crate::routing::{
     CacheAware, Candidate, batch_requests, capacity, effective_tokens, queued_requests,
     shared_tokens, within,
@@ -37,7 +40,11 @@ impl Proxy {
         let decide = &self.decide;
         let block_size = chain.block_size;
         let lookup = decide.store.probe_with_gaps(&model, &chain.hashes).await?;
-        let all = targets(&lookup, block_size);
+        let mut all = targets(&lookup, block_size);
+        let lmcache = decide.lmcache_held(&chain).await;
+        if let Some((held, _)) = &lmcache {
+            widen_targets(&mut all, held);
+        }
         let candidates: Vec<Candidate> = all.iter().map(|t| t.candidate.clone()).collect();
         let request = chain.request();
         let cfg = decide.atomic.unwrap_or_default();
@@ -69,6 +76,7 @@ impl Proxy {
                     "load": c.load(),
                     "within_load_bound": within(c, cap),
                     "score_tokens": scorer.cost(&request, c, shared),
+                    "lmcache": lmcache_row(decide, &lmcache, &c.worker_id),
                 })
             })
             .collect();
@@ -77,6 +85,8 @@ impl Proxy {
             let deeper = all.iter().map(|o| o.matched_blocks).max().unwrap_or(0);
             let reason = if effective_tokens(&cfg, c) < shared {
                 format!("shared: most workers hold the first {shared} tokens (tier-weighted), which count as cached on every worker (hotspot guard); this one, holding {}, is chosen by load and will hold them too", c.cached_tokens)
+            } else if c.cached_tokens > (t.matched_blocks * block_size) as u64 {
+                format!("hit: {} cached tokens, {} of them only in its LMCache (weighted by tier), at an acceptable load", c.cached_tokens, c.cached_tokens - (t.matched_blocks * block_size) as u64)
             } else if deeper > t.matched_blocks {
                 format!("spill: a worker holding {deeper} blocks is over the load bound or costs more; this one holds {}", t.matched_blocks)
             } else if t.matched_blocks > 0 && c.cpu_tokens + c.disk_tokens > 0 {
@@ -137,12 +147,37 @@ impl Proxy {
         if let Some(d) = disaggregation {
             explained["disaggregation"] = d;
         }
+        if let Some(lm) = &decide.lmcache {
+            explained["lmcache"] = json!({
+                "controller": protocol::redact_url(&lm.settings().controller),
+                "lookup": lmcache.as_ref().map_or("short", |(_, o)| o.as_str()),
+                "lookup_min_tokens": lm.settings().lookup_min_tokens,
+            });
+        }
         explained["flow"] = match &self.flow {
             Some(flow) => flow.explain(&model, candidates.iter()),
             None => json!({ "enabled": false, "decision": "route now: flow control is off" }),
         };
         Ok(explained)
     }
+}
+
+/// What a worker's LMCache holds of the prompt, for explain: `null`
+/// without LMCache; its tokens, tier and location (0 tokens when none),
+/// and its chunk count as last polled.
+fn lmcache_row(decide: &Decider, lookup: &Option<(Arc<[Held]>, Outcome)>, worker: &str) -> Value {
+    let Some(lm) = &decide.lmcache else {
+        return Value::Null;
+    };
+    let held = lookup
+        .as_ref()
+        .and_then(|(held, _)| held.iter().find(|h| h.worker_id == worker));
+    json!({
+        "tokens": held.map_or(0, |h| h.tokens),
+        "tier": held.map(|h| h.tier),
+        "location": held.map(|h| h.location.clone()),
+        "key_count": lm.key_counts().get(worker).copied(),
+    })
 }
 
 /// A candidate's matched tokens per KV tier, for explain.

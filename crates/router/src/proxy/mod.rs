@@ -182,6 +182,23 @@ impl Proxy {
         self
     }
 
+    /// Reads the LMCache controller `lmcache` (none by default): prompts of
+    /// at least its threshold keep their token ids for its lookup.
+    pub fn with_lmcache(mut self, lmcache: Option<Arc<crate::lmcache::LmCache>>) -> Self {
+        if let Some(lm) = &lmcache {
+            self.prompts = self
+                .prompts
+                .keeping_tokens_from(lm.settings().lookup_min_tokens);
+        }
+        self.decide.lmcache = lmcache;
+        self
+    }
+
+    /// The LMCache controller, when read.
+    pub fn lmcache(&self) -> Option<Arc<crate::lmcache::LmCache>> {
+        self.decide.lmcache.clone()
+    }
+
     /// Whether any worker was seen live (the fallback has somewhere to go).
     pub fn knows_workers(&self) -> bool {
         self.decide.known.any()

@@ -211,3 +211,36 @@ async_threads = 3
     let b = resolve(&["--internal-token", "t"]).unwrap().router_id;
     assert_ne!(a, b);
 }
+
+/// LMCache's settings (issue 31) from the TOML file, a flag over its key,
+/// and refused values.
+#[test]
+fn lmcache_keys_from_the_file_and_flags() {
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    writeln!(
+        file,
+        r#"
+internal_token = "t"
+lmcache_controller = "http://127.0.0.1:9000/"
+lmcache_instance_map = ["vllm-0=w0", "vllm-1=w1"]
+lmcache_lookup_min_tokens = 512
+lmcache_deadline = "20ms"
+lmcache_poll_interval = "2s"
+"#
+    )
+    .unwrap();
+    let path = file.path().to_str().unwrap().to_owned();
+    let cfg = resolve(&["--config", &path, "--lmcache-deadline", "40ms"]).unwrap();
+    let lm = cfg.lmcache.unwrap();
+    assert_eq!(lm.controller, "http://127.0.0.1:9000");
+    assert_eq!(lm.worker_of("vllm-1"), "w1");
+    assert_eq!(lm.worker_of("other"), "other");
+    assert_eq!(lm.lookup_min_tokens, 512);
+    assert_eq!(lm.deadline, Duration::from_millis(40), "flag over file");
+    assert_eq!(lm.poll_interval, Duration::from_secs(2));
+    // Off without a controller; a bad map or deadline refuses to start.
+    assert!(resolve(&["--config", &path, "--lmcache-instance-map", "x"]).is_err());
+    assert!(resolve(&["--config", &path, "--lmcache-deadline", "5s"]).is_err());
+    let none = resolve(&["--internal-token", "t"]).unwrap();
+    assert!(none.lmcache.is_none());
+}

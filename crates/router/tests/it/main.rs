@@ -29,6 +29,7 @@ mod fuzz_api;
 mod hub_models;
 mod inflight_reconcile;
 mod inspect;
+mod lmcache;
 mod load_bounds;
 mod load_scrape;
 mod migration;

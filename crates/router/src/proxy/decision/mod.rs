@@ -3,17 +3,21 @@
 //! cache-aware step, or the other policies over a read-only probe), falls
 //! back to the workers last seen live when Valkey is away (`known`), and
 //! claims and counts the request for a worker the atomic step did not
-//! (`assign`). Its input is a prompt's [`Chain`]; its output, [`Target`]s.
+//! (`assign`), and widens the candidates by what the workers' LMCache
+//! holds of the prompt (`lmcache`, when `--lmcache-controller` is set).
+//! Its input is a prompt's [`Chain`]; its output, [`Target`]s.
 //! Both modes (`serve`'s pipeline and the endpoint picker's pick) and the
 //! P/D steps (`pd`) decide through it.
 
 mod assign;
 mod candidates;
 mod known;
+mod lmcache;
 mod outcome;
 mod worker_gauges;
 
 pub use candidates::{Target, targets};
+pub use lmcache::widen_targets;
 pub use outcome::{decision, phase, record_outcome};
 
 use std::sync::Arc;
@@ -36,6 +40,9 @@ pub struct Chain {
     /// Tokens per block of the routed model's engines (16 without a
     /// pipeline): converts matched blocks to tokens.
     pub block_size: usize,
+    /// The prompt's token ids, kept only for the LMCache controller's
+    /// lookup (`--lmcache-controller`, prompts past its threshold).
+    pub tokens: Option<Arc<Vec<u32>>>,
 }
 
 impl Chain {
@@ -86,6 +93,8 @@ pub struct Decider {
     pub(in crate::proxy) flow: Option<Arc<FlowControl>>,
     /// How disaggregated requests are decided.
     pub(in crate::proxy) pd: PdSettings,
+    /// The LMCache controller, when read (`--lmcache-controller`).
+    pub(in crate::proxy) lmcache: Option<Arc<crate::lmcache::LmCache>>,
 }
 
 impl Decider {
@@ -104,6 +113,7 @@ impl Decider {
             known: Known::default(),
             flow: None,
             pd: PdSettings::default(),
+            lmcache: None,
         }
     }
 
@@ -144,10 +154,18 @@ impl Decider {
                     .collect()
             })
             .unwrap_or_default();
+        // What the workers' LMCache hold of the prompt: when any holds
+        // some, the policy ranks a probe widened by it (the atomic script
+        // does not know LMCache's view).
+        let held = match self.lmcache_held(chain).await {
+            Some((held, _)) => held,
+            None => Arc::from(Vec::new()),
+        };
         let atomic = self
             .atomic
             .as_ref()
-            .filter(|_| allowed.is_none() || !within.is_empty());
+            .filter(|_| allowed.is_none() || !within.is_empty())
+            .filter(|_| held.is_empty());
         // Whether the shared state listed live workers before the filter.
         let mut listed = false;
         let shared = match atomic {
@@ -165,10 +183,11 @@ impl Decider {
                 keep(ranked)
             }),
             None => self.store.probe(model, &chain.hashes).await.map(|lookup| {
-                let all = targets(&lookup, block_size);
+                let mut all = targets(&lookup, block_size);
                 self.known.remember(model, &all);
                 listed = !all.is_empty();
-                order(self.policy.as_ref(), &request, keep(all))
+                widen_targets(&mut all, &held);
+                self.order_with_lmcache(&request, keep(all))
             }),
         };
         match shared {
@@ -302,9 +321,14 @@ impl Decider {
 /// `targets` in `policy`'s order.
 pub fn order(policy: &dyn Policy, request: &RouteRequest, targets: Vec<Target>) -> Vec<Target> {
     let candidates: Vec<Candidate> = targets.iter().map(|t| t.candidate.clone()).collect();
+    let ranked = policy.rank(request, &candidates);
+    in_order(targets, ranked)
+}
+
+/// `targets` in the order of `ranked` (indices into them).
+fn in_order(targets: Vec<Target>, ranked: Vec<usize>) -> Vec<Target> {
     let mut slots: Vec<Option<Target>> = targets.into_iter().map(Some).collect();
-    policy
-        .rank(request, &candidates)
+    ranked
         .into_iter()
         .filter_map(|i| slots.get_mut(i).and_then(Option::take))
         .collect()

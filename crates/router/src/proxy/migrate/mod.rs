@@ -79,6 +79,7 @@ impl Proxy {
                 }),
                 prompt_tokens: tokens.len() as u64,
                 block_size: m.chain.block_size,
+                tokens: None,
             }
         } else {
             m.chain.clone()

@@ -5,7 +5,7 @@
 
 use super::PdPlan;
 use crate::proxy::InFlightGuard;
-use crate::proxy::decision::{Chain, Decider, Target, order, targets};
+use crate::proxy::decision::{Chain, Decider, Target, order, targets, widen_targets};
 use crate::routing::{LeastPrefill, Policy, PrefillPolicy, RouteRequest};
 use protocol::WorkerRole;
 
@@ -13,6 +13,9 @@ use protocol::WorkerRole;
 pub struct Planned {
     pub plan: PdPlan,
     pub request: RouteRequest,
+    /// Some worker's LMCache holds part of the prompt (the candidates
+    /// are widened by it: `decision::widen_targets`).
+    pub lmcache_held: bool,
 }
 
 /// The plan of `chain` over the model's live workers (the decode
@@ -42,10 +45,22 @@ pub async fn plan(
     let mut all = targets(&lookup, chain.block_size);
     decide.known.remember(model, &all);
     all.retain(|t| t.role == WorkerRole::Prefill || keep(t));
+    // What the workers' LMCache hold of the prompt counts for both picks
+    // and the skip decision (a decode worker whose LMCache holds the
+    // prompt loads it instead of prefilling).
+    let held = decide.lmcache_held(chain).await.map(|(held, _)| held);
+    let lmcache_held = held.as_ref().is_some_and(|h| !h.is_empty());
+    if let Some(held) = &held {
+        widen_targets(&mut all, held);
+    }
     let request = chain.request();
     let cfg = decide.atomic.unwrap_or_default();
     let plan = PdPlan::new(&all, &cfg, &request, decide.pd.skip_share)?;
-    Some(Planned { plan, request })
+    Some(Planned {
+        plan,
+        request,
+        lmcache_held,
+    })
 }
 
 /// Claims the prompt's blocks for the plan's decode worker and counts it
@@ -71,7 +86,11 @@ pub async fn reserve_decode(
 /// The prefill workers, best first by `--pd-prefill-policy`: the
 /// cache-aware one chosen, claimed and counted by the atomic step
 /// restricted to them (`assigned`), or ranked by load for the caller to
-/// claim. `None` when the atomic step failed.
+/// claim. When some worker's LMCache holds part of the prompt, the
+/// cache-aware policy ranks the plan's widened prefill candidates instead
+/// (the atomic step does not know LMCache's view; equal costs go to the
+/// worker whose LMCache holds more chunks) and the caller claims. `None`
+/// when the atomic step failed.
 pub async fn rank_prefill(
     decide: &Decider,
     model: &str,
@@ -86,6 +105,10 @@ pub async fn rank_prefill(
         let all = planned.plan.prefill.clone();
         return Some(order(prefill_policy(decide), &planned.request, all));
     };
+    if planned.lmcache_held {
+        let all = planned.plan.prefill.clone();
+        return Some(decide.order_with_lmcache(&planned.request, all));
+    }
     let within = planned.plan.prefill_ids();
     match decide.route(model, chain, cfg, &within).await {
         Ok(ranked) => Some(

@@ -88,6 +88,9 @@ pub struct Prompts {
     pipelines: ModelPipelines,
     /// `--max-prompt-tokens` when given; else each model's context length.
     max_tokens: Option<u64>,
+    /// Prompts of at least this many tokens keep their token ids in their
+    /// chain (for the LMCache controller's lookup); `None`: none do.
+    keep_tokens_from: Option<u64>,
 }
 
 /// One request's prompt limit, in tokens.
@@ -134,6 +137,7 @@ impl Prompts {
         Arc::new(Prompts {
             pipelines,
             max_tokens,
+            keep_tokens_from: None,
         })
     }
 
@@ -144,7 +148,21 @@ impl Prompts {
 
     /// A copy with another prompt limit.
     pub fn with_max_tokens(&self, max_tokens: u64) -> Arc<Self> {
-        Prompts::new(self.pipelines.clone(), Some(max_tokens))
+        Arc::new(Prompts {
+            pipelines: self.pipelines.clone(),
+            max_tokens: Some(max_tokens),
+            keep_tokens_from: self.keep_tokens_from,
+        })
+    }
+
+    /// A copy whose chains keep the token ids of prompts of at least
+    /// `min` tokens.
+    pub fn keeping_tokens_from(&self, min: u64) -> Arc<Self> {
+        Arc::new(Prompts {
+            pipelines: self.pipelines.clone(),
+            max_tokens: self.max_tokens,
+            keep_tokens_from: Some(min),
+        })
     }
 
     /// The limit of a model with `pipeline`: the flag's, else its context.
@@ -217,6 +235,7 @@ impl Prompts {
             hashes: Vec::new(),
             prompt_tokens: 0,
             block_size,
+            tokens: None,
         };
         let limit = self.limit(resolved.pipeline);
         let Some(pipeline) = resolved.pipeline else {
@@ -257,10 +276,16 @@ impl Prompts {
                 )
             });
         phase("hash", hash);
+        let prompt_tokens = tokens.len() as u64;
+        let kept = self
+            .keep_tokens_from
+            .is_some_and(|min| prompt_tokens >= min)
+            .then(|| Arc::new(tokens));
         Ok(Chain {
             hashes,
-            prompt_tokens: tokens.len() as u64,
+            prompt_tokens,
             block_size,
+            tokens: kept,
         })
     }
 
