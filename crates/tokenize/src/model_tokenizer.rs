@@ -394,14 +394,14 @@ mod tests {
         assert!(is_byte_level(&tokenizer(r#"{"type":"NFC"}"#, BYTE_LEVEL)));
 
         assert!(!is_byte_level(&tokenizer("null", "null")));
-        let metaspace = r#"{"type":"Metaspace","replacement":"▁","prepend_scheme":"always","split":true}"#;
+        let metaspace =
+            r#"{"type":"Metaspace","replacement":"▁","prepend_scheme":"always","split":true}"#;
         assert!(!is_byte_level(&tokenizer("null", metaspace)));
         let both = format!(r#"{{"type":"Sequence","pretokenizers":[{BYTE_LEVEL},{metaspace}]}}"#);
         assert!(!is_byte_level(&tokenizer("null", &both)));
         let prepend = r#"{"type":"Prepend","prepend":"▁"}"#;
         assert!(!is_byte_level(&tokenizer(prepend, BYTE_LEVEL)));
-        let replace =
-            r#"{"type":"Sequence","normalizers":[{"type":"Replace","pattern":{"String":" "},"content":"▁"}]}"#;
+        let replace = r#"{"type":"Sequence","normalizers":[{"type":"Replace","pattern":{"String":" "},"content":"▁"}]}"#;
         assert!(!is_byte_level(&tokenizer(replace, BYTE_LEVEL)));
     }
 }
