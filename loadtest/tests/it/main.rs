@@ -4,6 +4,8 @@
 //! (`dynamo_frontend`). One test binary, one module per concern; run one
 //! with `cargo test -p loadtest --test it <module>::`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod common;
 
 mod dynamo_frontend;

@@ -5,6 +5,8 @@
 //! tokenize --test it <module>::`. `tokenize_memory` is a binary of its own:
 //! it installs a counting global allocator.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod chat_fixtures;
 mod chat_template_file;
 mod tokenize_chunks;

@@ -5,6 +5,8 @@
 //! One test binary, one module per concern; run one with `cargo test -p
 //! worker --test it <module>::`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
 mod kv_events;
 mod real_vllm_frames;
 mod reporter_hashes;
