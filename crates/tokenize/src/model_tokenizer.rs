@@ -383,6 +383,13 @@ mod tests {
         Tokenizer::from_bytes(json.as_bytes()).unwrap()
     }
 
+    #[test]
+    fn the_shared_qwen3_tokenizer_is_chunked() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tokenizers/qwen3");
+        let tok = ModelTokenizer::from_dir(&dir, 1 << 20).unwrap();
+        assert!(tok.inner.chunkable);
+    }
+
     const BYTE_LEVEL: &str =
         r#"{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true}"#;
 
