@@ -28,6 +28,11 @@ phase "format" cargo fmt --all -- --check
 # warnings` would), rustc the dependencies, which are then built once
 # instead of once checked for clippy and once built for the tests. The
 # tests below keep the same wrapper, so they reuse this build.
+# A clean build gains nothing from incremental compilation's bookkeeping
+# (the dependency graph and query caches it writes for the next build): off
+# here, as on most CI systems. A developer's `cargo test` keeps it.
+export CARGO_INCREMENTAL=0
+
 clippy_driver="$(rustc --print sysroot)/bin/clippy-driver"
 if [ -x "$clippy_driver" ]; then
   export RUSTC_WORKSPACE_WRAPPER="$clippy_driver"

@@ -176,21 +176,21 @@ impl ModelTokenizer {
             }
         }
         let specials = post_processor_specials(&tokenizer)?;
-        let chunkable = is_byte_level(&bytes);
+        let chunkable = is_byte_level(&tokenizer);
         let space_cuts = !tokenizer
             .get_added_tokens_decoder()
             .values()
             .any(|t| t.content.contains(' '));
         // Byte-level vocabularies spell each byte as one character.
-        let max_token_bytes = tokenizer
-            .get_vocab(true)
+        let vocab = tokenizer.get_vocab(true);
+        let max_token_bytes = vocab
             .keys()
             .map(|k| k.chars().count())
             .max()
             .unwrap_or(1)
             .max(1);
         let long_tokens = if chunkable {
-            LongTokens::new(tokenizer.get_vocab(true).keys().map(String::as_str))
+            LongTokens::new(vocab.keys().map(String::as_str))
         } else {
             LongTokens::new(std::iter::empty())
         };
@@ -335,12 +335,15 @@ impl ModelTokenizer {
 
 /// Chunking is exact only for byte-level BPE without a normalizer or
 /// pre-tokenizer that adds text per piece (SentencePiece's `▁` prefix).
-fn is_byte_level(tokenizer_json: &[u8]) -> bool {
-    let Ok(v) = serde_json::from_slice::<serde_json::Value>(tokenizer_json) else {
+/// Read from the loaded tokenizer's own parts (their JSON, as in
+/// `tokenizer.json`), not by parsing the whole file a second time.
+fn is_byte_level(tokenizer: &Tokenizer) -> bool {
+    let (Ok(pre), Ok(norm)) = (
+        serde_json::to_string(&tokenizer.get_pre_tokenizer()),
+        serde_json::to_string(&tokenizer.get_normalizer()),
+    ) else {
         return false;
     };
-    let pre = v["pre_tokenizer"].to_string();
-    let norm = v["normalizer"].to_string();
     pre.contains("\"ByteLevel\"")
         && !pre.contains("Metaspace")
         && !norm.contains("Prepend")
@@ -361,4 +364,51 @@ fn post_processor_specials(tok: &Tokenizer) -> Result<(Vec<u32>, Vec<u32>), Toke
         .position(|w| w == without.as_slice())
         .ok_or_else(|| TokenizeError::Tokenizer("post-processor rewrites the sequence".into()))?;
     Ok((with[..at].to_vec(), with[at + without.len()..].to_vec()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
+
+    use super::*;
+
+    /// A one-word tokenizer with this normalizer and pre-tokenizer (JSON).
+    fn tokenizer(normalizer: &str, pre_tokenizer: &str) -> Tokenizer {
+        let json = format!(
+            r#"{{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],
+            "normalizer":{normalizer},"pre_tokenizer":{pre_tokenizer},
+            "post_processor":null,"decoder":null,
+            "model":{{"type":"WordLevel","vocab":{{"a":0,"[UNK]":1}},"unk_token":"[UNK]"}}}}"#
+        );
+        Tokenizer::from_bytes(json.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn the_shared_qwen3_tokenizer_is_chunked() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tokenizers/qwen3");
+        let tok = ModelTokenizer::from_dir(&dir, 1 << 20).unwrap();
+        assert!(tok.inner.chunkable);
+    }
+
+    const BYTE_LEVEL: &str =
+        r#"{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true}"#;
+
+    #[test]
+    fn only_byte_level_without_added_text_is_chunked() {
+        assert!(is_byte_level(&tokenizer("null", BYTE_LEVEL)));
+        let seq = format!(r#"{{"type":"Sequence","pretokenizers":[{BYTE_LEVEL}]}}"#);
+        assert!(is_byte_level(&tokenizer("null", &seq)));
+        assert!(is_byte_level(&tokenizer(r#"{"type":"NFC"}"#, BYTE_LEVEL)));
+
+        assert!(!is_byte_level(&tokenizer("null", "null")));
+        let metaspace =
+            r#"{"type":"Metaspace","replacement":"▁","prepend_scheme":"always","split":true}"#;
+        assert!(!is_byte_level(&tokenizer("null", metaspace)));
+        let both = format!(r#"{{"type":"Sequence","pretokenizers":[{BYTE_LEVEL},{metaspace}]}}"#);
+        assert!(!is_byte_level(&tokenizer("null", &both)));
+        let prepend = r#"{"type":"Prepend","prepend":"▁"}"#;
+        assert!(!is_byte_level(&tokenizer(prepend, BYTE_LEVEL)));
+        let replace = r#"{"type":"Sequence","normalizers":[{"type":"Replace","pattern":{"String":" "},"content":"▁"}]}"#;
+        assert!(!is_byte_level(&tokenizer(replace, BYTE_LEVEL)));
+    }
 }

@@ -1,20 +1,15 @@
 //! [`Limiter`]: a tenant's limits checked fleet-wide in Valkey (one call,
 //! `limit_admit.lua`), or, when Valkey cannot answer within the routing
 //! deadline, against this router's share of them ([`LocalBuckets`]).
-//!
-//! Requests in flight are counted per router under a lease: this router's
-//! ledger counts a request from before its admission call until after its
-//! release call, and the lease loop sets the router's count in Valkey to
-//! the ledger's (`limit_lease.lua`), so a lost release heals and a router
-//! that dies stops holding its tenants' places when its lease expires.
+//! Requests in flight are counted in this router's [`Ledger`].
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use state::{Gcra, LimitCheck, LimitReason, StateStore};
 
+use super::ledger::Ledger;
 use super::local::LocalBuckets;
 use super::rate::{RateState, Refusal, Window};
 use crate::config::TenantLimits;
@@ -22,14 +17,6 @@ use crate::config::TenantLimits;
 /// Share of a rate limit that may be used at once, in percent (so that in
 /// any window a tenant gets at most the limit plus this, plus one).
 const BURST_PERCENT: u64 = 3;
-
-/// Requests held in flight for one tenant by this router.
-#[derive(Debug, Default, Clone, Copy)]
-struct Held {
-    count: u64,
-    /// Changed since the last lease renewal.
-    dirty: bool,
-}
 
 /// How an admitted request was counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,44 +28,11 @@ pub(super) struct Counted {
     pub(super) degraded: bool,
 }
 
-/// A request counted in this router's ledger until it is kept (admitted)
-/// or dropped (refused, abandoned).
-struct Hold<'a> {
-    limiter: &'a Limiter,
-    tenant: &'a str,
-    kept: bool,
-}
-
-impl<'a> Hold<'a> {
-    fn new(limiter: &'a Limiter, tenant: &'a str) -> Self {
-        limiter.hold(tenant, 1);
-        Hold {
-            limiter,
-            tenant,
-            kept: false,
-        }
-    }
-
-    /// Admitted: the ticket releases it at the answer's end.
-    fn keep(mut self) {
-        self.kept = true;
-    }
-}
-
-impl Drop for Hold<'_> {
-    fn drop(&mut self) {
-        if !self.kept {
-            self.limiter.unhold(self.tenant);
-        }
-    }
-}
-
 /// The fleet-wide limits of every tenant, as this router applies them.
 pub(super) struct Limiter {
     store: StateStore,
     window: Duration,
-    lease: Duration,
-    ledger: Mutex<HashMap<String, Held>>,
+    ledger: Arc<Ledger>,
     local: Mutex<LocalBuckets>,
     /// Live routers last seen (the degraded mode's divisor), at least 1.
     routers: AtomicU64,
@@ -86,12 +40,10 @@ pub(super) struct Limiter {
 
 impl Limiter {
     pub(super) fn new(store: StateStore, window: Duration) -> Self {
-        let lease = store.ttls().router_lease;
         Limiter {
+            ledger: Arc::new(Ledger::new(store.clone())),
             store,
             window,
-            lease,
-            ledger: Mutex::new(HashMap::new()),
             local: Mutex::new(LocalBuckets::new()),
             routers: AtomicU64::new(1),
         }
@@ -144,7 +96,7 @@ impl Limiter {
         // Counted in the ledger before the call; given back when the
         // request is refused, or when its admission is abandoned (a client
         // gone while waiting for the answer).
-        let hold = holds.then(|| Hold::new(self, tenant));
+        let hold = holds.then(|| self.ledger.hold(tenant));
         let verdict = match self.store.limit_admit(tenant, &check, false).await {
             Ok(v) => {
                 let state = self.state(limits, v.requests_debt_us, v.tokens_debt_us);
@@ -189,7 +141,7 @@ impl Limiter {
         };
         if let Some(max) = shared.max_concurrent {
             // The ledger already counts this request.
-            let held = self.held(tenant);
+            let held = self.ledger.held(tenant);
             if held > max {
                 return Err(self.refusal(
                     LimitReason::Concurrency,
@@ -295,7 +247,7 @@ impl Limiter {
     /// The end of an admitted request: tokens corrected by `delta`, its
     /// place in flight released; off the request path.
     pub(super) fn settle(
-        self: &std::sync::Arc<Self>,
+        &self,
         tenant: String,
         tokens: Option<Gcra>,
         delta: i64,
@@ -313,7 +265,7 @@ impl Limiter {
             // Valkey's count (if the admission reached it) is set from the
             // ledger at the next lease renewal.
             if counted.held {
-                self.unhold(&tenant);
+                self.ledger.unhold(&tenant);
             }
             return;
         }
@@ -323,71 +275,23 @@ impl Limiter {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let this = self.clone();
+        let (store, ledger) = (self.store.clone(), self.ledger.clone());
         handle.spawn(async move {
-            if let Err(e) = this
-                .store
+            if let Err(e) = store
                 .limit_settle(&tenant, tokens, delta, counted.held)
                 .await
             {
                 tracing::debug!(error = %e, tenant, "limit settle lost; the lease renewal heals the count");
             }
             if counted.held {
-                this.unhold(&tenant);
+                ledger.unhold(&tenant);
             }
         });
     }
 
-    fn hold(&self, tenant: &str, n: u64) {
-        let mut ledger = self.ledger.lock().unwrap_or_else(|p| p.into_inner());
-        let held = ledger.entry(tenant.to_owned()).or_default();
-        held.count += n;
-        held.dirty = true;
-    }
-
-    fn unhold(&self, tenant: &str) {
-        let mut ledger = self.ledger.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(held) = ledger.get_mut(tenant) {
-            held.count = held.count.saturating_sub(1);
-            held.dirty = true;
-        }
-    }
-
-    fn held(&self, tenant: &str) -> u64 {
-        let ledger = self.ledger.lock().unwrap_or_else(|p| p.into_inner());
-        ledger.get(tenant).map_or(0, |h| h.count)
-    }
-
-    /// Renews this router's lease on every tenant it holds requests of (or
-    /// held since the last renewal), setting its counts to the ledger's.
-    pub(super) async fn renew(&self) {
-        let snapshot: Vec<(String, u64)> = {
-            let mut ledger = self.ledger.lock().unwrap_or_else(|p| p.into_inner());
-            ledger.retain(|_, h| h.count > 0 || h.dirty);
-            ledger
-                .iter_mut()
-                .map(|(t, h)| {
-                    h.dirty = false;
-                    (t.clone(), h.count)
-                })
-                .collect()
-        };
-        for (tenant, count) in snapshot {
-            if let Err(e) = self.store.limit_lease(&tenant, count, self.lease).await {
-                tracing::debug!(error = %e, tenant, "tenant lease not renewed");
-                self.ledger
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .entry(tenant)
-                    .or_default()
-                    .dirty = true;
-            }
-        }
-    }
-
-    /// How often [`renew`](Self::renew) runs: a third of the lease.
-    pub(super) fn renew_period(&self) -> Duration {
-        (self.lease / 3).max(Duration::from_millis(100))
+    /// The ledger of this router's requests in flight (its lease loop).
+    pub(super) fn ledger(&self) -> &Ledger {
+        &self.ledger
     }
 }
 
@@ -439,7 +343,11 @@ mod tests {
         let waited =
             tokio::time::timeout(Duration::from_millis(200), limiter.admit("t", &limits, 1)).await;
         assert!(waited.is_err(), "the call was still waiting");
-        assert_eq!(limiter.held("t"), 0, "the ledger kept an abandoned request");
+        assert_eq!(
+            limiter.ledger().held("t"),
+            0,
+            "the ledger kept an abandoned request"
+        );
         server.abort();
     }
 

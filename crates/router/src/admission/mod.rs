@@ -10,14 +10,17 @@
 //! * `usage`: the engine's token counts, read from a response's end.
 //! * `rate`: OpenAI's `x-ratelimit-*` headers and the 429 of a refusal.
 //! * `local`: the degraded mode's per-router buckets.
+//! * `ledger`: this router's requests in flight per tenant, and its lease
+//!   on them in Valkey (`limit_lease.lua`).
 //! * `limiter`: the limits in Valkey (`limit_*.lua`, one call per
-//!   admission), the degraded share, the in-flight ledger and its leases.
+//!   admission) and the degraded share, counting in the ledger.
 //! * `ticket`: an admitted request's hold until its answer ends.
 //! * this file: [`Admission`], what the request path calls.
 //!
 //! Below: `config` ([`AdmissionConfig`]), `state` (the scripts).
 
 mod class;
+mod ledger;
 mod limiter;
 mod local;
 mod rate;
@@ -215,9 +218,9 @@ impl Admission {
         if !self.cfg.limits_anything() {
             return;
         }
-        let period = self.limiter.renew_period();
+        let period = self.limiter.ledger().renew_period();
         loop {
-            self.limiter.renew().await;
+            self.limiter.ledger().renew().await;
             tokio::select! {
                 _ = tokio::time::sleep(period) => {}
                 _ = stop.changed() => {

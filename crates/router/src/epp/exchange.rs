@@ -7,17 +7,16 @@ use std::sync::Arc;
 
 use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
-use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
 
 use super::EppContext;
+use super::body_mode::Mode;
 use super::messages::{Phase, body_pieces, destination, immediate, proceed, set_body};
-use super::metadata::{endpoint_of, header, served, subset_hint};
+use super::metadata::{client_headers, endpoint_of, header, served, subset_hint};
 use crate::admission::UsageTail;
-use crate::config::BodyMode;
 use crate::error::ApiError;
 use crate::proxy::{Endpoint, Pick, ProxyError};
 
@@ -27,44 +26,6 @@ pub enum Step {
     Send(Vec<ProcessingResponse>),
     /// This answer, then end the stream (an immediate response).
     Stop(Box<ProcessingResponse>),
-}
-
-/// How a body reaches the picker in this stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    /// Not sent.
-    Skipped,
-    /// In chunks, each answered before the next (headers answered first).
-    Streamed,
-    /// Whole, after the headers were answered.
-    Buffered,
-    /// Whole, or cut at Envoy's buffer limit.
-    BufferedPartial,
-    /// Chunks without waiting; the processor hands them back.
-    FullDuplex,
-}
-
-impl Mode {
-    fn from_envoy(mode: i32) -> Mode {
-        match BodySendMode::try_from(mode) {
-            Ok(BodySendMode::Streamed) => Mode::Streamed,
-            Ok(BodySendMode::Buffered) => Mode::Buffered,
-            Ok(BodySendMode::BufferedPartial) => Mode::BufferedPartial,
-            Ok(BodySendMode::FullDuplexStreamed) => Mode::FullDuplex,
-            // GRPC mode is for gRPC upstreams, which an inference pool
-            // is not: treated as not sent.
-            _ => Mode::Skipped,
-        }
-    }
-}
-
-impl From<BodyMode> for Mode {
-    fn from(m: BodyMode) -> Mode {
-        match m {
-            BodyMode::Buffered => Mode::Buffered,
-            BodyMode::FullDuplexStreamed => Mode::FullDuplex,
-        }
-    }
 }
 
 /// One request's stream.
@@ -414,28 +375,6 @@ impl Exchange {
             None => None,
         });
     }
-}
-
-/// The request headers Envoy sent, as a header map (pseudo-headers and
-/// anything that is not a valid header skipped).
-fn client_headers(
-    headers: Option<&envoy_types::pb::envoy::config::core::v3::HeaderMap>,
-) -> HeaderMap {
-    let mut out = HeaderMap::new();
-    for h in headers.map_or(&[][..], |h| &h.headers[..]) {
-        let value = if h.raw_value.is_empty() {
-            h.value.as_bytes()
-        } else {
-            &h.raw_value[..]
-        };
-        if let (Ok(name), Ok(value)) = (
-            axum::http::HeaderName::from_bytes(h.key.as_bytes()),
-            axum::http::HeaderValue::from_bytes(value),
-        ) {
-            out.append(name, value);
-        }
-    }
-    out
 }
 
 fn answer(response: ProcessingResponse) -> Step {

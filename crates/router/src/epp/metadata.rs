@@ -1,9 +1,10 @@
-//! What the picker reads from Envoy's messages: request headers, the
-//! endpoint subset hint, the endpoint that served; and workers' URLs as
-//! the `ip:port` endpoints the protocol speaks.
+//! What the picker reads from Envoy's messages: request headers (one, or
+//! all as an HTTP header map), the endpoint subset hint, the endpoint that
+//! served; and workers' URLs as the `ip:port` endpoints the protocol speaks.
 
 use std::collections::HashSet;
 
+use axum::http::HeaderMap as HttpHeaderMap;
 use envoy_types::pb::envoy::config::core::v3::{HeaderMap, Metadata};
 use envoy_types::pb::google::protobuf::{Value, value::Kind};
 
@@ -73,6 +74,26 @@ pub fn endpoint_of(url: &str) -> Option<String> {
     let host = url.host_str()?;
     let port = url.port_or_known_default()?;
     Some(format!("{host}:{port}"))
+}
+
+/// The request headers Envoy sent, as a header map (pseudo-headers and
+/// anything that is not a valid header skipped).
+pub fn client_headers(headers: Option<&HeaderMap>) -> HttpHeaderMap {
+    let mut out = HttpHeaderMap::new();
+    for h in headers.map_or(&[][..], |h| &h.headers[..]) {
+        let value = if h.raw_value.is_empty() {
+            h.value.as_bytes()
+        } else {
+            &h.raw_value[..]
+        };
+        if let (Ok(name), Ok(value)) = (
+            axum::http::HeaderName::from_bytes(h.key.as_bytes()),
+            axum::http::HeaderValue::from_bytes(value),
+        ) {
+            out.append(name, value);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -14,12 +14,15 @@
 //!   immediate error.
 //! * `metadata`: what is read from Envoy's messages (headers, subset hint,
 //!   served endpoint), and worker URLs as `ip:port`.
+//! * `body_mode`: how a body reaches the picker in one stream (Envoy's
+//!   processing mode, or `--body-mode`).
 //! * `exchange`: one request's stream, message by message.
 //! * `tls`: the gRPC port's TLS with client certificates.
 //! * this file: the gRPC services (ext_proc and health) and their listener.
 //!
 //! Below: `proxy` ([`Proxy::pick`]), `config` (`EppSettings`).
 
+mod body_mode;
 mod exchange;
 mod messages;
 mod metadata;

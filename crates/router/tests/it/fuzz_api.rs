@@ -3,7 +3,7 @@
 //! requests, arbitrary JSON, arbitrary and mutated bytes) and sends them
 //! through a real in-process router, against a real valkey-server and fake
 //! workers over HTTP; block hashes are fuzzed directly. (The KV-event
-//! decoder and ZMQ frames are fuzzed in `tests/kv_events/props.rs`.)
+//! decoder and ZMQ frames are fuzzed in `crates/worker/tests/it/kv_events/props.rs`.)
 //!
 //! Every answer must be a success, a JSON 4xx, or a JSON 502/503/504 (a
 //! worker or Valkey failing); never another 5xx, a dropped connection (a

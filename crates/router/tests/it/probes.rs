@@ -18,12 +18,47 @@ use tokio::net::TcpStream;
 /// Writes `raw` on a new connection and returns everything the router
 /// answers until it closes the connection (or 5 s pass).
 async fn exchange(r: &Router, raw: &[u8]) -> String {
+    read_answer(r, raw, false).await
+}
+
+/// [`exchange`], read only until the first whole answer (its head and its
+/// `content-length` body) is in: after refusing a request's head, the
+/// router keeps the connection open, which [`exchange`] waits out.
+async fn first_answer(r: &Router, raw: &[u8]) -> String {
+    read_answer(r, raw, true).await
+}
+
+async fn read_answer(r: &Router, raw: &[u8], first_only: bool) -> String {
     let addr = r.url("").trim_start_matches("http://").to_owned();
     let mut s = TcpStream::connect(addr).await.unwrap();
     let _ = s.write_all(raw).await;
     let mut got = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got)).await;
+    let read = async {
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = s.read(&mut buf).await {
+            got.extend_from_slice(&buf[..n]);
+            if first_only && whole_answer(&got) {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
     String::from_utf8_lossy(&got).into_owned()
+}
+
+/// True when `got` holds an answer's head and its `content-length` body.
+fn whole_answer(got: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(got);
+    let Some(end) = text.find("\r\n\r\n") else {
+        return false;
+    };
+    let len = text[..end]
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    text.len() >= end + 4 + len
 }
 
 /// The status codes of every response in `answer`.
@@ -104,10 +139,10 @@ async fn huge_header_counts_are_refused() {
             raw.push_str(&format!("x-h{i}: {}\r\n", "a".repeat(size)));
         }
         raw.push_str("content-length: 2\r\n\r\n{}");
-        let answer = exchange(&r, raw.as_bytes()).await;
+        let answer = first_answer(&r, raw.as_bytes()).await;
         let codes = statuses(&answer);
         assert!(
-            codes.iter().all(|c| (400..500).contains(c)),
+            !codes.is_empty() && codes.iter().all(|c| (400..500).contains(c)),
             "{count} headers of {size} bytes answered {:?}",
             &answer[..answer.len().min(200)]
         );

@@ -11,7 +11,7 @@ use clap::Parser;
 use loadtest::cli::{Cli, Command};
 use loadtest::ramp::{RampArgs, ramp};
 
-mod common;
+use crate::common;
 
 fn ramp_args(out: &std::path::Path, bound: &str) -> RampArgs {
     let bins = common::binaries();

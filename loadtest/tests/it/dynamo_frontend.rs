@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use loadtest::fleet::{SimSettings, default_tokenizer_dir, start_sim};
 use loadtest::peers::dynamo::{FrontendArgs, frontend};
 
-mod common;
+use crate::common;
 
 /// The calls the stand-in selector received: (route, body).
 type Calls = Arc<Mutex<Vec<(String, Value)>>>;

@@ -8,7 +8,7 @@ use protocol::kv_events::{
 };
 use rmpv::Value as V;
 
-use crate::generic::{KV_EVENTS, array, frames, load};
+use super::generic::{KV_EVENTS, array, frames, load};
 
 /// Every recorded payload, from all variants (loaded once).
 pub fn recorded_payloads() -> &'static [Vec<u8>] {

@@ -15,13 +15,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
 
-#[path = "kv_events/generic.rs"]
 mod generic;
-#[path = "kv_events/live.rs"]
 mod live;
-#[path = "kv_events/malformed.rs"]
 mod malformed;
-#[path = "kv_events/props.rs"]
 mod props;
-#[path = "kv_events/vectors.rs"]
 mod vectors;

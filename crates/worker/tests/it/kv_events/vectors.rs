@@ -8,7 +8,7 @@ use protocol::kv_events::{
 };
 use serde_json::Value;
 
-use crate::generic::{
+use super::generic::{
     FieldOrder, KV_EVENTS, LIVE_CAPTURE, array, assert_batch_matches, frames, generic_decode, load,
 };
 

@@ -12,7 +12,7 @@ use protocol::kv_events::{
 };
 use rmpv::Value as V;
 
-use crate::malformed::recorded_payloads;
+use super::malformed::recorded_payloads;
 
 fn arb_hash() -> impl Strategy<Value = EngineHash> {
     prop_oneof![

@@ -14,7 +14,7 @@ use loadtest::report::pd_table;
 use loadtest::scenario::Scenario;
 use loadtest::workload::{Api, SyntheticKind, SyntheticOptions, synthetic_plan};
 
-mod common;
+use crate::common;
 use common::tiny_runner;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
