@@ -57,6 +57,9 @@ pub struct ReporterConfig {
     pub flush_interval: Duration,
     /// How often a full sync is sent.
     pub sync_interval: Duration,
+    /// On shutdown, how long the worker drains before it deregisters
+    /// ([`super::drain`]); zero: it deregisters at once.
+    pub drain_deadline: Duration,
 }
 
 /// Why a reporter could not start.
@@ -112,7 +115,8 @@ impl FleetSink for PusherHandle {
     }
 }
 
-/// Runs a reporter until `shutdown` resolves, then deregisters the worker.
+/// Runs a reporter until `shutdown` resolves, then drains the worker (up
+/// to its drain deadline) and deregisters it.
 ///
 /// `metrics` renders the process's metrics recorder, served on
 /// `cfg.metrics_listen` when that is set.
@@ -197,7 +201,7 @@ pub async fn run(
             url.clone(),
             cfg.identity.model.clone(),
             cfg.scrape_interval,
-            load,
+            load.clone(),
             restarted.clone(),
         ))),
         None => None,
@@ -226,6 +230,7 @@ pub async fn run(
             },
         }
     }
+    super::drain::drain(&pusher, &load, cfg.drain_deadline, scraper.is_some()).await;
     for task in [scraper, exporter].into_iter().flatten() {
         task.abort();
     }
