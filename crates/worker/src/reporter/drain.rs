@@ -4,6 +4,9 @@
 //! waiting) or the drain deadline, when the routers move the answers
 //! still running; then it deregisters the worker. Without `--engine-url`
 //! it cannot see the engine's requests, and waits the whole deadline.
+//! `GET /drain` on the reporter's metrics listener does the same without
+//! stopping (a Kubernetes `preStop` hook: the engine gets SIGTERM only once
+//! the hook returns), answered once drained.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -15,6 +18,20 @@ use crate::push::Pusher;
 
 /// How often the scraped load is looked at while draining.
 const POLL: Duration = Duration::from_millis(250);
+
+/// `GET /drain`: asks the reporter's loop to drain, answers when done.
+pub(super) async fn on_request(
+    drains: tokio::sync::mpsc::Sender<tokio::sync::oneshot::Sender<()>>,
+) -> (axum::http::StatusCode, &'static str) {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    if drains.send(tx).await.is_err() || rx.await.is_err() {
+        return (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "the reporter is stopping\n",
+        );
+    }
+    (axum::http::StatusCode::OK, "drained\n")
+}
 
 /// Drains the worker for up to `deadline` (see the module docs).
 pub(super) async fn drain(
