@@ -114,9 +114,10 @@ pub struct Summary {
 }
 
 /// Whether a failure is an answer that began and ended incomplete: the
-/// stream was cut, or it ended without `[DONE]` or a `finish_reason`.
+/// stream was cut, ended by an error event, or ended without `[DONE]` or a
+/// `finish_reason`.
 pub fn truncation(error: &str) -> bool {
-    error.starts_with("stream cut") || error.starts_with("stream ended without")
+    error.starts_with("stream cut") || error.starts_with("stream ended")
 }
 
 /// Summarizes `samples`; `workers` are the fleet's worker ids (a worker
@@ -183,6 +184,9 @@ pub fn imbalance(loads: impl IntoIterator<Item = u64>) -> Option<f64> {
 
 /// A failure's kind: `HTTP 502`, `transport`, `stream cut`, `timeout`, ….
 fn error_kind(e: &str) -> String {
+    if let Some(rest) = e.strip_prefix("stream ended by an error event: ") {
+        return format!("error event: {}", rest.split(':').next().unwrap_or(rest));
+    }
     if let Some(rest) = e.strip_prefix("HTTP ") {
         return format!("HTTP {}", rest.split(':').next().unwrap_or(rest));
     }

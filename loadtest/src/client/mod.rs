@@ -199,7 +199,8 @@ impl Client {
             if out.error.is_none() {
                 out.error = s
                     .error
-                    .clone()
+                    .as_ref()
+                    .map(|e| format!("stream ended by an error event: {e}"))
                     .or_else(|| (!s.done).then(|| "stream ended without [DONE]".to_owned()))
                     .or_else(|| {
                         (!s.finished).then(|| "stream ended without a finish_reason".to_owned())

@@ -24,7 +24,8 @@ const METHOD: &str = "\
 * **failed**: non-2xx answers, transport errors, timeouts, and streams that
   ended without `data: [DONE]` or without a `finish_reason`.
 * **truncated** (scenarios with an event): the failed streams that began
-  and ended incomplete (cut, or without `[DONE]` or a `finish_reason`);
+  and ended incomplete (cut, ended by an error event, or without `[DONE]`
+  or a `finish_reason`);
   **migrated**, **not migrated**, **moves failed**: the routers'
   `prefix_router_migrations_total` by outcome over the arm.
 * **overhead**: before the workload, small non-streamed completions (one

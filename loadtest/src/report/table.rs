@@ -317,6 +317,7 @@ pub(super) mod tests {
             a_sample(),
             cut("stream cut: connection reset"),
             cut("stream ended without a finish_reason"),
+            cut("stream ended by an error event: the worker failed mid-answer"),
             cut("HTTP 502"),
         ];
         a.summary = summarize(&samples, &[]);
@@ -329,7 +330,7 @@ pub(super) mod tests {
         a.counters = Some(counters);
         let t = answers_table(&[a]);
         let row = t.lines().nth(2).unwrap();
-        assert_eq!(row, "| cache_aware ×2 | 4 | 3 | 2 | 5 | 0 | 0 |", "{t}");
+        assert_eq!(row, "| cache_aware ×2 | 5 | 4 | 3 | 5 | 0 | 0 |", "{t}");
     }
 
     fn a_sample() -> Sample {
