@@ -88,6 +88,9 @@ pub struct Summary {
     pub requests: usize,
     /// Non-2xx answers, transport errors, cut streams.
     pub failed: usize,
+    /// Of the failed, streams that began and ended incomplete: cut, or
+    /// without a `finish_reason` or `[DONE]` ([`truncation`]).
+    pub truncated: usize,
     /// Failures by kind (the message's first words).
     pub errors: BTreeMap<String, usize>,
     /// Σ cached prompt tokens / Σ prompt tokens, over successful requests.
@@ -108,6 +111,13 @@ pub struct Summary {
     pub duration_s: f64,
     /// Prompt tokens per worker.
     pub per_worker_tokens: BTreeMap<String, u64>,
+}
+
+/// Whether a failure is an answer that began and ended incomplete: the
+/// stream was cut, ended by an error event, or ended without `[DONE]` or a
+/// `finish_reason`.
+pub fn truncation(error: &str) -> bool {
+    error.starts_with("stream cut") || error.starts_with("stream ended")
 }
 
 /// Summarizes `samples`; `workers` are the fleet's worker ids (a worker
@@ -144,6 +154,10 @@ pub fn summarize(samples: &[Sample], workers: &[String]) -> Summary {
     Summary {
         requests: samples.len(),
         failed: samples.len() - ok.len(),
+        truncated: samples
+            .iter()
+            .filter(|s| s.error.as_deref().is_some_and(truncation))
+            .count(),
         errors,
         hit_rate: (prompt > 0).then(|| cached as f64 / prompt as f64),
         ttft_ms: Percentiles::of(ok.iter().filter_map(|s| s.ttft_ms)),
@@ -170,6 +184,9 @@ pub fn imbalance(loads: impl IntoIterator<Item = u64>) -> Option<f64> {
 
 /// A failure's kind: `HTTP 502`, `transport`, `stream cut`, `timeout`, ….
 fn error_kind(e: &str) -> String {
+    if let Some(rest) = e.strip_prefix("stream ended by an error event: ") {
+        return format!("error event: {}", rest.split(':').next().unwrap_or(rest));
+    }
     if let Some(rest) = e.strip_prefix("HTTP ") {
         return format!("HTTP {}", rest.split(':').next().unwrap_or(rest));
     }

@@ -16,7 +16,7 @@ use crate::flow::FlowControl;
 use crate::lmcache::LmCache;
 use crate::load_scrape::{ScrapeSettings, scrape_loop};
 use crate::metrics_recorder::{metrics_handle, zero_counters};
-use crate::proxy::{CpuPool, Proxy, Upstream};
+use crate::proxy::{CpuPool, DRAIN_REFRESH, Proxy, Upstream};
 use crate::response_cache::ResponseCache;
 use crate::routing::policy_by_name;
 use protocol::redact_url;
@@ -199,6 +199,13 @@ pub async fn serve_with(
     if let Some(lm) = app.proxy.lmcache() {
         tasks.push(tokio::spawn(lm.poll_loop(stop.clone())));
     }
+    if app.proxy.migration().limit > 0 {
+        tasks.push(tokio::spawn(drain_loop(
+            store.clone(),
+            app.proxy.clone(),
+            stop.clone(),
+        )));
+    }
     if let Some(interval) = cfg.scrape_metrics_interval {
         let settings = ScrapeSettings::every(interval);
         tasks.push(tokio::spawn(scrape_loop(
@@ -352,6 +359,21 @@ async fn lease_loop(
         }
         if !tick(&mut stop, period).await {
             return;
+        }
+    }
+}
+
+/// Reads which workers drain, and their deadlines, every
+/// [`DRAIN_REFRESH`]: relays move the answers still running on a draining
+/// worker at its deadline.
+async fn drain_loop(store: StateStore, proxy: Arc<Proxy>, mut stop: ShutdownSignal) {
+    while tick(&mut stop, DRAIN_REFRESH).await {
+        let refreshed = match store.models().await {
+            Ok(models) => proxy.drains().refresh(&store, &models).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = refreshed {
+            tracing::debug!(error = %e, "drain marks not refreshed");
         }
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Parser;
 use metrics_exporter_prometheus::PrometheusBuilder;
-use protocol::{WorkerRole, parse_duration};
+use protocol::{WorkerRole, parse_duration, parse_duration_or_zero};
 use sim_worker::server::{FaultSettings, KvEventsSettings, PushSettings, SimConfig, SimServer};
 use sim_worker::{EngineConfig, KvTransferModel, PrefillSharing, Tiers, TimeModel};
 use tracing_subscriber::EnvFilter;
@@ -151,6 +151,12 @@ struct Args {
     /// Fault: exit abruptly (status 137) this long after start.
     #[arg(long, value_parser = parse_duration)]
     crash_after: Option<Duration>,
+    /// On SIGTERM, the worker drains this long before it stops: it is
+    /// marked draining in the fleet (no router sends it anything new), its
+    /// answers finish, and at the deadline the routers move what still
+    /// runs; 0s: it stops at once (open answers get 5 s).
+    #[arg(long, default_value = "30s", value_parser = parse_duration_or_zero)]
+    drain_deadline: Duration,
     /// Seed of the fault injection's random numbers.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -251,7 +257,31 @@ async fn terminated() {
     }
 }
 
-async fn run(config: SimConfig) -> anyhow::Result<()> {
+/// Graceful drain: marks the worker draining in the fleet, then serves
+/// until the engine runs nothing or `deadline` (when the routers move what
+/// still runs). Requests routed just before the mark still arrive: the
+/// first look waits a little.
+async fn drain(server: &SimServer, deadline: Duration) {
+    if deadline.is_zero() {
+        return;
+    }
+    let until = tokio::time::Instant::now() + deadline;
+    match server.drain(deadline).await {
+        Ok(true) => tracing::info!(
+            ?deadline,
+            "draining: no new requests; finishing the open ones"
+        ),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(error = %e, "not marked draining in the fleet"),
+    }
+    let poll = Duration::from_millis(50);
+    tokio::time::sleep(poll * 4).await;
+    while tokio::time::Instant::now() < until && !server.idle() {
+        tokio::time::sleep(poll).await;
+    }
+}
+
+async fn run(config: SimConfig, drain_deadline: Duration) -> anyhow::Result<()> {
     let recorder = PrometheusBuilder::new().build_recorder();
     let metrics = recorder.handle();
     metrics::set_global_recorder(recorder).context("installing the metrics recorder")?;
@@ -273,6 +303,7 @@ async fn run(config: SimConfig) -> anyhow::Result<()> {
         _ = terminated() => tracing::info!("shutting down"),
         _ = server.wait() => bail!("the HTTP server stopped"),
     }
+    drain(&server, drain_deadline).await;
     if let Err(e) = server.shutdown(Duration::from_secs(5), true).await {
         tracing::warn!(error = %e, "not deregistered from the fleet; its lease will run out");
     }
@@ -286,10 +317,12 @@ fn main() -> anyhow::Result<()> {
             EnvFilter::try_from_env("SIM_WORKER_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .init();
-    let config = config(Args::parse())?;
+    let args = Args::parse();
+    let drain_deadline = args.drain_deadline;
+    let config = config(args)?;
     tokio::runtime::Runtime::new()
         .context("starting the Tokio runtime")?
-        .block_on(run(config))
+        .block_on(run(config, drain_deadline))
 }
 
 fn parse_prefill(s: &str) -> Result<PrefillSharing, String> {

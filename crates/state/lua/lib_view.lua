@@ -11,7 +11,8 @@
 -- in one C call, where parsing text cost about 1 us per record), then
 -- id .. '\n' .. url, then '\n' .. role only for a prefill or decode worker
 -- (a record without it is a worker of both roles, as every record written
--- before roles existed). Field <idx>:<router> = that router's in-flight count
+-- before roles existed). A draining worker's record (its `drain_until` set,
+-- drain.lua) has lease_until -1 here, so routing skips it. Field <idx>:<router> = that router's in-flight count
 -- for <idx>; field p<idx>:<router> = the uncached prompt tokens of those
 -- requests still before their first token (the prefill queue it put on
 -- <idx>); field router:<router> = that router's lease expiry (ms, as in
@@ -29,7 +30,7 @@ local function bounded_count(x)
 end
 
 local VIEW_FIELDS = { 'lease_until', 'synced_until', 'syncing', 'waiting', 'running', 'kv_usage', 'load_ms', 'id', 'url',
-  'role' }
+  'role', 'drain_until' }
 local VIEW_PACK, VIEW_NUMBERS, VIEW_BYTES = '<ddddddd', 7, 56
 local ROUTER_FIELD = 'router:'
 local function view_key() return BASE .. ':view' end
@@ -52,6 +53,7 @@ local function view_refresh(idx)
   if not f[8] then return end -- purged
   local n = {}
   for i = 1, VIEW_NUMBERS do n[i] = tonumber(f[i]) or -1 end
+  if f[11] then n[1] = -1 end -- draining (drain.lua): routing skips it
   local role = ''
   if f[10] and f[10] ~= '' and f[10] ~= 'both' then role = '\n' .. f[10] end
   redis.call('HSET', view_key(), idx, struct.pack(VIEW_PACK, unpack(n)) .. f[8] .. '\n' .. (f[9] or '') .. role)

@@ -18,6 +18,9 @@
 //! * `ttl`: [`StateTtls`] and [`BatchLimits`].
 //! * `leases`: worker heartbeats (with their prefill/decode role), drains
 //!   and load reports, in-flight gauges.
+//! * `drain`: graceful drain: a live worker marked draining
+//!   (`drain.lua`) is out of routing but still serving; routers list the
+//!   draining workers and their deadlines (`drains.lua`).
 //! * `router_lease`: this router's leases, which reconcile the shared
 //!   in-flight gauges with its ledger.
 //! * `fan_out`: a sharded model's per-request changes for the parts that
@@ -59,6 +62,7 @@
 
 mod blocks;
 mod connections;
+mod drain;
 mod error;
 mod fan_out;
 mod flow;
@@ -82,6 +86,7 @@ mod view_record;
 
 pub use blocks::StoredOutcome;
 pub use connections::{ConnectionSettings, normalize_url};
+pub use drain::{Draining, MAX_DRAIN_DEADLINE};
 pub use error::StateError;
 pub use flow::{Arrival, FlowArrival, FlowDispatch, SaturationThresholds, flow_member};
 pub use gc::GcReport;

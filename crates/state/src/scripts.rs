@@ -35,6 +35,10 @@ pub enum ScriptName {
     Heartbeat,
     /// Stop routing to a worker and queue its entries for purge.
     Deregister,
+    /// Mark a live worker draining, or clear the mark.
+    Drain,
+    /// List a model's draining workers and their deadlines.
+    Drains,
     /// Speculative insert on routing.
     Claim,
     /// Confirmed blocks.
@@ -85,9 +89,11 @@ pub enum ScriptName {
 
 impl ScriptName {
     /// Every script, in a fixed order.
-    pub const ALL: [ScriptName; 25] = [
+    pub const ALL: [ScriptName; 27] = [
         ScriptName::Heartbeat,
         ScriptName::Deregister,
+        ScriptName::Drain,
+        ScriptName::Drains,
         ScriptName::Claim,
         ScriptName::Stored,
         ScriptName::Evict,
@@ -118,6 +124,8 @@ impl ScriptName {
         match self {
             ScriptName::Heartbeat => "heartbeat.lua",
             ScriptName::Deregister => "deregister.lua",
+            ScriptName::Drain => "drain.lua",
+            ScriptName::Drains => "drains.lua",
             ScriptName::Claim => "claim.lua",
             ScriptName::Stored => "stored.lua",
             ScriptName::Evict => "evict.lua",
@@ -148,6 +156,8 @@ impl ScriptName {
         match self {
             ScriptName::Heartbeat => include_str!("../lua/heartbeat.lua"),
             ScriptName::Deregister => include_str!("../lua/deregister.lua"),
+            ScriptName::Drain => include_str!("../lua/drain.lua"),
+            ScriptName::Drains => include_str!("../lua/drains.lua"),
             ScriptName::Claim => include_str!("../lua/claim.lua"),
             ScriptName::Stored => include_str!("../lua/stored.lua"),
             ScriptName::Evict => include_str!("../lua/evict.lua"),
@@ -176,7 +186,10 @@ impl ScriptName {
 
     /// Read-only scripts are called with FCALL_RO, so replicas may serve them.
     fn read_only(self) -> bool {
-        matches!(self, ScriptName::Probe | ScriptName::Workers)
+        matches!(
+            self,
+            ScriptName::Probe | ScriptName::Workers | ScriptName::Drains
+        )
     }
 
     /// The script's name inside the library (its file name without `.lua`).

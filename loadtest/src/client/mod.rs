@@ -199,8 +199,12 @@ impl Client {
             if out.error.is_none() {
                 out.error = s
                     .error
-                    .clone()
-                    .or_else(|| (!s.done).then(|| "stream ended without [DONE]".to_owned()));
+                    .as_ref()
+                    .map(|e| format!("stream ended by an error event: {e}"))
+                    .or_else(|| (!s.done).then(|| "stream ended without [DONE]".to_owned()))
+                    .or_else(|| {
+                        (!s.finished).then(|| "stream ended without a finish_reason".to_owned())
+                    });
             }
             out.prompt_tokens = s.prompt_tokens;
             out.completion_tokens = s.completion_tokens.unwrap_or(s.content_chunks);

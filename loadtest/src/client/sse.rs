@@ -20,6 +20,8 @@ pub struct StreamState {
     pub cached_tokens: Option<u64>,
     /// `data: [DONE]` arrived.
     pub done: bool,
+    /// A chunk with a `finish_reason` arrived.
+    pub finished: bool,
     /// An `error` object arrived in the stream.
     pub error: Option<String>,
 }
@@ -63,6 +65,9 @@ impl StreamState {
             self.cached_tokens = u["prompt_tokens_details"]["cached_tokens"].as_u64();
         }
         let choice = &v["choices"][0];
+        if !choice["finish_reason"].is_null() {
+            self.finished = true;
+        }
         let piece = choice["text"]
             .as_str()
             .or_else(|| choice["delta"]["content"].as_str())

@@ -2,7 +2,7 @@
 //! scenario (main table, plots, CPU, failures), then how the measures are
 //! computed, so that the numbers can be read without the source.
 
-use super::table::{around_table, cpu_table, failures, main_table, markdown};
+use super::table::{answers_table, around_table, cpu_table, failures, main_table, markdown};
 use super::{RunReport, plot_names};
 
 /// How each measure is computed (kept beside the numbers).
@@ -22,7 +22,12 @@ const METHOD: &str = "\
 * **imbalance**: max / mean prompt tokens per worker (from `x-sim-worker`,
   else `x-prefix-router-worker`), over every launched worker.
 * **failed**: non-2xx answers, transport errors, timeouts, and streams that
-  ended without `data: [DONE]`.
+  ended without `data: [DONE]` or without a `finish_reason`.
+* **truncated** (scenarios with an event): the failed streams that began
+  and ended incomplete (cut, ended by an error event, or without `[DONE]`
+  or a `finish_reason`);
+  **migrated**, **not migrated**, **moves failed**: the routers'
+  `prefix_router_migrations_total` by outcome over the arm.
 * **overhead**: before the workload, small non-streamed completions (one
   output token, shorter than one KV block) sent alternately straight to one
   sim-worker and through the balancer; the difference of the p50s and of
@@ -74,6 +79,11 @@ pub fn render(r: &RunReport) -> String {
         if !around.is_empty() {
             out.push_str("\nBefore and after the event (requests by send time):\n\n");
             out.push_str(&around);
+        }
+        let answers = answers_table(&s.arms);
+        if !answers.is_empty() {
+            out.push_str("\nAnswers under the fault:\n\n");
+            out.push_str(&answers);
         }
         let (hit, ttft) = plot_names(s.scenario);
         out.push_str(&format!(

@@ -77,6 +77,48 @@ pub fn around_table(arms: &[ArmResult]) -> String {
     )
 }
 
+/// Answers under a fault: per arm with an event, the requests, those
+/// failed, those truncated (a stream that began and ended incomplete), and
+/// the routers' migrations by outcome (`prefix_router_migrations_total`,
+/// over the run). Empty when no arm had an event.
+pub fn answers_table(arms: &[ArmResult]) -> String {
+    let rows: Vec<Vec<String>> = arms
+        .iter()
+        .filter(|a| a.event.is_some())
+        .map(|a| {
+            let moves = |outcome: &str| {
+                opt(a.counters.as_ref(), |c| {
+                    c.migrations.get(outcome).copied().unwrap_or(0).to_string()
+                })
+            };
+            vec![
+                a.label.clone(),
+                a.summary.requests.to_string(),
+                a.summary.failed.to_string(),
+                a.summary.truncated.to_string(),
+                moves("migrated"),
+                moves("not_migrated"),
+                moves("failed"),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    markdown(
+        &[
+            "policy",
+            "requests",
+            "failed",
+            "truncated",
+            "migrated",
+            "not migrated",
+            "moves failed",
+        ],
+        &rows,
+    )
+}
+
 /// The main table: rows = arms, columns = the measures.
 pub fn main_table(arms: &[ArmResult]) -> String {
     let header = [
@@ -261,6 +303,49 @@ pub(super) mod tests {
         assert!(lines[2].ends_with("| – | – |"));
         assert_eq!(cpu_table(&[arm("x")]), "");
         assert_eq!(failures(&[arm("x")]), "");
+    }
+
+    #[test]
+    fn answers_under_a_fault_count_truncations_and_moves() {
+        assert_eq!(answers_table(&[arm("x")]), "", "no event, no table");
+        let mut a = arm("cache_aware ×2");
+        let cut = |error: &str| Sample {
+            error: Some(error.into()),
+            ..a_sample()
+        };
+        let samples = vec![
+            a_sample(),
+            cut("stream cut: connection reset"),
+            cut("stream ended without a finish_reason"),
+            cut("stream ended by an error event: the worker failed mid-answer"),
+            cut("HTTP 502"),
+        ];
+        a.summary = summarize(&samples, &[]);
+        a.event = Some(crate::runner::EventMark {
+            at_s: 10.0,
+            what: "SIGKILL sim-0".into(),
+        });
+        let mut counters = crate::fleet::FleetCounters::default();
+        counters.migrations.insert("migrated".into(), 5);
+        a.counters = Some(counters);
+        let t = answers_table(&[a]);
+        let row = t.lines().nth(2).unwrap();
+        assert_eq!(row, "| cache_aware ×2 | 5 | 4 | 3 | 5 | 0 | 0 |", "{t}");
+    }
+
+    fn a_sample() -> Sample {
+        Sample {
+            start_s: 0.0,
+            end_s: 1.0,
+            error: None,
+            ttft_ms: Some(1.0),
+            e2e_ms: 2.0,
+            prompt_tokens: 10,
+            cached_tokens: None,
+            completion_tokens: 2,
+            worker: None,
+            turn: 0,
+        }
     }
 
     #[test]

@@ -20,12 +20,12 @@ use state::{StateError, WorkerHeartbeat};
 /// `?model=` on routes without a body.
 #[derive(Deserialize)]
 pub struct ModelQuery {
-    model: Option<String>,
+    pub(super) model: Option<String>,
 }
 
 /// The model a report is for: the body's, else the one the worker registered
 /// with, else the router's configured model.
-async fn resolve_model(
+pub(super) async fn resolve_model(
     app: &AppState,
     given: Option<String>,
     worker_id: &str,

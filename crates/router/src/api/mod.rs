@@ -3,6 +3,7 @@
 mod admin;
 mod auth;
 mod conn;
+mod drain;
 mod internal;
 mod json;
 mod openai;
@@ -89,6 +90,10 @@ pub fn router(app: AppState, auth: InternalAuth, limits: HttpLimits, surface: Su
                 delete(internal::deregister),
             )
             .route("/admin/workers", get(admin::workers))
+            .route(
+                "/admin/workers/{worker_id}/drain",
+                post(drain::drain).delete(drain::undrain),
+            )
             .route("/admin/explain", post(openai::explain))
             .route_layer(middleware::from_fn_with_state(auth, auth::require_token));
         routes = routes.merge(guarded).route("/metrics", get(admin::metrics));

@@ -50,6 +50,7 @@ pub use cpu_pool::{CpuPool, PoolBusy};
 pub use error::ProxyError;
 pub use forward::Upstream;
 pub use inflight::InFlightGuard;
+pub use migrate::DRAIN_REFRESH;
 pub use pick::Pick;
 pub use pipeline::Endpoint;
 
@@ -83,6 +84,8 @@ pub struct Proxy {
     admission: Arc<Admission>,
     /// Mid-stream migration (`migrate`).
     migration: MigrationSettings,
+    /// The drain deadlines relays watch (`migrate::DrainWatch`).
+    drains: migrate::DrainWatch,
 }
 
 impl Proxy {
@@ -107,7 +110,19 @@ impl Proxy {
             cache: None,
             flow: None,
             migration: MigrationSettings::default(),
+            drains: migrate::DrainWatch::default(),
         }
+    }
+
+    /// The drain deadlines this router knows: `serve` refreshes them, the
+    /// admin drain at once.
+    pub fn drains(&self) -> &migrate::DrainWatch {
+        &self.drains
+    }
+
+    /// Mid-stream migration's settings.
+    pub fn migration(&self) -> MigrationSettings {
+        self.migration
     }
 
     /// Moves answers whose worker fails mid-stream by `settings`

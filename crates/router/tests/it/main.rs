@@ -19,6 +19,7 @@ mod api_lifecycle;
 mod config;
 mod config_epp;
 mod connections;
+mod drain;
 mod epp;
 mod epp_flow;
 mod epp_limits;

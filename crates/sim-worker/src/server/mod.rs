@@ -251,6 +251,22 @@ impl SimServer {
         }
     }
 
+    /// Marks the worker draining in the fleet it pushes to (graceful drain:
+    /// no router sends it anything new, the routers move what still runs
+    /// on it at `deadline` from now). False when it pushes to no fleet.
+    pub async fn drain(&self, deadline: Duration) -> Result<bool, PushError> {
+        match &self.pusher {
+            Some(p) => p.drain(deadline).await.map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// True when the engine runs and queues no request.
+    pub fn idle(&self) -> bool {
+        let g = self.app.core.lock().engine.gauges();
+        g.num_requests_running == 0 && g.num_requests_waiting == 0
+    }
+
     /// Stops serving (open connections get up to `grace` to finish), stops
     /// the reporters (draining the worker from the fleet if `deregister`)
     /// and the engine's driver.

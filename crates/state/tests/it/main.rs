@@ -8,6 +8,7 @@
 
 mod support;
 
+mod drain;
 mod expiry;
 mod flow_store;
 mod response_cache_store;

@@ -13,7 +13,8 @@
 //! 3. `a_crashed_worker_leaves_routing_and_is_purged`
 //! 4. `lost_eviction_reports_are_healed_by_syncs`
 //! 5. `a_slow_valkey_is_routed_around_by_the_deadline`
-//! 6. `soak` (`#[ignore]`, 10 minutes):
+//! 6. `a_worker_stopped_with_sigterm_drains_without_a_failed_attempt`
+//! 7. `soak` (`#[ignore]`, 10 minutes):
 //!    `cargo test --release -p system-tests --test it -- --ignored soak --nocapture`
 //!
 //! Bug 1 of `docs/reliability.md` (404 after Valkey returns without the
@@ -46,6 +47,8 @@ mod slow_valkey;
 mod soak;
 #[path = "faults/valkey_restart.rs"]
 mod valkey_restart;
+#[path = "faults/worker_drain.rs"]
+mod worker_drain;
 #[path = "faults/worker_kill.rs"]
 mod worker_kill;
 
@@ -79,6 +82,13 @@ async fn valkey_restarted_empty_is_served_by_recently_seen_workers() {
 async fn a_crashed_worker_leaves_routing_and_is_purged() {
     let _one = SERIAL.lock().await;
     worker_kill::run().await;
+}
+
+/// Graceful drain (issue 29): SIGTERM under load, no failed attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stopped_with_sigterm_drains_without_a_failed_attempt() {
+    let _one = SERIAL.lock().await;
+    worker_drain::run().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

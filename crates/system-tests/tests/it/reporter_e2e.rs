@@ -50,6 +50,23 @@ async fn engine_with(worker: &str, ports: (u16, u16, u16), extra: &[&str]) -> Si
     Sim::engine(worker, (ports.0, ports.1), &flags).await
 }
 
+/// A router of [`MODEL`] on `valkey`.
+async fn router_of(valkey: &Valkey) -> Router {
+    let mut a = args();
+    a.model = Some(MODEL.into());
+    a.tokenizer_dir = Some(tokenizer_dir());
+    Router::start(&valkey.url(), a).await
+}
+
+/// An engine's KV-event, replay and HTTP ports.
+fn three_ports() -> (u16, u16, u16) {
+    (
+        free_port().unwrap(),
+        free_port().unwrap(),
+        free_port().unwrap(),
+    )
+}
+
 /// A sim that pushes to the fleet itself, with a 2 s sync period.
 async fn pushing(worker: &str, router: &Router) -> Sim {
     let mut flags = SIM_FLAGS.to_vec();
@@ -113,10 +130,7 @@ async fn set_faults(sim: &Sim, body: serde_json::Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fleets_state_equals_every_workers_cache_through_faults() {
     let valkey = Valkey::start();
-    let mut a = args();
-    a.model = Some(MODEL.into());
-    a.tokenizer_dir = Some(tokenizer_dir());
-    let router = Router::start(&valkey.url(), a).await;
+    let router = router_of(&valkey).await;
     let push = [
         pushing("push-a", &router).await,
         pushing("push-b", &router).await,
@@ -253,15 +267,8 @@ async fn the_fleets_state_equals_every_workers_cache_through_faults() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocks_offloaded_to_the_cpu_tier_stay_in_the_index() {
     let valkey = Valkey::start();
-    let mut a = args();
-    a.model = Some(MODEL.into());
-    a.tokenizer_dir = Some(tokenizer_dir());
-    let router = Router::start(&valkey.url(), a).await;
-    let ports = (
-        free_port().unwrap(),
-        free_port().unwrap(),
-        free_port().unwrap(),
-    );
+    let router = router_of(&valkey).await;
+    let ports = three_ports();
     let sim = engine_with("zmq-cpu", ports, &["--cpu-blocks", "64"]).await;
     let _reporter = reporter("zmq-cpu", &sim, &router, ports);
     serve(&sim, &["alpha", "beta", "gamma", "delta"]).await;
@@ -276,4 +283,70 @@ async fn blocks_offloaded_to_the_cpu_tier_stay_in_the_index() {
         !indexed_on_cpu.is_empty(),
         "no indexed block lives only on the CPU tier"
     );
+}
+
+/// The status `worker` is listed with (`live`, `draining`), if any live
+/// or marked incarnation.
+async fn status(router: &Router, worker: &str) -> Option<String> {
+    let (_, v) = support::get(router, &format!("/admin/workers?model={MODEL}")).await;
+    v["workers"]
+        .as_array()?
+        .iter()
+        .find(|w| w["worker_id"] == worker && w["lease_left_ms"].as_i64().unwrap_or(-1) > 0)
+        .and_then(|w| w["status"].as_str().map(str::to_owned))
+}
+
+/// Graceful drain from the reporter (issue 29): `GET /drain` on its
+/// metrics listener, as a Kubernetes `preStop` hook calls it, marks the
+/// worker draining in the fleet and answers once the engine runs nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reporters_get_drain_marks_its_worker_draining_and_answers_when_idle() {
+    let valkey = Valkey::start();
+    let router = router_of(&valkey).await;
+    let ports = three_ports();
+    let sim = engine("zmq-drain", ports).await;
+    let metrics_port = free_port().unwrap();
+    let spec = Reporter::spec("zmq-drain", MODEL, &sim.base, &router, (ports.0, ports.1)).args([
+        "--metrics-listen",
+        &format!("127.0.0.1:{metrics_port}"),
+        "--drain-deadline",
+        "20s",
+    ]);
+    let _reporter = Reporter::from_spec(&spec);
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while status(&router, "zmq-drain").await.as_deref() != Some("live") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reporter never registered"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let started = std::time::Instant::now();
+    let resp = http()
+        .get(format!("http://127.0.0.1:{metrics_port}/drain"))
+        .timeout(Duration::from_secs(60))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.text().await.unwrap(), "drained\n");
+    // The engine ran nothing: answered well before the 20 s deadline.
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        status(&router, "zmq-drain").await.as_deref(),
+        Some("draining")
+    );
+    // Still registered and marked: undrained, it is live again.
+    let resp = http()
+        .delete(router.url("/admin/workers/zmq-drain/drain"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(status(&router, "zmq-drain").await.as_deref(), Some("live"));
 }

@@ -296,6 +296,25 @@ impl FleetClient {
         self.send(call).await.map(|_| ())
     }
 
+    /// Marks the worker draining (`POST /admin/workers/{id}/drain`): out of
+    /// routing at every router, still serving; the routers move what still
+    /// runs on it at `deadline` from now.
+    pub async fn drain(&self, who: &WorkerIdentity, deadline: Duration) -> Result<(), PushError> {
+        let mut url = self.url(&["admin", "workers", &who.worker_id, "drain"]);
+        url.query_pairs_mut()
+            .append_pair("model", &who.model)
+            .append_pair("deadline", &format!("{}ms", deadline.as_millis()));
+        let call: Call<'_, ()> = Call {
+            op: "drain",
+            method: Method::POST,
+            url,
+            body: None,
+            timeout: self.config.timeout,
+            only_unsent: false,
+        };
+        self.send(call).await.map(|_| ())
+    }
+
     fn batch(&self) -> usize {
         self.config.max_batch.clamp(1, FLEET_MAX_BATCH)
     }

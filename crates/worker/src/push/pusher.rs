@@ -93,6 +93,14 @@ impl Pusher {
         self.handle.clone()
     }
 
+    /// Marks the worker draining in the fleet (graceful drain): no router
+    /// sends it anything new; it keeps its lease (the task goes on
+    /// heartbeating) and serves what it has; at `deadline` from now the
+    /// routers move the answers still running on it.
+    pub async fn drain(&self, deadline: Duration) -> Result<(), PushError> {
+        self.client.drain(&self.identity, deadline).await
+    }
+
     /// Stops the task (waiting up to 5 s for a call in progress) and, if
     /// `deregister`, drains the worker from the fleet at once instead of
     /// letting its lease run out.

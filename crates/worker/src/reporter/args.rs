@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::push::WorkerIdentity;
 use protocol::WorkerRole;
 use protocol::hashing::{HashSeed, LoraKey};
-use protocol::parse_duration;
+use protocol::{parse_duration, parse_duration_or_zero};
 
 use super::run::ReporterConfig;
 
@@ -30,6 +30,12 @@ pub struct ReporterArgs {
     /// How often the engine's `/metrics` is scraped.
     #[arg(long, env = "PREFIX_ROUTER_ENGINE_SCRAPE_INTERVAL", value_parser = parse_duration, default_value = "1s")]
     pub scrape_interval: Duration,
+    /// On SIGTERM, the worker drains this long before it deregisters: no
+    /// router sends it anything new, its answers finish (the engine's
+    /// `/metrics` say when it runs nothing, with --engine-url), and the
+    /// routers move what still runs at the deadline; 0s: deregister at once.
+    #[arg(long, env = "PREFIX_ROUTER_DRAIN_DEADLINE", value_parser = parse_duration_or_zero, default_value = "30s")]
+    pub drain_deadline: Duration,
     /// The fleet's internal API: any router, or the balancer in front of them.
     #[arg(long, env = "PREFIX_ROUTER_FLEET_URL")]
     pub fleet_url: String,
@@ -120,6 +126,7 @@ impl ReporterArgs {
             metrics_listen: self.metrics_listen,
             flush_interval: self.flush_interval,
             sync_interval: self.sync_interval,
+            drain_deadline: self.drain_deadline,
         })
     }
 }

@@ -57,6 +57,9 @@ pub struct ReporterConfig {
     pub flush_interval: Duration,
     /// How often a full sync is sent.
     pub sync_interval: Duration,
+    /// On shutdown, how long the worker drains before it deregisters
+    /// ([`super::drain`]); zero: it deregisters at once.
+    pub drain_deadline: Duration,
 }
 
 /// Why a reporter could not start.
@@ -112,7 +115,8 @@ impl FleetSink for PusherHandle {
     }
 }
 
-/// Runs a reporter until `shutdown` resolves, then deregisters the worker.
+/// Runs a reporter until `shutdown` resolves, then drains the worker (up
+/// to its drain deadline) and deregisters it.
 ///
 /// `metrics` renders the process's metrics recorder, served on
 /// `cfg.metrics_listen` when that is set.
@@ -133,10 +137,14 @@ pub async fn run(
     }
     metrics::counter!("prefix_router_push_dropped_hashes_total", "reason" => "overflow")
         .absolute(0);
+    // `GET /drain` beside `/metrics` (a preStop hook): drains the worker,
+    // answered once it is drained.
+    let (drain_tx, mut drain_rx) = tokio::sync::mpsc::channel(8);
     let exporter = match cfg.metrics_listen {
         Some(addr) => Some(serve_metrics(
             tokio::net::TcpListener::bind(addr).await?,
             metrics,
+            drain_tx,
         )),
         None => None,
     };
@@ -197,7 +205,7 @@ pub async fn run(
             url.clone(),
             cfg.identity.model.clone(),
             cfg.scrape_interval,
-            load,
+            load.clone(),
             restarted.clone(),
         ))),
         None => None,
@@ -208,6 +216,10 @@ pub async fn run(
     loop {
         tokio::select! {
             () = &mut shutdown => break,
+            Some(reply) = drain_rx.recv() => {
+                super::drain::drain(&pusher, &load, cfg.drain_deadline, scraper.is_some()).await;
+                let _ = reply.send(());
+            }
             // A restarted engine is cold, and says so by no event until
             // its first request: its metrics tell at once.
             () = restarted.notified() => {
@@ -226,6 +238,7 @@ pub async fn run(
             },
         }
     }
+    super::drain::drain(&pusher, &load, cfg.drain_deadline, scraper.is_some()).await;
     for task in [scraper, exporter].into_iter().flatten() {
         task.abort();
     }
@@ -277,19 +290,25 @@ async fn scrape_loop(
 fn serve_metrics(
     listener: tokio::net::TcpListener,
     handle: Option<PrometheusHandle>,
+    drains: tokio::sync::mpsc::Sender<tokio::sync::oneshot::Sender<()>>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let Some(handle) = handle else {
-            tracing::warn!("metrics recorder unavailable");
-            return;
-        };
-        let app = axum::Router::new().route(
-            "/metrics",
-            axum::routing::get(move || {
-                let handle = handle.clone();
-                async move { handle.render() }
-            }),
+        let mut app = axum::Router::new().route(
+            "/drain",
+            axum::routing::get(move || super::drain::on_request(drains.clone())),
         );
+        match handle {
+            Some(handle) => {
+                app = app.route(
+                    "/metrics",
+                    axum::routing::get(move || {
+                        let handle = handle.clone();
+                        async move { handle.render() }
+                    }),
+                );
+            }
+            None => tracing::warn!("metrics recorder unavailable"),
+        }
         if let Err(e) = axum::serve(listener, app).await {
             tracing::warn!(error = %e, "metrics listener stopped");
         }

@@ -8,6 +8,8 @@
 //! * `answer`: one answer across workers: the ids so far, the chunks as
 //!   the client gets them, the next worker's request.
 //! * `relay`: the stream itself: failure detection and failover.
+//! * `drains`: the drain deadlines this router knows ([`DrainWatch`]): an
+//!   answer still running on a draining worker moves at its deadline.
 //!
 //! The next worker is chosen as any request's ([`Proxy::reroute`]):
 //! cache-aware over the live workers but those that failed this answer,
@@ -17,6 +19,7 @@
 //! with `max_tokens` reduced by them. See `docs/migration.md`.
 
 mod answer;
+mod drains;
 mod eligible;
 mod relay;
 mod sse;
@@ -34,6 +37,7 @@ use super::{InFlightGuard, Proxy, forward};
 use crate::config::MigrationSettings;
 use crate::telemetry::SPANS;
 
+pub use drains::{DRAIN_REFRESH, DrainWatch};
 use eligible::asking_for_ids;
 pub(super) use eligible::{Eligible, eligibility};
 

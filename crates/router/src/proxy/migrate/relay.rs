@@ -3,7 +3,9 @@
 //! (the connection breaks, it ends before the answer, an error event, or
 //! no chunk within the stall timeout) the answer moves to another worker
 //! ([`Proxy::reroute`](super::super::Proxy)) and the same client stream
-//! goes on. Past the migration limit, or when the answer cannot be
+//! goes on. An answer still running on a draining worker at its drain
+//! deadline ([`DrainWatch`](super::DrainWatch)) moves the same way. Past
+//! the migration limit, or when the answer cannot be
 //! continued exactly, the client gets an error event and the stream ends
 //! without `[DONE]`.
 
@@ -16,11 +18,30 @@ use futures_util::{Stream, StreamExt};
 use serde_json::json;
 
 use super::answer::{Answer, Broken, Relayed, sse};
+use super::drains::Deadlines;
 use super::sse::Events;
 use super::{Migration, MigrationSettings, Moved};
 use crate::proxy::{InFlightGuard, Proxy};
 
 type Upstream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
+
+/// Resolves at `deadline`; never without one.
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next change of the drain deadlines; never when not watched.
+async fn watch_changed(
+    drains: Option<&mut tokio::sync::watch::Receiver<Deadlines>>,
+) -> Result<(), tokio::sync::watch::error::RecvError> {
+    match drains {
+        Some(d) => d.changed().await,
+        None => std::future::pending().await,
+    }
+}
 
 /// One stream being relayed.
 struct Relay {
@@ -32,6 +53,8 @@ struct Relay {
     /// The current worker's URL, and those that failed this answer.
     url: String,
     failed: Vec<String>,
+    /// The drain deadlines this router knows (`None` once unwatchable).
+    drains: Option<tokio::sync::watch::Receiver<Deadlines>>,
     events: Events,
     answer: Answer,
     out: VecDeque<Bytes>,
@@ -50,6 +73,7 @@ pub(in crate::proxy) fn body(
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
     let relay = Relay {
         settings: proxy.migration,
+        drains: Some(proxy.drains.subscribe()),
         proxy,
         answer: Answer::new(migration.eligible.clone()),
         migration,
@@ -75,9 +99,28 @@ pub(in crate::proxy) fn body(
 }
 
 impl Relay {
-    /// Reads the worker's next bytes (or notices it failed).
+    /// Reads the worker's next bytes (or notices it failed, or that its
+    /// drain deadline passed).
     async fn pull(&mut self) {
-        let next = tokio::time::timeout(self.settings.stall_timeout, self.upstream.next()).await;
+        let deadline = self
+            .drains
+            .as_ref()
+            .and_then(|d| d.borrow().get(&self.url).map(|(_, at)| *at));
+        let drains = self.drains.as_mut();
+        let next = tokio::select! {
+            next = tokio::time::timeout(self.settings.stall_timeout, self.upstream.next()) => next,
+            () = until(deadline) => {
+                return self
+                    .failover(Broken("the worker's drain deadline passed".into()))
+                    .await;
+            }
+            changed = watch_changed(drains) => {
+                if changed.is_err() {
+                    self.drains = None;
+                }
+                return;
+            }
+        };
         let broken = match next {
             Ok(Some(Ok(bytes))) => {
                 if !bytes.is_empty()

@@ -216,6 +216,25 @@ impl SimProcess {
         }
     }
 
+    /// SIGTERM, without waiting (it drains, then deregisters and exits).
+    pub fn sigterm(&self) {
+        self.child.signal_term();
+    }
+
+    /// Waits for its exit (SIGKILL past [`PATIENCE`]); its status.
+    pub async fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.exited() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                self.child.kill_now();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// SIGTERM (it deregisters from the fleet), then waits for its exit.
     pub async fn terminate(&mut self) {
         self.child.signal_term();
