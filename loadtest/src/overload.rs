@@ -153,20 +153,33 @@ fn router_config(classes: &[Part], tenants: &[Part]) -> String {
     s
 }
 
-/// Offers `rate` requests per second for `span`, as a Poisson process.
+/// What a phase offers: `rate` requests per second for `span`, numbered
+/// from `first`.
+struct Offer {
+    rate: f64,
+    span: Duration,
+    /// The number of the phase's first prompt: each prompt of an arm is
+    /// new (the 2x phase once began with the half phase's prompts again,
+    /// cache hits that saturated nothing: its first half second went
+    /// straight to routing).
+    first: u64,
+}
+
+/// Offers `offer.rate` requests per second for `offer.span`, as a Poisson
+/// process.
 async fn phase(
     client: &Client,
     model: &str,
     args: &OverloadArgs,
     classes: &[Part],
     tenants: &[Part],
-    rate: f64,
-    span: Duration,
+    offer: Offer,
 ) -> Vec<Sent> {
+    let Offer { rate, span, first } = offer;
     let start = Instant::now();
     let mut tasks = Vec::new();
     let mut at = Duration::ZERO;
-    let mut n = 0u64;
+    let mut n = first;
     while at < span {
         let u: f64 = rand::random();
         at += Duration::from_secs_f64(-(1.0 - u).ln() / rate);
@@ -281,19 +294,17 @@ pub async fn overload(args: OverloadArgs) -> anyhow::Result<PathBuf> {
         eprintln!("loadtest overload: arm {arm_name}: starting the fleet");
         let fleet = Fleet::start(spec).await?;
         let client = Client::new(&fleet.url(), run.request_timeout)?;
+        let mut numbered = 0u64;
         for (phase_name, factor) in [("half", 0.5), ("2x", 2.0)] {
             eprintln!("loadtest overload: arm {arm_name}, phase {phase_name}");
             let before = fleet.router_metrics().await;
-            let sent = phase(
-                &client,
-                &run.model,
-                &args,
-                &classes,
-                &tenants,
-                capacity * factor,
-                args.phase,
-            )
-            .await;
+            let offer = Offer {
+                rate: capacity * factor,
+                span: args.phase,
+                first: numbered,
+            };
+            let sent = phase(&client, &run.model, &args, &classes, &tenants, offer).await;
+            numbered += sent.len() as u64;
             let after = fleet.router_metrics().await;
             let waited = |label: (&str, &str)| {
                 let name = "prefix_router_flow_wait_seconds_sum";
