@@ -31,6 +31,7 @@ pub fn lmcache_python(venv: &Path, name: &str, log: PathBuf) -> ProcSpec {
 }
 
 /// A running controller, stopped on drop.
+#[derive(Debug)]
 pub struct LmcacheController {
     /// Its process.
     pub proc: ChildProc,
