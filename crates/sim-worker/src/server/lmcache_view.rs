@@ -108,7 +108,7 @@ impl ChunkView {
         }
         let mut seen = HashSet::new();
         for h in stored {
-            if let Some(op) = self.learn(h, book, &held, &mut seen) {
+            if let Some(op) = self.learn(h, book, cached, &mut seen) {
                 ops.push(op);
             }
         }
@@ -116,12 +116,12 @@ impl ChunkView {
     }
 
     /// The admit of the chunk block `h` belongs to, if that chunk is new
-    /// and each of its blocks held.
+    /// and each of its blocks cached (computed, not only allocated).
     fn learn(
         &mut self,
         h: BlockHash,
         book: &TokenBook,
-        held: &dyn Fn(BlockHash) -> bool,
+        cached: &dyn Fn(BlockHash) -> bool,
         seen: &mut HashSet<BlockHash>,
     ) -> Option<ChunkOp> {
         let (tokens, hashes, index) = book.position(h)?;
@@ -133,7 +133,7 @@ impl ChunkView {
             return None;
         }
         let chunk_tokens = tokens.get(c * CHUNK_TOKENS..(c + 1) * CHUNK_TOKENS)?;
-        if !blocks.iter().all(|&b| held(b)) {
+        if !blocks.iter().all(|&b| cached(b)) {
             return None;
         }
         let previous = match c.checked_sub(1) {
