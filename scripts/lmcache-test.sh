@@ -22,3 +22,5 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import lmcache, msgsp
 fi
 export LMCACHE_VENV="$venv"
 cargo test -p prefix-router --test it lmcache:: -- --test-threads=1 --nocapture "$@"
+# The sim with LMCache beside it (the load-test arm's engine) against the same controller.
+cargo test -p sim-worker --test it sim_lmcache:: -- --nocapture "$@"

@@ -126,6 +126,17 @@ pub struct RunArgs {
     /// in one run.
     #[arg(long = "variant", allow_hyphen_values = true, help_heading = "Fleet")]
     pub variants: Vec<String>,
+    /// An LMCache beside every sim (issue 31): each arm gets a fresh real
+    /// LMCache controller (from the venv `scripts/lmcache-test.sh` builds:
+    /// `--lmcache-venv`, else `$LMCACHE_VENV`, else target/lmcache-venv),
+    /// every sim `--lmcache-controller` (its CPU tier reported there, not
+    /// to the fleet), and `@lmcache` in router flags becomes the
+    /// controller's URL (`--variant lm=--lmcache-controller=@lmcache`).
+    #[arg(long, help_heading = "Fleet")]
+    pub lmcache: bool,
+    /// The LMCache venv for `--lmcache`.
+    #[arg(long, requires = "lmcache", help_heading = "Fleet")]
+    pub lmcache_venv: Option<PathBuf>,
     /// An extra flag for every sim-worker (repeatable).
     #[arg(long = "sim-arg", allow_hyphen_values = true, help_heading = "Fleet")]
     pub sim_args: Vec<String>,

@@ -273,7 +273,17 @@ pub(crate) fn fleet_runner(
         );
     }
     let keep_data = args.valkey_restart == "aof";
+    let lmcache_venv = match args.lmcache {
+        false => None,
+        true => Some(
+            fleet::lmcache::lmcache_venv(args.lmcache_venv.as_deref()).with_context(|| {
+                "--lmcache: no LMCache venv found (--lmcache-venv, $LMCACHE_VENV or \
+                 target/lmcache-venv); run scripts/lmcache-test.sh once to build it"
+            })?,
+        ),
+    };
     let base = FleetSpec {
+        lmcache_venv,
         arm: placeholder,
         routers: RouterCommon {
             program: bins.router,

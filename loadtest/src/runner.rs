@@ -198,8 +198,10 @@ impl Runner {
         };
         bar.set_message("");
         let workers = fleet.sim_ids();
-        // Disaggregated arms (their counters), and faults (migrations).
-        let counted = arm.sim_roles.is_some() || scenario.has_event();
+        // Disaggregated arms (their counters), faults (migrations), and
+        // LMCache arms (the CPU tier's hits).
+        let counted =
+            arm.sim_roles.is_some() || scenario.has_event() || self.base.lmcache_venv.is_some();
         let counters0 = match counted {
             true => Some(fleet.counters().await),
             false => None,

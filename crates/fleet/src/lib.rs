@@ -22,12 +22,14 @@
 //!   primaries + 3 replicas) through `scripts/valkey-cluster.sh`.
 //! * [`haproxy`]: [`Haproxy`], the L4 balancer, and its one [`config`]
 //!   writer.
+//! * [`lmcache`]: [`LmcacheController`], a real LMCache controller from
+//!   the venv of `scripts/lmcache-test.sh`.
 //! * [`kustomize`]: a kustomization rendered by the real `kubectl
 //!   kustomize`, for the deployment tests.
 //!
 //! Within: `valkey` and `haproxy` use `ports` and `binaries`;
 //! `valkey_cluster` and `kustomize` use `binaries`; `router` and `sim` use `process`;
-//! `process` stands alone.
+//! `lmcache` uses `ports`, `binaries` and `process`; `process` stands alone.
 //!
 //! [`config`]: haproxy::config
 
@@ -38,6 +40,7 @@
 pub mod binaries;
 pub mod haproxy;
 pub mod kustomize;
+pub mod lmcache;
 mod ports;
 pub mod process;
 pub mod router;
@@ -46,6 +49,7 @@ mod valkey;
 pub mod valkey_cluster;
 
 pub use haproxy::Haproxy;
+pub use lmcache::LmcacheController;
 pub use ports::free_port;
 pub use process::{ChildProc, ProcSpec, proc_cpu_seconds, wait_http_ok};
 pub use router::{ReporterSpec, RouterSpec};

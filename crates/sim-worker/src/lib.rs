@@ -15,6 +15,8 @@
 //! * [`engine`]: admission, scheduling, prefill and decode timing.
 //! * [`cache`]: the block pool, its LRU free queue, its CPU tier and events.
 //! * [`events`]: the event vocabulary, the tiers ([`Medium`]) and replay.
+//! * [`lmcache`]: LMCache's chunk keys and its controller's messages (what
+//!   `--lmcache-controller` reports, issue 31).
 //! * `greedy`: [`Vocabulary`], the answers' tokens as greedy decoding
 //!   gives them (each a function of the prompt and the tokens before it).
 //! * `timing`: [`TimeModel`], prefill and decode durations.
@@ -29,6 +31,7 @@ pub mod cache;
 pub mod engine;
 pub mod events;
 mod greedy;
+pub mod lmcache;
 pub mod server;
 mod timing;
 mod transfer;

@@ -13,7 +13,9 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use protocol::{WorkerRole, parse_duration, parse_duration_or_zero};
-use sim_worker::server::{FaultSettings, KvEventsSettings, PushSettings, SimConfig, SimServer};
+use sim_worker::server::{
+    FaultSettings, KvEventsSettings, LmcacheSettings, PushSettings, SimConfig, SimServer,
+};
 use sim_worker::{EngineConfig, KvTransferModel, PrefillSharing, Tiers, TimeModel};
 use tracing_subscriber::EnvFilter;
 use worker::kv_events::SocketMode;
@@ -157,6 +159,16 @@ struct Args {
     /// runs; 0s: it stops at once (open answers get 5 s).
     #[arg(long, default_value = "30s", value_parser = parse_duration_or_zero)]
     drain_deadline: Duration,
+    /// Play an engine with LMCache beside it, reporting to this LMCache
+    /// controller (`HOST:PULL:REPLY:HEARTBEAT`, its `--monitor-ports`):
+    /// the chunks the GPU pool and CPU tier hold whole, in LMCache's keys;
+    /// the CPU tier is then not reported to the fleet (as vLLM's KV events
+    /// do not show LMCache's).
+    #[arg(long)]
+    lmcache_controller: Option<String>,
+    /// The LMCache `instance_id` reported [default: the worker id].
+    #[arg(long, requires = "lmcache_controller")]
+    lmcache_instance_id: Option<String>,
     /// Seed of the fault injection's random numbers.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -208,11 +220,23 @@ fn config(args: Args) -> anyhow::Result<SimConfig> {
         topic: args.kv_events_topic,
         ..KvEventsSettings::new(endpoint)
     });
+    let worker_id = args
+        .worker_id
+        .unwrap_or_else(|| format!("sim-{}", std::process::id()));
+    let lmcache = match &args.lmcache_controller {
+        Some(spec) => {
+            let instance = args.lmcache_instance_id.as_deref().unwrap_or(&worker_id);
+            Some(
+                LmcacheSettings::parse(spec, instance)
+                    .map_err(|e| anyhow::anyhow!("--lmcache-controller {e}"))?,
+            )
+        }
+        None => None,
+    };
     Ok(SimConfig {
         listen: SocketAddr::new(args.host, args.port),
-        worker_id: args
-            .worker_id
-            .unwrap_or_else(|| format!("sim-{}", std::process::id())),
+        worker_id,
+        lmcache,
         model: args.model,
         tokenizer_dir: args.tokenizer_dir,
         hash_seed: args.hash_seed,

@@ -22,6 +22,9 @@ pub struct RoleCounters {
     pub prompt_tokens: u64,
     /// Of those, found in their own cache (`vllm:prefix_cache_hits`).
     pub cached_tokens: u64,
+    /// Prompt tokens loaded from their CPU tier instead of computed
+    /// (`sim:cpu_hit_tokens`; 0 without a CPU tier).
+    pub cpu_hit_tokens: u64,
     /// Requests they completed (`vllm:request_success`).
     pub requests: u64,
     /// Prefills answered with the hand-off for a remote decode.
@@ -80,6 +83,7 @@ impl FleetCounters {
             c.workers += 1;
             c.prompt_tokens += sum(&text, "vllm:prefix_cache_queries_total", None);
             c.cached_tokens += sum(&text, "vllm:prefix_cache_hits_total", None);
+            c.cpu_hit_tokens += sum(&text, "sim:cpu_hit_tokens_total", None);
             c.requests += sum(&text, "vllm:request_success_total", None);
             c.handoffs += sum(&text, "sim:prefill_handoffs_total", None);
             c.remote_prefills += sum(&text, "sim:remote_prefills_total", None);
@@ -131,6 +135,7 @@ impl FleetCounters {
                     workers: c.workers,
                     prompt_tokens: c.prompt_tokens.saturating_sub(b.prompt_tokens),
                     cached_tokens: c.cached_tokens.saturating_sub(b.cached_tokens),
+                    cpu_hit_tokens: c.cpu_hit_tokens.saturating_sub(b.cpu_hit_tokens),
                     requests: c.requests.saturating_sub(b.requests),
                     handoffs: c.handoffs.saturating_sub(b.handoffs),
                     remote_prefills: c.remote_prefills.saturating_sub(b.remote_prefills),

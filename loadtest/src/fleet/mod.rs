@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use fleet::{ChildProc, free_port, wait_http_ok};
+use fleet::{ChildProc, LmcacheController, free_port, wait_http_ok};
 use store::Store;
 
 /// Everything needed to start one fleet.
@@ -64,6 +64,9 @@ pub struct FleetSpec {
     pub tokenizer_dir: PathBuf,
     /// Where logs and configuration files go.
     pub dir: PathBuf,
+    /// With an LMCache beside every sim: the venv its controller runs from
+    /// (one fresh controller per fleet; see `--lmcache`).
+    pub lmcache_venv: Option<PathBuf>,
 }
 
 /// A running fleet.
@@ -82,6 +85,8 @@ pub struct Fleet {
     generation: u32,
     balancer: Balancer,
     http: reqwest::Client,
+    /// The LMCache controller, with `--lmcache`.
+    lmcache: Option<LmcacheController>,
 }
 
 impl Fleet {
@@ -109,6 +114,14 @@ impl Fleet {
         let mesh_ports = (0..spec.arm.routers)
             .map(|_| free_port())
             .collect::<anyhow::Result<Vec<_>>>()?;
+        let lmcache = match &spec.lmcache_venv {
+            Some(venv) => Some(
+                LmcacheController::start(venv, spec.dir.join("lmcache-controller.log"))
+                    .await
+                    .context("starting the LMCache controller")?,
+            ),
+            None => None,
+        };
         let health = spec.arm.kind.health_path().to_owned();
         let balancer = Balancer::start(&spec.balancer, &spec.dir, &router_ports, &health)
             .await
@@ -125,6 +138,7 @@ impl Fleet {
             balancer,
             http,
             spec,
+            lmcache,
         };
         if fleet.spec.arm.kind.workers_report() {
             // Routers first, so that the sims' first reports reach them.
@@ -161,6 +175,11 @@ impl Fleet {
         let fleet_url = self.balancer.url();
         let spec = &self.spec;
         let mut settings = spec.sims.clone();
+        if let Some(lm) = &self.lmcache {
+            settings
+                .extra_args
+                .extend(["--lmcache-controller".into(), lm.sim_flag()]);
+        }
         if let Some(role) = spec.arm.sim_roles.as_ref().and_then(|r| r.get(i)) {
             settings
                 .extra_args
@@ -245,6 +264,11 @@ impl Fleet {
         common
             .extra_args
             .extend(self.spec.arm.router_args.iter().cloned());
+        if let Some(lm) = &self.lmcache {
+            for a in &mut common.extra_args {
+                *a = a.replace("@lmcache", &lm.url);
+            }
+        }
         common
     }
 

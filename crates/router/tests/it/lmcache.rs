@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use fleet::LmcacheController;
 use prefix_router::{LmCacheArgs, ServeArgs};
 use serde_json::{Value, json};
 use support::fake_worker::FakeWorker;
@@ -164,36 +165,18 @@ fn lmcache_scripts() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/lmcache")
 }
 
-/// `python` of the venv with the controller's stand-ins on its path.
-fn python(venv: &Path, name: &str, log: &Path) -> fleet::ProcSpec {
-    let stubs = lmcache_scripts().join("stubs");
-    fleet::ProcSpec::new(
-        name,
-        venv.join("bin/python"),
-        log.join(format!("{name}.log")),
-    )
-    .env("PYTHONPATH", &stubs.to_string_lossy())
-    .env("LMCACHE_TRACK_USAGE", "false")
-}
-
-/// The controller's ports.
-struct Ports {
-    http: u16,
-    pull: u16,
-    reply: u16,
-    heartbeat: u16,
-}
-
 /// A simulated LMCache worker of `instance`, registered with the
 /// controller; answers `/admit` and `/evict` on the returned URL.
 async fn sim_lmcache(
     venv: &Path,
     log: &Path,
-    ports: &Ports,
+    controller: &LmcacheController,
     instance: &str,
 ) -> (fleet::ChildProc, String) {
     let port = free_port().unwrap();
-    let mut spec = python(venv, &format!("lmcache-sim-{instance}"), log).args([
+    let name = format!("lmcache-sim-{instance}");
+    let log = log.join(format!("{name}.log"));
+    let mut spec = fleet::lmcache::lmcache_python(venv, &name, log).args([
         lmcache_scripts()
             .join("sim_lmcache_worker.py")
             .to_string_lossy()
@@ -201,11 +184,11 @@ async fn sim_lmcache(
         "--instance-id".into(),
         instance.into(),
         "--pull-port".into(),
-        ports.pull.to_string(),
+        controller.pull_port.to_string(),
         "--reply-port".into(),
-        ports.reply.to_string(),
+        controller.reply_port.to_string(),
         "--heartbeat-port".into(),
-        ports.heartbeat.to_string(),
+        controller.heartbeat_port.to_string(),
         "--http-port".into(),
         port.to_string(),
     ]);
@@ -287,42 +270,17 @@ async fn real_lmcache(test: &str) -> Option<RealLmCache> {
         return None;
     };
     let logs = tempfile::tempdir().unwrap();
-    let ports = Ports {
-        http: free_port().unwrap(),
-        pull: free_port().unwrap(),
-        reply: free_port().unwrap(),
-        heartbeat: free_port().unwrap(),
-    };
-    let monitor = json!({"pull": ports.pull, "reply": ports.reply, "heartbeat": ports.heartbeat});
-    let mut controller = python(&venv, "lmcache-controller", logs.path())
-        .args([
-            "-m".to_owned(),
-            "lmcache.v1.api_server".into(),
-            "--host".into(),
-            "127.0.0.1".into(),
-            "--port".into(),
-            ports.http.to_string(),
-            "--monitor-ports".into(),
-            monitor.to_string(),
-        ])
-        .spawn()
+    let controller = LmcacheController::start(&venv, logs.path().join("lmcache-controller.log"))
+        .await
         .unwrap();
-    let controller_url = format!("http://127.0.0.1:{}", ports.http);
-    fleet::wait_http_ok(
-        &http(),
-        &format!("{controller_url}/controller/key-stats"),
-        Duration::from_secs(60),
-        Some(&mut controller),
-    )
-    .await
-    .unwrap();
-    let (p1, sim1) = sim_lmcache(&venv, logs.path(), &ports, "vllm-1").await;
-    let (p0, sim0) = sim_lmcache(&venv, logs.path(), &ports, "w0").await;
+    let controller_url = controller.url.clone();
+    let (p1, sim1) = sim_lmcache(&venv, logs.path(), &controller, "vllm-1").await;
+    let (p0, sim0) = sim_lmcache(&venv, logs.path(), &controller, "w0").await;
     Some(RealLmCache {
         controller_url,
         sim1,
         sim0,
-        _procs: vec![controller, p1, p0],
+        _procs: vec![controller.proc, p1, p0],
         _logs: logs,
     })
 }

@@ -18,6 +18,8 @@ struct Entry {
     /// The whole prompt of one request holding the block (every holder's
     /// tokens are equal up to the block's end: the hashes are chained).
     tokens: Arc<[u32]>,
+    /// That prompt's full blocks' hashes.
+    hashes: Arc<[BlockHash]>,
     /// The block's index in that prompt.
     index: usize,
     /// Live requests holding it.
@@ -44,11 +46,13 @@ impl TokenBook {
 
     /// Records request `id`'s prompt and its full blocks' hashes.
     pub fn register(&mut self, id: RequestId, tokens: Arc<[u32]>, hashes: &[BlockHash]) {
+        let all: Arc<[BlockHash]> = Arc::from(hashes);
         for (index, &h) in hashes.iter().enumerate() {
             self.blocks
                 .entry(h)
                 .or_insert_with(|| Entry {
                     tokens: Arc::clone(&tokens),
+                    hashes: Arc::clone(&all),
                     index,
                     refs: 0,
                 })
@@ -67,6 +71,18 @@ impl TokenBook {
                 }
             }
         }
+    }
+
+    /// Whether a live request holds block `hash`.
+    pub fn holds(&self, hash: BlockHash) -> bool {
+        self.blocks.contains_key(&hash)
+    }
+
+    /// Where block `hash` is in a live request's prompt: that prompt's
+    /// tokens, its full blocks' hashes, and the block's index.
+    pub fn position(&self, hash: BlockHash) -> Option<(&[u32], &[BlockHash], usize)> {
+        let e = self.blocks.get(&hash)?;
+        Some((&e.tokens, &e.hashes, e.index))
     }
 
     /// The tokens of the blocks `hashes`, concatenated; `None` if one is

@@ -40,6 +40,9 @@ pub struct SimConfig {
     pub kv_events: Option<KvEventsSettings>,
     /// Faults in force at start.
     pub faults: FaultSettings,
+    /// An LMCache beside the engine, reporting to a real controller; its
+    /// CPU tier is then hidden from the push reports and KV events.
+    pub lmcache: Option<LmcacheSettings>,
 }
 
 impl SimConfig {
@@ -62,7 +65,49 @@ impl SimConfig {
             push: None,
             kv_events: None,
             faults: FaultSettings::default(),
+            lmcache: None,
         }
+    }
+}
+
+/// An LMCache controller to report the engine's tiers to, in LMCache's
+/// chunk keys (see `crate::lmcache`): its host and the three ports of its
+/// `--monitor-ports`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LmcacheSettings {
+    /// The controller's host.
+    pub host: String,
+    /// Its `pull` port (chunk admits and evicts).
+    pub pull_port: u16,
+    /// Its `reply` port (registration).
+    pub reply_port: u16,
+    /// Its `heartbeat` port.
+    pub heartbeat_port: u16,
+    /// The LMCache `instance_id` reported (the router maps it to a worker).
+    pub instance_id: String,
+}
+
+impl LmcacheSettings {
+    /// `HOST:PULL:REPLY:HEARTBEAT` for `instance_id`.
+    pub fn parse(spec: &str, instance_id: &str) -> Result<Self, String> {
+        let bad = || format!("{spec:?}: expected HOST:PULL:REPLY:HEARTBEAT");
+        let mut parts = spec.rsplitn(4, ':');
+        let mut port =
+            || -> Result<u16, String> { parts.next().ok_or_else(bad)?.parse().map_err(|_| bad()) };
+        let (heartbeat_port, reply_port, pull_port) = (port()?, port()?, port()?);
+        let host = parts.next().filter(|h| !h.is_empty()).ok_or_else(bad)?;
+        Ok(LmcacheSettings {
+            host: host.to_owned(),
+            pull_port,
+            reply_port,
+            heartbeat_port,
+            instance_id: instance_id.to_owned(),
+        })
+    }
+
+    /// `tcp://host:port`.
+    pub fn endpoint(&self, port: u16) -> String {
+        format!("tcp://{}:{port}", self.host)
     }
 }
 

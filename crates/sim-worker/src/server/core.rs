@@ -18,10 +18,12 @@ use tokio::sync::{Notify, oneshot, watch};
 
 use super::book::TokenBook;
 use super::config::StreamFault;
+use super::lmcache_link::LmcacheLink;
+use super::lmcache_view::ChunkView;
 use super::reporting::Reporters;
 use crate::{Admission, Engine, FinishReason, RequestId};
-use protocol::WorkerLoad;
 use protocol::family::FamilyBlock;
+use protocol::{Tier, WorkerLoad};
 use worker::push::{BlockSource, PusherHandle};
 
 /// Totals the engine does not keep.
@@ -48,6 +50,8 @@ pub struct EngineState {
     pub(super) book: TokenBook,
     /// Where cache events go.
     pub(super) reporters: Reporters,
+    /// LMCache beside the engine: its chunks and its controller link.
+    pub(super) lmcache: Option<(ChunkView, LmcacheLink)>,
     /// Totals for `/metrics`.
     pub stats: ServeStats,
 }
@@ -91,8 +95,14 @@ impl EngineState {
     /// Hands the engine's queued cache events to the reporters.
     pub fn publish(&mut self) {
         let events = self.engine.drain_tier_events();
-        if !events.is_empty() {
-            self.reporters.publish(&events, &self.book);
+        if events.is_empty() {
+            return;
+        }
+        self.reporters.publish(&events, &self.book);
+        if let Some((view, link)) = &mut self.lmcache {
+            let cache = self.engine.cache();
+            let cached = |h| cache.contains(h) || cache.cpu_contains(h);
+            link.send(view.update(&events, &self.book, &cached));
         }
     }
 }
@@ -226,7 +236,12 @@ struct EngineSource(Arc<Mutex<EngineState>>);
 
 impl BlockSource for EngineSource {
     fn snapshot(&self) -> Vec<FamilyBlock> {
-        lock(&self.0).engine.cache().indexed_hashes()
+        let st = lock(&self.0);
+        let mut blocks = st.engine.cache().indexed_hashes();
+        if st.reporters.hide_cpu_tier {
+            blocks.retain(|b| b.tier != Tier::Cpu);
+        }
+        blocks
     }
 
     fn load(&self) -> Option<WorkerLoad> {

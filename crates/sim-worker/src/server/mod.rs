@@ -16,7 +16,8 @@
 //! (SSE timing, stream faults), `responses` (JSON shapes), `handlers` (OpenAI routes),
 //! `render` (vLLM's render routes and `/tokenize`: the ids it would cache),
 //! `disagg` (a prefill or decode worker's half of a disaggregated request),
-//! `metrics` (Prometheus text, ORCA header), `admin` (`/sim/*`), `app`
+//! `lmcache_view` and `lmcache_link` (an LMCache beside the engine: its
+//! chunks, reported to a real controller), `metrics` (Prometheus text, ORCA header), `admin` (`/sim/*`), `app`
 //! (routes). See `docs/sim-worker.md`.
 
 mod admin;
@@ -28,6 +29,8 @@ mod disagg;
 mod driver;
 mod error;
 mod handlers;
+mod lmcache_link;
+mod lmcache_view;
 mod metrics;
 mod prompt;
 mod render;
@@ -38,8 +41,8 @@ mod stream;
 
 pub use admin::CRASH_EXIT_CODE;
 pub use config::{
-    DEFAULT_VOCABULARY, FaultSettings, KvEventsSettings, PushSettings, SimConfig, StreamFault,
-    StreamFaultKind,
+    DEFAULT_VOCABULARY, FaultSettings, KvEventsSettings, LmcacheSettings, PushSettings, SimConfig,
+    StreamFault, StreamFaultKind,
 };
 pub use metrics::{orca_header, py_float};
 
@@ -56,6 +59,8 @@ use tokio::task::JoinHandle;
 use self::app::App;
 use self::book::TokenBook;
 use self::core::{EngineState, ServeStats, SimCore};
+use self::lmcache_link::LmcacheLink;
+use self::lmcache_view::ChunkView;
 use self::reporting::Reporters;
 use crate::{Engine, EngineError};
 use protocol::WorkerRole;
@@ -105,6 +110,9 @@ pub enum SimServerError {
         /// Why.
         reason: String,
     },
+    /// The LMCache settings are unusable.
+    #[error("LMCache: {0}")]
+    Lmcache(String),
     /// A startup task panicked or was cancelled.
     #[error("startup task failed: {0}")]
     Task(String),
@@ -133,7 +141,9 @@ impl SimServer {
         let vocabulary = vocabulary(&pipeline, &config.vocabulary)?;
         let mut engine = Engine::new(config.engine)?;
         engine.set_tiers(config.tiers)?;
-        engine.set_record_events(config.push.is_some() || config.kv_events.is_some());
+        engine.set_record_events(
+            config.push.is_some() || config.kv_events.is_some() || config.lmcache.is_some(),
+        );
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|source| SimServerError::Bind {
@@ -152,8 +162,22 @@ impl SimServer {
             waiters: HashMap::new(),
             book: TokenBook::new(config.engine.block_size),
             reporters: Reporters::new(seed),
+            lmcache: None,
             stats: ServeStats::default(),
         }));
+        if let Some(lm) = &config.lmcache {
+            let capacity = config.engine.num_blocks + config.tiers.cpu_blocks;
+            let view = ChunkView::new(config.engine.block_size, capacity).ok_or_else(|| {
+                SimServerError::Lmcache(format!(
+                    "--block-size {} does not divide LMCache's {}-token chunks",
+                    config.engine.block_size,
+                    crate::lmcache::CHUNK_TOKENS
+                ))
+            })?;
+            let mut st = lock(&state);
+            st.reporters.hide_cpu_tier = true;
+            st.lmcache = Some((view, LmcacheLink::start(lm.clone(), addr.port())));
+        }
         let mut kv_endpoints = None;
         if let Some(kv) = &config.kv_events {
             let publisher = KvEventPublisher::start(KvEventPublisherConfig {

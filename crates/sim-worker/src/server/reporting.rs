@@ -22,6 +22,9 @@ pub struct Reporters {
     pub pusher: Option<PusherHandle>,
     /// The KV-event publisher.
     pub kv: Option<KvEventPublisher>,
+    /// Report nothing of the CPU tier (an LMCache tier, which vLLM's KV
+    /// events do not show: its controller reports it instead).
+    pub hide_cpu_tier: bool,
     kv_stopped: bool,
     kv_drop_evictions: f64,
     kv_lose_batches: f64,
@@ -34,6 +37,7 @@ impl Reporters {
         Reporters {
             pusher: None,
             kv: None,
+            hide_cpu_tier: false,
             kv_stopped: false,
             kv_drop_evictions: 0.0,
             kv_lose_batches: 0.0,
@@ -84,8 +88,13 @@ impl Reporters {
     /// tiers: a move's CPU store pushes its indexed blocks as stored on the
     /// CPU tier (the worker still holds them), a commit's as on the GPU.
     pub fn publish(&mut self, events: &[TierEvent], book: &TokenBook) {
+        let hide = self.hide_cpu_tier;
+        let events: Vec<&TierEvent> = events
+            .iter()
+            .filter(|e| !(hide && e.medium == Medium::Cpu))
+            .collect();
         if let Some(p) = &self.pusher {
-            for TierEvent { event, .. } in events {
+            for TierEvent { event, .. } in events.iter().copied() {
                 match event {
                     CacheEvent::Stored { indexed, .. } => p.stored(indexed),
                     CacheEvent::Removed { indexed, .. } => p.evicted(indexed),
@@ -97,7 +106,7 @@ impl Reporters {
             return;
         }
         let kv_events: Vec<KvEvent> = events
-            .iter()
+            .into_iter()
             .filter_map(|e| match e.medium {
                 Medium::Gpu => self.kv_event(&e.event, book),
                 Medium::Cpu => self.cpu_kv_event(&e.event),

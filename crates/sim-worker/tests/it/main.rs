@@ -12,6 +12,7 @@ mod sim_cache;
 mod sim_disagg;
 mod sim_engine;
 mod sim_greedy;
+mod sim_lmcache;
 mod sim_process;
 mod sim_props;
 mod sim_tiers;

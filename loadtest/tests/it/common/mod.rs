@@ -68,6 +68,7 @@ pub fn tiny_runner(
             model: "qwen3".into(),
             tokenizer_dir: loadtest::fleet::default_tokenizer_dir(),
             dir: out.join("logs"),
+            lmcache_venv: None,
         },
         drive: loadtest::drive::DriveOptions {
             model: "qwen3".into(),
