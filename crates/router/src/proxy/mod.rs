@@ -98,19 +98,22 @@ impl Proxy {
         upstream: Upstream,
         max_attempts: usize,
     ) -> Self {
+        let drains = migrate::DrainWatch::default();
+        let mut decide = Decider::new(store.clone(), policy, atomic, max_attempts);
+        decide.draining = drains.subscribe();
         Proxy {
-            admission: Arc::new(Admission::new(Default::default(), store.clone())),
+            admission: Arc::new(Admission::new(Default::default(), store)),
             prompts: Prompts::new(pipelines, None),
             pool: CpuPool::new(
                 (std::thread::available_parallelism().map_or(2, usize::from) / 2).max(1),
                 64,
             ),
-            decide: Decider::new(store, policy, atomic, max_attempts),
+            decide,
             upstream,
             cache: None,
             flow: None,
             migration: MigrationSettings::default(),
-            drains: migrate::DrainWatch::default(),
+            drains,
         }
     }
 

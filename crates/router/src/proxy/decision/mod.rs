@@ -58,6 +58,10 @@ impl Chain {
 /// Which worker URLs a request may go to.
 pub type UrlFilter<'a> = dyn Fn(&str) -> bool + Send + Sync + 'a;
 
+/// Draining workers by URL: their model and drain deadline (the marks this
+/// router last read, `migrate::DrainWatch`).
+pub type Deadlines = Arc<std::collections::HashMap<String, (String, tokio::time::Instant)>>;
+
 /// How disaggregated requests are decided (`--pd-*`).
 #[derive(Debug, Clone, Copy)]
 pub struct PdSettings {
@@ -95,6 +99,9 @@ pub struct Decider {
     pub(in crate::proxy) pd: PdSettings,
     /// The LMCache controller, when read (`--lmcache-controller`).
     pub(in crate::proxy) lmcache: Option<Arc<crate::lmcache::LmCache>>,
+    /// The workers this router knows are draining: the fallback (Valkey
+    /// away) sends them nothing new either.
+    pub(in crate::proxy) draining: tokio::sync::watch::Receiver<Deadlines>,
 }
 
 impl Decider {
@@ -114,6 +121,7 @@ impl Decider {
             flow: None,
             pd: PdSettings::default(),
             lmcache: None,
+            draining: tokio::sync::watch::channel(Deadlines::default()).1,
         }
     }
 
@@ -310,7 +318,11 @@ impl Decider {
     /// The fallback ranking: consistent hashing over the workers last seen
     /// live (see [`Known::targets`]); nothing is claimed or counted.
     fn fallback(&self, model: &str, request: &RouteRequest, recent_only: bool) -> Vec<Target> {
-        let known = self.known.targets(model, recent_only);
+        let mut known = self.known.targets(model, recent_only);
+        {
+            let draining = self.draining.borrow();
+            known.retain(|t| !draining.contains_key(&t.url));
+        }
         if !known.is_empty() {
             metrics::counter!("prefix_router_fallback_routes_total").increment(1);
         }

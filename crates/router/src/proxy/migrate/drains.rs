@@ -13,8 +13,7 @@ use state::{StateError, StateStore};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// Draining workers by URL: their model and deadline.
-pub(super) type Deadlines = Arc<HashMap<String, (String, Instant)>>;
+pub(in crate::proxy) use crate::proxy::decision::Deadlines;
 
 /// How often `serve` refreshes the deadlines from the shared state.
 pub const DRAIN_REFRESH: Duration = Duration::from_millis(500);
@@ -33,8 +32,9 @@ impl Default for DrainWatch {
 }
 
 impl DrainWatch {
-    /// A receiver of every change (for one relay).
-    pub(super) fn subscribe(&self) -> watch::Receiver<Deadlines> {
+    /// A receiver of every change (for one relay, and the decision's
+    /// fallback).
+    pub(in crate::proxy) fn subscribe(&self) -> watch::Receiver<Deadlines> {
         self.tx.subscribe()
     }
 

@@ -57,10 +57,13 @@ pub async fn run() {
         "routers retried requests sent to the stopping sim-1"
     );
 
-    // Restarted under the same id: live again.
+    // Restarted under the same id: live again. Its drain ends when it
+    // registers, before `start_sims` returns: requests sent from here on
+    // may go to it.
+    let restarting = f.mark("sim-1 restarting");
     let mut back = f.start_sims(&[victim.to_owned()], &sim_flags()).await;
     f.sims[1] = back.pop();
-    let restarted = f.mark("sim-1 restarted");
+    f.mark("sim-1 restarted");
     let deadline = Instant::now() + PATIENCE;
     while !f
         .workers()
@@ -82,7 +85,7 @@ pub async fn run() {
     assert_eq!(c.failed_attempts, 0, "attempts failed:\n{fails}");
     let late: Vec<u64> = records
         .iter()
-        .filter(|r| r.sent > seen_draining && r.sent < restarted)
+        .filter(|r| r.sent > seen_draining && r.sent < restarting)
         .filter(|r| r.worker.as_deref() == Some(victim))
         .map(|r| r.id)
         .collect();
