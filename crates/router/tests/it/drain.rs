@@ -323,3 +323,52 @@ async fn a_sim_stopped_with_sigterm_drains_finishes_its_answer_and_comes_back() 
     assert_eq!(admin(&r, reqwest::Method::POST, &path, true).await.0, 200);
     assert_eq!(served(&r, &completion("after the restart", 4)).await.0, "a");
 }
+
+/// While Valkey is away, routing falls back to the workers last seen live;
+/// a worker this router knows is draining is not among them (the atomic
+/// step skips it; before, the fallback's consistent hash sent it about half
+/// the requests).
+#[tokio::test]
+async fn while_valkey_is_away_the_fallback_sends_a_draining_worker_nothing() {
+    use support::fake_worker::FakeWorker;
+    const M: &str = "m";
+    let valkey = Valkey::start();
+    let (w0, w1) = (FakeWorker::start("w0").await, FakeWorker::start("w1").await);
+    w0.register_in(&valkey, M).await;
+    w1.register_in(&valkey, M).await;
+    let mut a = args();
+    a.valkey_timeout = Some(Duration::from_millis(20));
+    let r = Router::start(&valkey.url(), a).await;
+    let send = |prompt: String| {
+        http()
+            .post(r.url("/v1/completions"))
+            .json(&json!({"model": M, "prompt": prompt, "max_tokens": 1}))
+            .send()
+    };
+    // The router sees both workers live.
+    for i in 0..4 {
+        assert_eq!(send(format!("warm {i}")).await.unwrap().status(), 200);
+    }
+    let path = format!("/admin/workers/w1/drain?model={M}&deadline=60s");
+    let (st, v) = support::post(&r, &path, &json!({})).await;
+    assert_eq!(st, 200, "{v}");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    w1.shared.bodies.lock().unwrap().clear();
+    w0.shared.bodies.lock().unwrap().clear();
+    let mut c = valkey.conn();
+    redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(4000)
+        .arg("ALL")
+        .query::<()>(&mut c)
+        .unwrap();
+    for i in 0..12 {
+        let resp = send(format!("while away {i}")).await.unwrap();
+        assert_eq!(resp.status(), 200);
+    }
+    let (to_w0, to_w1) = (
+        w0.shared.bodies.lock().unwrap().len(),
+        w1.shared.bodies.lock().unwrap().len(),
+    );
+    assert_eq!((to_w0, to_w1), (12, 0), "the draining w1 got requests");
+}
