@@ -128,12 +128,8 @@ impl FlowControl {
     /// must ask the fleet's waiting room).
     pub fn observe<'a>(&self, model: &str, candidates: impl Iterator<Item = &'a Candidate>) {
         let room = self.room(model);
-        let t = &self.settings.thresholds;
-        let candidates: Vec<&Candidate> = candidates.collect();
-        room.observe(
-            saturation::saturated(t, candidates.iter().copied()),
-            saturation::free_places(t, candidates.iter().copied()),
-        );
+        let (saturated, free) = saturation::view(&self.settings.thresholds, candidates);
+        room.observe(saturated, free);
     }
 
     /// What explain shows: the thresholds, whether `candidates` are
@@ -144,7 +140,7 @@ impl FlowControl {
         candidates: impl Iterator<Item = &'a Candidate> + Clone,
     ) -> serde_json::Value {
         let t = &self.settings.thresholds;
-        let saturated = saturation::saturated(t, candidates.clone());
+        let (saturated, _) = saturation::view(t, candidates.clone());
         let workers: Vec<serde_json::Value> = candidates
             .map(|c| {
                 serde_json::json!({

@@ -56,7 +56,7 @@ struct RoomState {
     /// When the last reply came, and whether requests must ask the fleet's
     /// room (saturated, or entries waiting).
     seen: Option<(Instant, bool)>,
-    /// The free places the last reply saw (see `saturation::free_places`).
+    /// The free places the last reply saw (see `saturation::view`).
     free: u64,
     /// Requests let go straight to routing and not yet counted in flight
     /// by their routing call: at most `free` at once, so a burst after a

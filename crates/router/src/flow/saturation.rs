@@ -24,36 +24,26 @@ pub fn past(t: &SaturationThresholds, c: &Candidate) -> Vec<&'static str> {
     out
 }
 
-/// Whether every one of `candidates` is past a threshold (none: not
-/// saturated, there is nothing to wait for).
-pub fn saturated<'a>(
+/// What `candidates` leave free, in one pass: whether every one is past a
+/// threshold (none: not saturated, there is nothing to wait for), and the
+/// places the others have left by `flow_dispatch.lua`'s rule (below the
+/// most in flight, one each without that limit). A worker past no
+/// threshold always has a place, so saturated is "some, and none free".
+pub fn view<'a>(
     t: &SaturationThresholds,
     candidates: impl Iterator<Item = &'a Candidate>,
-) -> bool {
-    let mut any = false;
+) -> (bool, u64) {
+    let (mut any, mut free) = (false, 0u64);
     for c in candidates {
-        if past(t, c).is_empty() {
-            return false;
-        }
         any = true;
+        if past(t, c).is_empty() {
+            free += match t.max_in_flight {
+                0 => 1,
+                most => most.saturating_sub(c.in_flight),
+            };
+        }
     }
-    any
-}
-
-/// The places `candidates` have free, by `flow_dispatch.lua`'s rule: over
-/// the workers past no threshold, those left below the most in flight
-/// (one each without that limit).
-pub fn free_places<'a>(
-    t: &SaturationThresholds,
-    candidates: impl Iterator<Item = &'a Candidate>,
-) -> u64 {
-    candidates
-        .filter(|c| past(t, c).is_empty())
-        .map(|c| match t.max_in_flight {
-            0 => 1,
-            most => most.saturating_sub(c.in_flight),
-        })
-        .sum()
+    (any && free == 0, free)
 }
 
 #[cfg(test)]
@@ -83,12 +73,9 @@ mod tests {
     #[test]
     fn saturated_only_when_every_worker_is_past_a_threshold() {
         let t = t();
-        assert!(!saturated(&t, [].iter()));
-        assert!(!saturated(&t, [c(4, 0, 0.0), c(3, 1, 0.5)].iter()));
-        assert!(saturated(
-            &t,
-            [c(4, 0, 0.0), c(0, 2, 0.0), c(0, 0, 0.95)].iter()
-        ));
+        assert!(!view(&t, [].iter()).0);
+        assert!(!view(&t, [c(4, 0, 0.0), c(3, 1, 0.5)].iter()).0);
+        assert!(view(&t, [c(4, 0, 0.0), c(0, 2, 0.0), c(0, 0, 0.95)].iter()).0);
         assert_eq!(
             past(&t, &c(5, 3, 1.0)),
             ["in_flight", "waiting", "kv_usage"]
@@ -98,16 +85,16 @@ mod tests {
     #[test]
     fn free_places_count_what_the_workers_past_no_threshold_have_left() {
         let t = t();
-        assert_eq!(free_places(&t, [].iter()), 0);
+        assert_eq!(view(&t, [].iter()), (false, 0));
         // 4 - 1, and a worker past its waiting threshold adds nothing.
-        assert_eq!(free_places(&t, [c(1, 0, 0.0), c(0, 2, 0.0)].iter()), 3);
+        assert_eq!(view(&t, [c(1, 0, 0.0), c(0, 2, 0.0)].iter()), (false, 3));
         let one_each = SaturationThresholds {
             max_in_flight: 0,
             ..t
         };
         assert_eq!(
-            free_places(&one_each, [c(9, 0, 0.0), c(9, 0, 0.5)].iter()),
-            2
+            view(&one_each, [c(9, 0, 0.0), c(9, 0, 0.5)].iter()),
+            (false, 2)
         );
     }
 }
