@@ -199,13 +199,13 @@ pub async fn serve_with(
     if let Some(lm) = app.proxy.lmcache() {
         tasks.push(tokio::spawn(lm.poll_loop(stop.clone())));
     }
-    if app.proxy.migration().limit > 0 {
-        tasks.push(tokio::spawn(drain_loop(
-            store.clone(),
-            app.proxy.clone(),
-            stop.clone(),
-        )));
-    }
+    // Drain marks: relays move answers at a drain's deadline, and the
+    // fallback (Valkey away) skips draining workers, migration on or off.
+    tasks.push(tokio::spawn(drain_loop(
+        store.clone(),
+        app.proxy.clone(),
+        stop.clone(),
+    )));
     if let Some(interval) = cfg.scrape_metrics_interval {
         let settings = ScrapeSettings::every(interval);
         tasks.push(tokio::spawn(scrape_loop(

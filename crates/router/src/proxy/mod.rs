@@ -123,11 +123,6 @@ impl Proxy {
         &self.drains
     }
 
-    /// Mid-stream migration's settings.
-    pub fn migration(&self) -> MigrationSettings {
-        self.migration
-    }
-
     /// Moves answers whose worker fails mid-stream by `settings`
     /// (default: 3 times, 30 s stall timeout).
     pub fn with_migration(mut self, settings: MigrationSettings) -> Self {
