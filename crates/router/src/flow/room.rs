@@ -218,6 +218,22 @@ impl Room {
         self.leave(lost);
     }
 
+    /// Hands on the held members (dispatched by an earlier call, not yet
+    /// routed) that still wait here: that call's reply was lost (a timeout
+    /// of the routing lane while Valkey still ran it). The others are on
+    /// their way to routing, or gone (their guards took them out).
+    fn recover(&self, held: &[String]) {
+        for m in held {
+            let w = self.lock().remove(&self.model, m);
+            if let Some(w) = w {
+                tracing::debug!(member = %m, model = %self.model, "handing on a dispatch whose reply was lost");
+                if w.tx.send(Verdict::Dispatched).is_err() {
+                    self.leave(vec![(m.clone(), None)]);
+                }
+            }
+        }
+    }
+
     /// Takes members out of the fleet's room, off the request path.
     fn leave(&self, members: Vec<(String, Option<i32>)>) {
         if members.is_empty() {
@@ -305,6 +321,7 @@ impl Room {
             }
         };
         self.seen(&d);
+        self.recover(&d.held);
         let queued = match d.arrival {
             Arrival::Dispatched => {
                 guard.armed = false;
@@ -440,6 +457,7 @@ impl Room {
                 {
                     Ok(d) => {
                         room.seen(&d);
+                        room.recover(&d.held);
                         room.deliver(d.dispatched);
                     }
                     Err(e) if e.is_unavailable() && room.answered_within(GIVE_UP) => {
