@@ -6,7 +6,11 @@
 //! `docs/migration.md`): more than one answer (`n`, `best_of`, beam
 //! search), constrained decoding (`response_format` other than text,
 //! `guided_*`, `structured_outputs`), tools, `logprobs`,
-//! `prompt_logprobs`, stop strings, `echo` and `suffix`. Non-streamed
+//! `prompt_logprobs`, stop strings, `echo`, `suffix`, and the penalties
+//! that count the output only (`presence_penalty`, `frequency_penalty`:
+//! on the next worker the output so far is prompt, so it would no longer
+//! be penalized; `repetition_penalty` counts prompt and output alike and
+//! moves). Non-streamed
 //! requests are not continued: a worker that fails before its answer is
 //! replaced before anything reaches the client, as every request's is.
 
@@ -78,6 +82,10 @@ struct Fields {
     echo: Value,
     #[serde(default, deserialize_with = "non_null")]
     suffix: bool,
+    #[serde(default)]
+    presence_penalty: Value,
+    #[serde(default)]
+    frequency_penalty: Value,
 }
 
 /// True when the key is present with a value other than `null`.
@@ -102,6 +110,7 @@ pub(in crate::proxy) fn eligibility(
     let f: Fields = serde_json::from_slice(body).map_err(|_| "not a JSON object")?;
     let more_than_one = |v: &Value| v.as_u64().is_some_and(|n| n > 1);
     let truthy = |v: &Value| !matches!(v, Value::Null | Value::Bool(false));
+    let nonzero = |v: &Value| !v.is_null() && v.as_f64() != Some(0.0);
     let why = if f.stream != true {
         Some("not streamed")
     } else if more_than_one(&f.n) || more_than_one(&f.best_of) || f.use_beam_search == true {
@@ -126,6 +135,8 @@ pub(in crate::proxy) fn eligibility(
         Some("stop strings")
     } else if f.echo == true || f.suffix {
         Some("echo or suffix")
+    } else if nonzero(&f.presence_penalty) || nonzero(&f.frequency_penalty) {
+        Some("output-token penalties (presence_penalty, frequency_penalty)")
     } else {
         None
     };
@@ -193,6 +204,8 @@ mod tests {
             ("logprobs", json!(1)),
             ("stop", json!(["\n"])),
             ("echo", json!(true)),
+            ("presence_penalty", json!(1.5)),
+            ("frequency_penalty", json!(-0.5)),
         ] {
             let mut body = ok.clone();
             body[field] = value;
@@ -202,6 +215,9 @@ mod tests {
         fine["response_format"] = json!({"type": "text"});
         fine["logprobs"] = Value::Null;
         fine["stop"] = json!([]);
+        fine["presence_penalty"] = json!(0);
+        fine["frequency_penalty"] = json!(0.0);
+        fine["repetition_penalty"] = json!(1.5);
         assert!(check(fine).is_ok());
         assert!(eligibility(Endpoint::Other, b"{}").is_err());
     }
