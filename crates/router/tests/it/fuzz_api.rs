@@ -11,8 +11,10 @@
 //! and the shared state is consistent: forward and reverse maps agree for
 //! every model, and `prefix-router inspect --check` passes.
 //!
-//! Cases per target: see `cases()`; `PREFIX_ROUTER_FUZZ_CASES=<n>` runs
-//! `n` per target instead (for longer runs by hand). Each test prints how
+//! Cases per target: see `cases()` (a few hundred for the bodies sent
+//! through the router, each run with new random inputs);
+//! `PREFIX_ROUTER_FUZZ_CASES=<n>` runs `n` per target instead (for longer
+//! runs by hand: docs/architecture.md, "The test command"). Each test prints how
 //! many inputs it executed and the answers by status (`cargo test --test
 //! fuzz_api -- --nocapture`); `PREFIX_ROUTER_FUZZ_DEBUG=1` also prints
 //! every error answer, to see which inputs the generators waste.
@@ -632,7 +634,7 @@ fn openai_bodies_through_a_real_router() {
             Call::post(path, body.to_string())
         })
     };
-    total += fuzz("completions JSON", cases(400), completions, |c| {
+    total += fuzz("completions JSON", cases(200), completions, |c| {
         rig.call(&c)
     });
     rig.report("completions JSON");
@@ -646,7 +648,7 @@ fn openai_bodies_through_a_real_router() {
             Call::post(path, body.to_string())
         })
     };
-    total += fuzz("chat JSON", cases(400), chats, |c| rig.call(&c));
+    total += fuzz("chat JSON", cases(200), chats, |c| rig.call(&c));
     rig.report("chat JSON");
     let bytes = || {
         (
@@ -660,7 +662,7 @@ fn openai_bodies_through_a_real_router() {
         )
             .prop_map(|(body, path)| Call::post(path, body))
     };
-    total += fuzz("OpenAI bytes", cases(400), bytes, |c| rig.call(&c));
+    total += fuzz("OpenAI bytes", cases(200), bytes, |c| rig.call(&c));
     rig.report("OpenAI bytes");
     let served: usize = rig.workers.iter().map(FakeWorker::hits).sum();
     println!("fuzz executions: OpenAI total: {total} ({served} forwarded to workers)");
@@ -833,7 +835,7 @@ fn encode_path(s: &str) -> String {
 fn push_api_bodies_through_a_real_router() {
     let rig = Rig::start(0);
     let mut total = 0;
-    total += fuzz("push API JSON", cases(600), push_call, |c| rig.call(&c));
+    total += fuzz("push API JSON", cases(300), push_call, |c| rig.call(&c));
     rig.report("push API JSON");
     let bytes = || {
         (
@@ -849,7 +851,7 @@ fn push_api_bodies_through_a_real_router() {
         )
             .prop_map(|(body, path)| Call::post(path, body))
     };
-    total += fuzz("push API bytes", cases(300), bytes, |c| rig.call(&c));
+    total += fuzz("push API bytes", cases(150), bytes, |c| rig.call(&c));
     rig.report("push API bytes");
     // Drains and listings with any id, model and query.
     let queries = || {
@@ -889,7 +891,7 @@ fn push_api_bodies_through_a_real_router() {
                 }
             })
     };
-    total += fuzz("drain and list", cases(150), queries, |c| rig.call(&c));
+    total += fuzz("drain and list", cases(100), queries, |c| rig.call(&c));
     rig.report("drain and list");
     println!("fuzz executions: push API total: {total}");
     rig.finish();

@@ -546,7 +546,7 @@ fn run_sequences(cases: u32, ops: impl Strategy<Value = Op>) {
 
 #[test]
 fn random_operation_sequences_match_the_model() {
-    run_sequences(48, op());
+    run_sequences(support::cases(24), op());
 }
 
 /// Reports, claims and evictions while a committed sync is patched (a
@@ -554,5 +554,5 @@ fn random_operation_sequences_match_the_model() {
 /// the target's, tiers included, and the patch ends on the model's entries.
 #[test]
 fn operations_during_a_patch_match_the_model() {
-    run_sequences(64, op_mid_patch());
+    run_sequences(support::cases(32), op_mid_patch());
 }

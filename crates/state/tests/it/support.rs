@@ -89,6 +89,16 @@ impl Valkey {
     }
 }
 
+/// Random cases a property test runs: `default` in the test command, or
+/// `$PROPTEST_CASES` for a deeper run by hand (docs/architecture.md, "The
+/// test command").
+pub fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Short TTLs so that expiry tests run in seconds.
 pub fn fast_ttls() -> StateTtls {
     StateTtls {
@@ -103,9 +113,20 @@ pub fn fast_ttls() -> StateTtls {
 
 /// A store on `valkey` under `prefix`, as router `router_id`.
 pub fn store(valkey: &Valkey, prefix: &str, router_id: &str, ttls: StateTtls) -> StateStore {
+    store_with(valkey, prefix, router_id, ttls, BatchLimits::default())
+}
+
+/// [`store`] with chunk and step sizes of its own.
+pub fn store_with(
+    valkey: &Valkey,
+    prefix: &str,
+    router_id: &str,
+    ttls: StateTtls,
+    limits: BatchLimits,
+) -> StateStore {
     let mut settings = ConnectionSettings::new(&valkey.url());
     settings.hot_timeout = Duration::from_secs(2);
-    StateStore::new(settings, prefix, router_id, ttls, BatchLimits::default()).expect("store")
+    StateStore::new(settings, prefix, router_id, ttls, limits).expect("store")
 }
 
 /// The model the API tests register workers for.

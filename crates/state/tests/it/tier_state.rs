@@ -37,10 +37,19 @@ fn spread(n: u64, salt: u64) -> Vec<BlockHash> {
 
 /// The entry letter worker `idx` has for `h` ('s', 'c', 'h', 'd'), if any.
 fn letter(v: &Valkey, idx: &str, h: BlockHash) -> Option<char> {
-    raw_state(v, NS, M)
-        .forward
-        .get(&h.to_hex())
-        .and_then(|m| m.get(idx).map(|(k, _)| *k))
+    letters(v, idx)(h)
+}
+
+/// [`letter`] of many blocks from one read of the state (a read per block
+/// read the whole state each time).
+fn letters(v: &Valkey, idx: &str) -> impl Fn(BlockHash) -> Option<char> {
+    let raw = raw_state(v, NS, M);
+    let idx = idx.to_owned();
+    move |h| {
+        raw.forward
+            .get(&h.to_hex())
+            .and_then(|m| m.get(&idx).map(|(k, _)| *k))
+    }
 }
 
 fn idx_of(v: &Valkey, id: &str) -> String {
@@ -164,11 +173,12 @@ async fn a_lost_demotion_is_found_by_the_next_check_and_repaired() {
     assert_eq!((out.added, out.removed), (0, 0), "membership was right");
     assert_eq!(out.retiered, 4, "the three demotions and the promotion");
     assert_eq!(s.sync_check(M, "w", &digests).await.unwrap(), None);
+    let letter = letters(&v, &idx);
     for h in demoted {
-        assert_eq!(letter(&v, &idx, h), Some('h'));
+        assert_eq!(letter(h), Some('h'));
     }
-    assert_eq!(letter(&v, &idx, blocks[200]), Some('c'));
-    assert_eq!(letter(&v, &idx, blocks[0]), Some('c'));
+    assert_eq!(letter(blocks[200]), Some('c'));
+    assert_eq!(letter(blocks[0]), Some('c'));
 }
 
 #[tokio::test]
@@ -186,8 +196,9 @@ async fn a_full_sync_leaves_every_entry_on_the_snapshots_tier() {
     let idx = idx_of(&v, "w");
     let mut worker: BTreeMap<BlockHash, Tier> =
         blocks.iter().copied().zip(tiers.iter().copied()).collect();
+    let letter = letters(&v, &idx);
     for (i, h) in blocks.iter().enumerate() {
-        assert_eq!(letter(&v, &idx, *h), Some(tier(i).entry_kind()));
+        assert_eq!(letter(*h), Some(tier(i).entry_kind()));
     }
     assert_eq!(
         s.sync_check(M, "w", &digests_of(&worker)).await.unwrap(),
@@ -207,10 +218,11 @@ async fn a_full_sync_leaves_every_entry_on_the_snapshots_tier() {
         .copied()
         .zip(next_tiers.iter().copied())
         .collect();
+    let letter = letters(&v, &idx);
     for (h, t) in &worker {
-        assert_eq!(letter(&v, &idx, *h), Some(t.entry_kind()), "{h}");
+        assert_eq!(letter(*h), Some(t.entry_kind()), "{h}");
     }
-    assert_eq!(letter(&v, &idx, blocks[0]), None);
+    assert_eq!(letter(blocks[0]), None);
     assert_eq!(
         s.sync_check(M, "w", &digests_of(&worker)).await.unwrap(),
         None
@@ -273,10 +285,11 @@ async fn reports_during_a_sync_keep_their_tier_through_the_patch() {
     worker.insert(blocks[5], Tier::Gpu);
     worker.insert(blocks[6], Tier::Disk);
     worker.remove(&blocks[7]);
+    let letter = letters(&v, &idx);
     for (h, t) in &worker {
-        assert_eq!(letter(&v, &idx, *h), Some(t.entry_kind()), "{h}");
+        assert_eq!(letter(*h), Some(t.entry_kind()), "{h}");
     }
-    assert_eq!(letter(&v, &idx, blocks[7]), None);
+    assert_eq!(letter(blocks[7]), None);
     assert_eq!(
         s.sync_check(M, "w", &digests_of(&worker)).await.unwrap(),
         None
@@ -388,7 +401,7 @@ fn a_repair_of_random_tier_and_membership_drift_ends_equal() {
     let v = Valkey::start();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let cfg = ProptestConfig {
-        cases: 48,
+        cases: support::cases(48),
         failure_persistence: None,
         ..ProptestConfig::default()
     };
@@ -399,16 +412,24 @@ fn a_repair_of_random_tier_and_membership_drift_ends_equal() {
             let s = store(&v, NS, "r1", ttls());
             register_in(&s, "w").await;
             let idx = idx_of(&v, "w");
-            // The fleet's view: claims and confirmed entries per tier.
-            for (h, held) in blocks.iter().zip(&fleet) {
-                match held {
-                    Some(None) => {
-                        s.claim(M, "w", &[*h]).await.unwrap();
-                    }
-                    Some(Some(t)) => {
-                        s.stored_on(M, "w", &[*h], *t).await.unwrap();
-                    }
-                    None => {}
+            // The fleet's view: claims and confirmed entries per tier (one
+            // call each; the blocks are distinct, so the order is moot).
+            let held_as = |want: Option<Tier>| -> Vec<BlockHash> {
+                blocks
+                    .iter()
+                    .zip(&fleet)
+                    .filter(|(_, held)| **held == Some(want))
+                    .map(|(h, _)| *h)
+                    .collect()
+            };
+            let claimed = held_as(None);
+            if !claimed.is_empty() {
+                s.claim(M, "w", &claimed).await.unwrap();
+            }
+            for t in Tier::ALL {
+                let stored = held_as(Some(t));
+                if !stored.is_empty() {
+                    s.stored_on(M, "w", &stored, t).await.unwrap();
                 }
             }
             // The worker's truth: confirmed blocks on their tiers.
@@ -431,8 +452,9 @@ fn a_repair_of_random_tier_and_membership_drift_ends_equal() {
                 None,
                 "fleet {fleet:?}, worker {worker:?}"
             );
+            let letter = letters(&v, &idx);
             for h in &blocks {
-                let got = letter(&v, &idx, *h);
+                let got = letter(*h);
                 match worker.get(h) {
                     Some(t) => assert_eq!(got, Some(t.entry_kind()), "{h}"),
                     // Live claims stay, as in a full sync.
