@@ -27,6 +27,11 @@
 //!   routing, by `proxy` for both `serve` and `epp`.
 //! * `response_cache`: the optional cache of deterministic completions in
 //!   Valkey, asked by `proxy` before routing, replayed byte for byte.
+//! * `request`: a client's request body read once (`Request`'s
+//!   entries and typed fields; the one definition of each field set the
+//!   router reads, and of those only the router sets), and the bodies
+//!   written from it; taken by `proxy`, `response_cache` and the rest,
+//!   never bytes.
 //! * `lmcache`: the LMCache controller as a state source (issue 31): its
 //!   lookup of a prompt's tokens (under a deadline, cached briefly) widens
 //!   the candidates by what each worker's LMCache holds, on its tier; its
@@ -75,6 +80,7 @@ mod metrics_recorder;
 mod models;
 mod periodic;
 mod proxy;
+mod request;
 mod response_cache;
 pub mod routing;
 mod serve;
