@@ -27,7 +27,7 @@ impl Proxy {
         headers: &axum::http::HeaderMap,
         body: &bytes::Bytes,
     ) -> Result<Value, ProxyError> {
-        let parsed = self.read(None, body).await?;
+        let (parsed, _) = self.read(None, body.clone(), None).await?;
         let admission = explain_admission(&self.admission, headers, &parsed).await;
         let endpoint = Endpoint::of_body(&parsed.request);
         let Parsed { model, chain, .. } = parsed;

@@ -113,21 +113,9 @@ impl Proxy {
         allowed: Option<&UrlFilter<'_>>,
     ) -> Result<Pick, ProxyError> {
         let span = telemetry::route_span(headers);
-        self.pick_parsed(endpoint, headers, body, allowed)
-            .instrument(span)
-            .await
-    }
-
-    /// [`pick`](Self::pick) within the request's span.
-    async fn pick_parsed(
-        &self,
-        endpoint: Endpoint,
-        headers: &HeaderMap,
-        body: &Bytes,
-        allowed: Option<&UrlFilter<'_>>,
-    ) -> Result<Pick, ProxyError> {
+        async move {
         let started = Instant::now();
-        let mut parsed = self.read(Some(endpoint), body).await?;
+        let (mut parsed, _) = self.read(Some(endpoint), body.clone(), None).await?;
         let admitted = admit(&self.admission, headers, &parsed).await?;
         // The gateway sends on the body the picker hands back: with the
         // request's priority, when configured, as `serve` forwards it.
@@ -194,6 +182,9 @@ impl Proxy {
             changed_body,
             ticket: admitted.ticket,
         })
+        }
+        .instrument(span)
+        .await
     }
 
     /// The gateway says the worker at `index` of the pick's URLs served the
@@ -209,15 +200,20 @@ impl Proxy {
         let decide = &self.decide;
         let counted = match (&pick.pd, pick.tracked) {
             (_, false) => None,
-            (None, true) => decide.assign(&pick.model, target, &pick.chain).await,
+            (None, true) => {
+                let tokens = pick.chain.uncached(target);
+                decide
+                    .assign(&pick.model, target, &pick.chain, tokens)
+                    .await
+            }
             // A decode worker computes the prompt only without a prefill.
             (Some(leg), true) => {
                 let tokens = match leg.target {
                     Some(_) => 0,
-                    None => pd::uncached(&pick.chain, target),
+                    None => pick.chain.uncached(target),
                 };
                 decide
-                    .assign_with(&pick.model, target, &pick.chain, tokens)
+                    .assign(&pick.model, target, &pick.chain, tokens)
                     .await
             }
         };

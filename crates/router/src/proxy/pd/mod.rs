@@ -31,7 +31,7 @@ mod steps;
 
 pub use pick::{PdPick, PrefillLeg, pick};
 pub use plan::{PdPlan, disaggregated};
-pub use steps::{prefill_policy, uncached};
+pub use steps::prefill_policy;
 
 use std::time::Instant;
 
@@ -115,7 +115,7 @@ impl Serving<'_> {
         if prefilled.is_none() && !plan.skip {
             // No prefill worker did it: the decode worker computes the
             // prompt, and its queue holds those tokens until its first byte.
-            decode_guard.add_prefill(uncached(chain, decode));
+            decode_guard.add_prefill(chain.uncached(decode));
         }
         count_path(prefilled.is_some(), plan.skip);
         metrics::histogram!("prefix_router_route_seconds").record(started.elapsed().as_secs_f64());
@@ -246,12 +246,8 @@ impl Serving<'_> {
             let guard = match first.take() {
                 Some(g) => g,
                 None => {
-                    let tokens = if prefilled {
-                        0
-                    } else {
-                        uncached(chain, target)
-                    };
-                    let counted = decide.assign_with(model, target, chain, tokens).await;
+                    let tokens = if prefilled { 0 } else { chain.uncached(target) };
+                    let counted = decide.assign(model, target, chain, tokens).await;
                     decide.guard(model, worker, counted)
                 }
             };

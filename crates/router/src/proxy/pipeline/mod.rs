@@ -75,7 +75,7 @@ impl Proxy {
             let started = Instant::now();
             let cache = self.cache.as_ref().filter(|_| endpoint != Endpoint::Other);
             let key_of = cache.map(|_| KeyOf::new(path_and_query, headers));
-            let (mut parsed, key) = self.read_keyed(Some(endpoint), body, key_of).await?;
+            let (mut parsed, key) = self.read(Some(endpoint), body, key_of).await?;
             let miss = match (cache, key) {
                 (Some(cache), Some(Ok(key))) => match cache.lookup(key).await {
                     Lookup::Hit(resp) => return Ok(resp),
@@ -107,23 +107,14 @@ impl Proxy {
     }
 
     /// Reads `body` on the pool into its [`Request`], its routed model and
-    /// its prompt's chain; `endpoint` `None`: a completions or chat request,
-    /// told apart by `messages` (explain). The pool's thread works within
-    /// the caller's span (its `tokenize` and `hash` spans nest there).
-    pub(super) async fn read(
-        &self,
-        endpoint: Option<Endpoint>,
-        body: &Bytes,
-    ) -> Result<Parsed, ProxyError> {
-        Ok(self.read_keyed(endpoint, body.clone(), None).await?.0)
-    }
-
-    /// [`read`](Self::read), and with `key_of` the response cache's key of
-    /// the request (or why it has none), in the same trip to the pool: the
-    /// body is parsed once, and every step after takes the [`Request`].
+    /// its prompt's chain, and with `key_of` the response cache's key of the
+    /// request (or why it has none), in the same trip: the body is parsed
+    /// once, and every step after takes the [`Request`]. `endpoint` `None`:
+    /// a completions or chat request, told apart by `messages` (explain).
     /// The key names the routed model (an adapter's base), so that adapters
-    /// share their base model's budget.
-    async fn read_keyed(
+    /// share their base model's budget. The pool's thread works within the
+    /// caller's span (its `tokenize` and `hash` spans nest there).
+    pub(super) async fn read(
         &self,
         endpoint: Option<Endpoint>,
         body: Bytes,
@@ -272,7 +263,7 @@ impl Proxy {
 }
 
 /// What the response cache's key needs of a request besides its body.
-struct KeyOf {
+pub(super) struct KeyOf {
     /// The path with its query.
     path: String,
     /// The `Authorization` header (the tenant).
