@@ -27,11 +27,6 @@
 //!   routing, by `proxy` for both `serve` and `epp`.
 //! * `response_cache`: the optional cache of deterministic completions in
 //!   Valkey, asked by `proxy` before routing, replayed byte for byte.
-//! * `request`: a client's request body read once (`Request`'s
-//!   entries and typed fields; the one definition of each field set the
-//!   router reads, and of those only the router sets), and the bodies
-//!   written from it; taken by `proxy`, `response_cache` and the rest,
-//!   never bytes.
 //! * `lmcache`: the LMCache controller as a state source (issue 31): its
 //!   lookup of a prompt's tokens (under a deadline, cached briefly) widens
 //!   the candidates by what each worker's LMCache holds, on its tier; its
@@ -60,6 +55,11 @@
 //! * `hop`: forwarding-loop guards (the `via` mark, own listeners).
 //! * `forward_paths`: which `/v1/*` paths reach a worker, and the check
 //!   that none can leave `/v1/` (used by `api` and `config`).
+//! * `request`: a client's request body read once (`Request`'s
+//!   entries and typed fields; the one definition of each field set the
+//!   router reads, and of those only the router sets), and the bodies
+//!   written from it; taken by `proxy`, `response_cache` and the rest,
+//!   never bytes.
 //!
 //! Below this crate: `tokenize` (prompts to tokens and block hashes),
 //! `state` (the Valkey store, `inspect`), `worker` (push client, reporter),
