@@ -36,7 +36,8 @@
 //! * `repair`: a sync of only the digest buckets that differ (membership,
 //!   then tiers).
 //! * `probe`: read-only probes of which worker holds how much of a prompt,
-//!   per tier (`probe.lua`), and the worker listing.
+//!   per tier (`probe.lua`), and the worker listing; `views`: their types
+//!   and the parsing of the scripts' replies into them.
 //! * `route_claim`: the cache-aware policy's inputs ([`RouteParams`], whose
 //!   `Default` is the one definition of its defaults) and its atomic call
 //!   (`route.lua`):
@@ -83,6 +84,7 @@ mod sync;
 mod tenant_limits;
 mod ttl;
 mod view_record;
+mod views;
 
 pub use blocks::StoredOutcome;
 pub use connections::{ConnectionSettings, normalize_url};
@@ -94,7 +96,6 @@ pub use in_flight::InFlight;
 pub use keys::KeySpace;
 pub use leases::{WorkerHeartbeat, WorkerLease};
 pub use models::ModelLimits;
-pub use probe::{PrefixProbe, TierBlocks, WorkerInfo, WorkerMatch, WorkerStatus};
 pub use repair::{MAX_REPAIR_BUCKETS, RepairOutcome};
 pub use response_cache::ResponsePut;
 pub use route_claim::{
@@ -106,6 +107,7 @@ pub use sync::SyncOutcome;
 pub use tenant_limits::{Gcra, LimitCheck, LimitReason, LimitVerdict};
 pub use ttl::{BatchLimits, StateTtls};
 pub use view_record::ViewRecord;
+pub use views::{PrefixProbe, TierBlocks, WorkerInfo, WorkerMatch, WorkerStatus};
 
 use connections::Connections;
 use protocol::{WorkerLoad, check_name};
