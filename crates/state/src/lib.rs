@@ -32,7 +32,8 @@
 //! * `blocks`: stored blocks (on their KV tier: GPU, CPU, disk), evictions,
 //!   claims of blocks on routing.
 //! * `sync`: destructive snapshots, whole or staged in chunks, with their
-//!   blocks' tiers.
+//!   blocks' tiers; `sync_check`: the digest check before one (equal: the
+//!   entries renewed, nothing sent).
 //! * `repair`: a sync of only the digest buckets that differ (membership,
 //!   then tiers).
 //! * `probe`: read-only probes of which worker holds how much of a prompt,
@@ -81,6 +82,7 @@ mod router_lease;
 mod scripts;
 mod shards;
 mod sync;
+mod sync_check;
 mod tenant_limits;
 mod ttl;
 mod view_record;
