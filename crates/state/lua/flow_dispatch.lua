@@ -38,12 +38,15 @@
 -- if it may wait (0: dispatched at once or refused).
 -- Returns {saturated (1/0), arriving: 0 none, 1 dispatched, 2 queued,
 -- 3 refused; its virtual start tag (a string, '' unless queued); entries
--- waiting fleet-wide; free capacity left; then the caller's members
--- dispatched by this call (the arriving one is not among them)}.
+-- waiting fleet-wide; free capacity left; k; then the caller's k members
+-- dispatched by this call (the arriving one is not among them); then the
+-- caller's members dispatched by earlier calls and not yet routed (held:
+-- a call whose reply the router lost, a timeout of its routing lane, may
+-- have dispatched them; the router hands on those it still holds)}.
 -- Complexity: O(workers + routers x workers) for the view; O(log N) per
 -- entry queued or dispatched; the dispatch walks at most S = min(capacity +
 -- 64, 128) entries over at most S tenants: O(S^2) comparisons, O(S log N)
--- calls.
+-- calls; the held members: O(dispatched and not yet routed, fleet-wide).
 local now = now_ms()
 local me = ARGV[2]
 local max_inflight = tonumber(ARGV[3]) or 0
@@ -252,6 +255,15 @@ local waiting = 0
 for _, b in ipairs(redis.call('ZRANGE', bands, 0, -1)) do
   waiting = waiting + redis.call('HLEN', owners(b))
 end
-local out = { saturated and 1 or 0, arriving, tag, waiting, math.max(cap, 0) }
-for _, m in ipairs(mine) do out[#out + 1] = m end
+local out = { saturated and 1 or 0, arriving, tag, waiting, math.max(cap, 0), #mine }
+local fresh = {}
+for _, m in ipairs(mine) do
+  out[#out + 1] = m
+  fresh[m] = true
+end
+if ARGV[9] == '1' then fresh[ARGV[10]] = true end
+local prefix = me .. '\t'
+for _, m in ipairs(redis.call('ZRANGE', grants, 0, -1)) do
+  if not fresh[m] and string.sub(m, 1, #prefix) == prefix then out[#out + 1] = m end
+end
 return out

@@ -68,6 +68,11 @@ pub struct FlowDispatch {
     pub free: u64,
     /// This router's waiting members dispatched by this call.
     pub dispatched: Vec<String>,
+    /// This router's members dispatched by earlier calls and not yet
+    /// routed: a call whose reply was lost (a timeout of the routing lane
+    /// while Valkey still ran it) may have dispatched some that still
+    /// wait in the router, which hands them on now.
+    pub held: Vec<String>,
 }
 
 /// The member naming a waiting request in the shared state: this router's
@@ -196,9 +201,16 @@ fn parse_dispatch(reply: &[redis::Value]) -> Result<FlowDispatch, StateError> {
         }
         other => Err(bad_reply(S, format!("not a string: {other:?}"))),
     };
-    if reply.len() < 5 {
+    if reply.len() < 6 {
         return Err(bad_reply(S, format!("{} values", reply.len())));
     }
+    let k = usize::try_from(int(&reply[5])?).unwrap_or(usize::MAX);
+    let Some(end) = 6usize.checked_add(k).filter(|end| *end <= reply.len()) else {
+        return Err(bad_reply(
+            S,
+            format!("{k} dispatched of {} values", reply.len()),
+        ));
+    };
     let arrival = match int(&reply[1])? {
         0 => Arrival::None,
         1 => Arrival::Dispatched,
@@ -215,6 +227,7 @@ fn parse_dispatch(reply: &[redis::Value]) -> Result<FlowDispatch, StateError> {
         arrival,
         waiting: u64::try_from(int(&reply[3])?).unwrap_or(0),
         free: u64::try_from(int(&reply[4])?).unwrap_or(0),
-        dispatched: reply[5..].iter().map(text).collect::<Result<_, _>>()?,
+        dispatched: reply[6..end].iter().map(text).collect::<Result<_, _>>()?,
+        held: reply[end..].iter().map(text).collect::<Result<_, _>>()?,
     })
 }

@@ -3,17 +3,23 @@
 //! it). Checks, for every request shape, that the tokens the router says
 //! the serving worker holds equal the engine's own cached-token count;
 //! that the index follows an engine's cache reset and restart; and runs
-//! the RAG workload against round robin with the engines' own counts.
-//! Records the engines' raw KV-event frames as a test fixture.
+//! the RAG workload against round robin with the engines' own counts;
+//! and that an answer whose engine is killed mid-stream completes on the
+//! other engine, token for token (issue 29). Records the engines' raw
+//! KV-event frames as a test fixture.
 //!
 //! Layout: `topology` starts the processes; `cases` are the requests;
 //! `exactness` compares one request; `follow` resets and restarts an
-//! engine; `capture` records ZMQ frames; `report` writes the result.
+//! engine; `migration` kills an engine mid-answer (`answer` reads a
+//! streamed answer whole); `capture` records ZMQ frames; `report` writes
+//! the result.
 
+mod answer;
 mod capture;
 mod cases;
 mod exactness;
 mod follow;
+mod migration;
 mod report;
 mod topology;
 
@@ -65,6 +71,20 @@ pub struct RealEngineArgs {
     /// Skip the RAG comparison.
     #[arg(long)]
     pub skip_rag: bool,
+    /// Skip the mid-stream migration check.
+    #[arg(long)]
+    pub skip_migration: bool,
+    /// Only the mid-stream migration check (no exactness, follow or RAG).
+    #[arg(long, conflicts_with = "skip_migration")]
+    pub migration_only: bool,
+    /// Migration: `max_tokens` of each answer (`ignore_eos`, so exactly
+    /// this many tokens; long enough to kill the engine mid-answer).
+    #[arg(long, default_value_t = 2000)]
+    pub migration_tokens: u32,
+    /// Migration: the serving engine is killed once the client has this
+    /// many content events.
+    #[arg(long, default_value_t = 100)]
+    pub kill_after: usize,
     /// RAG: requests per second.
     #[arg(long, default_value_t = 2.0)]
     pub rag_rate: f64,
@@ -133,7 +153,8 @@ pub async fn real_engine(args: RealEngineArgs) -> anyhow::Result<PathBuf> {
         "real-engine: starting 2 vLLM engines, Valkey, 2 routers, HAProxy; logs in {}",
         settings.dir.display()
     );
-    let exact_args = vec!["--speculative-ttl".to_owned(), "1s".to_owned()];
+    #[rustfmt::skip]
+    let exact_args = ["--speculative-ttl", "1s", "--migration-limit", "3"].map(str::to_owned);
     let mut t = Topology::start(settings, 2, &exact_args).await?;
     let mut recorder = capture::Recorder::default();
     for e in &t.engines {
@@ -146,7 +167,12 @@ pub async fn real_engine(args: RealEngineArgs) -> anyhow::Result<PathBuf> {
     let bs = u64::from(args.block_size);
     let all = cases::cases(MODEL);
     let mut rows = Vec::new();
-    for case in &all {
+    let exactness = if args.migration_only {
+        &[][..]
+    } else {
+        &all[..]
+    };
+    for case in exactness {
         for (round, router) in [(1, 0), (2, 1)] {
             let row =
                 exactness::check(&http, &routers, router, topology::TOKEN, bs, case, round).await?;
@@ -166,8 +192,11 @@ pub async fn real_engine(args: RealEngineArgs) -> anyhow::Result<PathBuf> {
 
     // The index follows the engine.
     let reset_probe = cases::probe(MODEL, "completions: text (cache reset probe)", 11);
-    let mut followed = vec![follow::after_reset(&t, &reset_probe).await?];
-    if !args.skip_restart {
+    let mut followed = Vec::new();
+    if !args.migration_only {
+        followed.push(follow::after_reset(&t, &reset_probe).await?);
+    }
+    if !args.skip_restart && !args.migration_only {
         let probe = cases::probe(MODEL, "completions: text (restart probe)", 12);
         followed.push(follow::after_restart(&mut t, &probe).await?);
     }
@@ -188,9 +217,17 @@ pub async fn real_engine(args: RealEngineArgs) -> anyhow::Result<PathBuf> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
 
+    // An engine killed mid-answer.
+    let mut migrated = Vec::new();
+    if !args.skip_migration {
+        for case in migration::cases(args.migration_tokens) {
+            migrated.push(migration::run(&mut t, &case, args.kill_after).await?);
+        }
+    }
+
     // RAG through the fleet: cache_aware, then round_robin, from cold caches.
     let mut rag = Vec::new();
-    if !args.skip_rag {
+    if !args.skip_rag && !args.migration_only {
         for policy in ["cache_aware", "round_robin"] {
             for i in 0..t.engines.len() {
                 t.reset_prefix_cache(i).await?;
@@ -208,6 +245,7 @@ pub async fn real_engine(args: RealEngineArgs) -> anyhow::Result<PathBuf> {
     let report = Report {
         rows,
         followed,
+        migrated,
         rag,
         frames: frames.len(),
         args: &args,

@@ -3,6 +3,7 @@
 use super::RealEngineArgs;
 use super::exactness::{Row, Verdict, table};
 use super::follow::Followed;
+use super::migration::{self, Migrated};
 use crate::metrics::Summary;
 
 /// One RAG arm.
@@ -21,6 +22,8 @@ pub struct Report<'a> {
     pub rows: Vec<Row>,
     /// The follow checks.
     pub followed: Vec<Followed>,
+    /// The migration cases (empty when skipped).
+    pub migrated: Vec<Migrated>,
     /// The RAG arms (empty when skipped).
     pub rag: Vec<Rag>,
     /// KV-event messages captured.
@@ -36,7 +39,9 @@ fn opt_ms(v: Option<f64>) -> String {
 impl Report<'_> {
     /// Every request agreed and the index followed every event.
     pub fn passed(&self) -> bool {
-        !self.rows.is_empty()
+        (!self.rows.is_empty() || self.args.migration_only)
+            && (!self.migrated.is_empty() || self.args.skip_migration)
+            && self.migrated.iter().all(Migrated::ok)
             && self.rows.iter().all(|r| r.verdict != Verdict::Mismatch)
             && self
                 .rows
@@ -55,28 +60,34 @@ impl Report<'_> {
             "# Real vLLM engines behind the fleet\n\n\
              Date: {}. Command: `{}`.\n\
              Two vLLM CPU engines (block size {}, {} KV blocks each, `sha256_cbor`, `PYTHONHASHSEED=0`), \
-             a reporter beside each, Valkey, two routers behind HAProxy.\n\n\
-             ## Router's match against the engine's cached tokens\n\n\
-             Each request is explained, then sent, through router 0 (send 1), then again through \
-             router 1 (send 2); 'matched by router' is what the index held on the serving worker, \
-             'expected cached' the same less the last token vLLM always computes, 'engine cached' \
-             is `usage.prompt_tokens_details.cached_tokens` (for a list of prompts, vLLM reports the \
-             last prompt's). **{exact} of {} requests exact; {granular} short within the index's \
-             granularity** (the engine's prefix ends between two indexed blocks: the index holds \
-             anchors and tips, see docs/state.md); the rest, if any, are mismatches. A repeated \
-             prompt (send 2) must be exact.\n\n",
+             a reporter beside each, Valkey, two routers behind HAProxy.\n",
             chrono::Local::now().format("%Y-%m-%d %H:%M"),
             std::env::args().collect::<Vec<_>>().join(" "),
             a.block_size,
             a.gpu_blocks,
-            self.rows.len(),
         );
-        s.push_str(&table(&self.rows));
-        s.push_str(
-            "\n## The index follows the engine\n\n\
-             | event | engine | matched before | router matched nothing after | probe again: router matched / engine cached | |\n\
-             |---|---|---:|---:|---:|---|\n",
-        );
+        if !self.rows.is_empty() {
+            s.push_str(&format!(
+                "\n## Router's match against the engine's cached tokens\n\n\
+                 Each request is explained, then sent, through router 0 (send 1), then again through \
+                 router 1 (send 2); 'matched by router' is what the index held on the serving worker, \
+                 'expected cached' the same less the last token vLLM always computes, 'engine cached' \
+                 is `usage.prompt_tokens_details.cached_tokens` (for a list of prompts, vLLM reports the \
+                 last prompt's). **{exact} of {} requests exact; {granular} short within the index's \
+                 granularity** (the engine's prefix ends between two indexed blocks: the index holds \
+                 anchors and tips, see docs/state.md); the rest, if any, are mismatches. A repeated \
+                 prompt (send 2) must be exact.\n\n",
+                self.rows.len(),
+            ));
+            s.push_str(&table(&self.rows));
+        }
+        if !self.followed.is_empty() {
+            s.push_str(
+                "\n## The index follows the engine\n\n\
+                 | event | engine | matched before | router matched nothing after | probe again: router matched / engine cached | |\n\
+                 |---|---|---:|---:|---:|---|\n",
+            );
+        }
         for f in &self.followed {
             s.push_str(&format!(
                 "| {} | {} | {} | {} | {} / {} | {} |\n",
@@ -88,6 +99,13 @@ impl Report<'_> {
                 f.after.expected_cached,
                 f.after.engine_cached,
                 if f.ok() { "ok" } else { "FAILED" }
+            ));
+        }
+        if !self.migrated.is_empty() {
+            s.push_str(&migration::table(
+                &self.migrated,
+                a.migration_tokens,
+                a.kill_after,
             ));
         }
         if !self.rag.is_empty() {

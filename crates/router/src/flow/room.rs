@@ -204,18 +204,24 @@ impl Room {
             .set(d.waiting as f64);
     }
 
-    /// Hands the dispatched members on; one whose waiter is gone gives its
-    /// place back.
-    fn deliver(&self, members: Vec<String>) {
-        let mut lost = Vec::new();
+    /// Hands on the members dispatched to this router that still wait
+    /// here: those a call dispatched, and those held (dispatched by an
+    /// earlier call, not yet routed) whose call's reply was lost (a timeout
+    /// of the routing lane while Valkey still ran it). A member no longer
+    /// here was handed on already (by another reply: an arrival's call may
+    /// report a dispatch before the dispatching call's reply comes), or
+    /// left: its guard, or the shedder, took it out of the fleet's room,
+    /// its place included. Its place must not be given back here: that
+    /// would let one more request past the thresholds while it is routed.
+    fn hand_on<'a>(&self, members: impl IntoIterator<Item = &'a String>) {
         for m in members {
-            let w = self.lock().remove(&self.model, &m);
-            let sent = w.is_some_and(|w| w.tx.send(Verdict::Dispatched).is_ok());
-            if !sent {
-                lost.push((m, None));
+            let w = self.lock().remove(&self.model, m);
+            if let Some(w) = w {
+                // A dropped receiver was dropped with its guard, which
+                // takes the member out.
+                let _ = w.tx.send(Verdict::Dispatched);
             }
         }
-        self.leave(lost);
     }
 
     /// Takes members out of the fleet's room, off the request path.
@@ -305,11 +311,11 @@ impl Room {
             }
         };
         self.seen(&d);
+        self.hand_on(d.dispatched.iter().chain(&d.held));
         let queued = match d.arrival {
             Arrival::Dispatched => {
                 guard.armed = false;
                 self.lock().remove(&self.model, &member);
-                self.deliver(d.dispatched);
                 return Ok(self.ticket(Some(member.clone()), "granted", &labels, started));
             }
             Arrival::Queued(tag) => tag,
@@ -319,7 +325,6 @@ impl Room {
                 } else {
                     ShedReason::QueueFull.code()
                 };
-                self.deliver(d.dispatched);
                 drop(guard);
                 let reason = if p < 0 {
                     ShedReason::Sheddable
@@ -329,7 +334,6 @@ impl Room {
                 return Err(Refusal::new(reason, 1));
             }
         };
-        self.deliver(d.dispatched);
         labels.queued();
         if self
             .place(&member, queued)
@@ -403,7 +407,11 @@ impl Room {
         w.labels
             .shed(ShedReason::QueueFull.code(), w.since.elapsed());
         let _ = w.tx.send(Verdict::Shed(ShedReason::QueueFull));
-        self.leave(vec![(victim.clone(), Some(w.priority))]);
+        // Waiting or dispatched meanwhile: either is taken back.
+        self.leave(vec![
+            (victim.clone(), Some(w.priority)),
+            (victim.clone(), None),
+        ]);
         Some(victim)
     }
 
@@ -440,7 +448,7 @@ impl Room {
                 {
                     Ok(d) => {
                         room.seen(&d);
-                        room.deliver(d.dispatched);
+                        room.hand_on(d.dispatched.iter().chain(&d.held));
                     }
                     Err(e) if e.is_unavailable() && room.answered_within(GIVE_UP) => {
                         // One slow or lost reply (a timeout of the routing
@@ -450,7 +458,7 @@ impl Room {
                     Err(e) if e.is_unavailable() => {
                         tracing::warn!(error = %e, model = %room.model, "flow control unavailable; routing the waiting requests without it");
                         let all: Vec<String> = room.lock().waiters.keys().cloned().collect();
-                        room.deliver(all);
+                        room.hand_on(&all);
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, model = %room.model, "flow dispatch failed")

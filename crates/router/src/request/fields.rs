@@ -58,6 +58,10 @@ pub struct Fields {
     pub echo: Value,
     /// Migration: the client asked for token ids itself.
     pub return_token_ids: Value,
+    /// Migration: output-token penalties (inexact across workers).
+    pub presence_penalty: Value,
+    /// Migration: output-token penalties.
+    pub frequency_penalty: Value,
     /// Fields whose presence alone decides (any value but `null`): they
     /// are not parsed.
     pub present: Present,
@@ -112,6 +116,8 @@ impl Fields {
             "stop" => &mut self.stop,
             "echo" => &mut self.echo,
             "return_token_ids" => &mut self.return_token_ids,
+            "presence_penalty" => &mut self.presence_penalty,
+            "frequency_penalty" => &mut self.frequency_penalty,
             _ => return None,
         })
     }

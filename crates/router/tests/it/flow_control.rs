@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use prefix_router::{AdmissionArgs, FlowArgs, ServeArgs};
 use serde_json::{Value, json};
+use state::{BatchLimits, ConnectionSettings, SaturationThresholds, StateStore, StateTtls};
 use support::fake_worker::FakeWorker;
 use support::{Router, Valkey, http};
 
@@ -289,6 +290,53 @@ async fn a_lost_reply_does_not_release_the_waiting_room_nor_let_an_arrival_past(
     assert_eq!(second.await.unwrap().0, 200);
     assert_eq!(third.await.unwrap().0, 200);
     assert_eq!(received(&w), ["one", "two", "three"]);
+}
+
+/// A dispatch whose reply the router never saw (its call timed out on
+/// the routing lane while Valkey still ran it: the overload benchmark's
+/// interactive requests then waited out their 20 s) is handed on by the
+/// router's next call, not left waiting until its timeout. The lost reply
+/// is made deterministic: a caller with the router's id and a higher
+/// in-flight limit dispatches its waiting request, and the reply goes to
+/// the test.
+#[tokio::test]
+async fn a_dispatch_whose_reply_was_lost_is_handed_on_by_the_next_call() {
+    let v = Valkey::start();
+    let w = worker(&v).await;
+    let mut a = args(Duration::from_secs(3), 1024);
+    a.router_id = Some("ra".into());
+    let router = Router::start(&v.url(), a).await;
+    warm(&v, &[&router], &w, 6000).await;
+    let first = occupy(&router.url("/v1/completions"));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let second = send(&router, "two", None);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(received(&w), ["one"]);
+    let thief = StateStore::new(
+        ConnectionSettings::new(&v.url()),
+        "pr",
+        "ra",
+        StateTtls::default(),
+        BatchLimits::default(),
+    )
+    .unwrap();
+    let two_places = SaturationThresholds {
+        max_in_flight: 2,
+        waiting: None,
+        kv_usage: None,
+        prefill_tokens: None,
+        stale_load: Duration::from_secs(10),
+    };
+    let lost = thief
+        .flow_dispatch(MODEL, &two_places, Duration::from_secs(5), None)
+        .await
+        .unwrap();
+    assert_eq!(lost.dispatched.len(), 1, "{lost:?}");
+    // On the old code "two" waited out its 3 s: a 503 queue_timeout.
+    let (status, err) = second.await.unwrap();
+    assert_eq!(status, 200, "{err}");
+    assert_eq!(received(&w), ["one", "two"]);
+    assert_eq!(first.await.unwrap(), 200);
 }
 
 #[tokio::test]

@@ -141,12 +141,22 @@ async fn high_priority_on_one_router_goes_before_low_priority_waiting_on_another
         .await
         .unwrap();
     assert_eq!(d.dispatched, std::slice::from_ref(&high));
+    assert!(d.held.is_empty());
     // Until it is routed (or its dispatch expires) it holds the place.
     let d = b
         .flow_dispatch(MODEL, &t, Duration::from_secs(5), None)
         .await
         .unwrap();
     assert!(d.dispatched.is_empty());
+    assert!(d.held.is_empty(), "another router's dispatch: {:?}", d.held);
+    // Its router is told again until it is routed (the reply that
+    // dispatched it may have been lost).
+    let d = a
+        .flow_dispatch(MODEL, &t, Duration::from_secs(5), None)
+        .await
+        .unwrap();
+    assert!(d.dispatched.is_empty());
+    assert_eq!(d.held, std::slice::from_ref(&high));
     assert_eq!(a.flow_leave(MODEL, &[(high, None)]).await.unwrap(), 1);
     let d = b
         .flow_dispatch(MODEL, &t, Duration::from_secs(5), None)

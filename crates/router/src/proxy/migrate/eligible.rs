@@ -7,7 +7,11 @@
 //! `docs/migration.md`): more than one answer (`n`, `best_of`, beam
 //! search), constrained decoding (`response_format` other than text,
 //! `guided_*`, `structured_outputs`), tools, `logprobs`,
-//! `prompt_logprobs`, stop strings, `echo` and `suffix`. Non-streamed
+//! `prompt_logprobs`, stop strings, `echo`, `suffix`, and the penalties
+//! that count the output only (`presence_penalty`, `frequency_penalty`:
+//! on the next worker the output so far is prompt, so it would no longer
+//! be penalized; `repetition_penalty` counts prompt and output alike and
+//! moves). Non-streamed
 //! requests are not continued: a worker that fails before its answer is
 //! replaced before anything reaches the client, as every request's is.
 
@@ -47,6 +51,7 @@ pub(in crate::proxy) fn eligibility(
     let present = &f.present;
     let more_than_one = |v: &Value| v.as_u64().is_some_and(|n| n > 1);
     let truthy = |v: &Value| !matches!(v, Value::Null | Value::Bool(false));
+    let nonzero = |v: &Value| !v.is_null() && v.as_f64() != Some(0.0);
     let why = if !f.streamed() {
         Some("not streamed")
     } else if more_than_one(&f.n) || more_than_one(&f.best_of) || f.use_beam_search == true {
@@ -67,6 +72,8 @@ pub(in crate::proxy) fn eligibility(
         Some("stop strings")
     } else if f.echo == true || present.suffix {
         Some("echo or suffix")
+    } else if nonzero(&f.presence_penalty) || nonzero(&f.frequency_penalty) {
+        Some("output-token penalties (presence_penalty, frequency_penalty)")
     } else {
         None
     };
@@ -138,6 +145,8 @@ mod tests {
             ("logprobs", json!(1)),
             ("stop", json!(["\n"])),
             ("echo", json!(true)),
+            ("presence_penalty", json!(1.5)),
+            ("frequency_penalty", json!(-0.5)),
         ] {
             let mut body = ok.clone();
             body[field] = value;
@@ -147,6 +156,9 @@ mod tests {
         fine["response_format"] = json!({"type": "text"});
         fine["logprobs"] = Value::Null;
         fine["stop"] = json!([]);
+        fine["presence_penalty"] = json!(0);
+        fine["frequency_penalty"] = json!(0.0);
+        fine["repetition_penalty"] = json!(1.5);
         assert!(check(fine).is_ok());
         assert!(eligibility(Endpoint::Other, &request(&json!({}))).is_err());
     }

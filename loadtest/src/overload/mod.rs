@@ -6,6 +6,10 @@
 //! p50/p99; per phase, Jain's fairness index over the tenants' served
 //! requests per unit of weight. Sims must share their compute
 //! (`--sim-arg=--prefill --sim-arg=serial`), or nothing ever queues.
+//!
+//! * `parts`: the class and tenant specs, Jain's index, the routers' config.
+//! * `bound`: the floor an ideal scheduler gives the top class (the report
+//!   prints it beside the measured ratio).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -23,6 +27,10 @@ use crate::metrics::nearest_rank;
 use crate::report::out_dir;
 use crate::run::fleet_runner;
 use crate::workload::Api;
+use parts::{Part, jain, parse_parts, pick, router_config, top_class};
+
+mod bound;
+mod parts;
 
 /// The fleet's capacity in requests/s when `--capacity` is not given.
 pub const DEFAULT_CAPACITY: f64 = 10.0;
@@ -44,8 +52,12 @@ pub struct OverloadArgs {
     pub run: RunArgs,
     /// A class `NAME=PRIORITY:SHARE` (repeatable): its objective name, its
     /// priority (negative: sheddable) and its share of the offered requests.
+    /// By default interactive traffic is a tenth: at 2x it is a fifth of
+    /// the capacity, so the overload is the others' (with 30% it alone is
+    /// 60% of the capacity at 2x, and even an ideal scheduler nearly
+    /// doubles its p99; the report prints that floor for the given shares).
     #[arg(long = "class", help_heading = "Overload",
-          default_values_t = ["interactive=10:0.3".to_owned(), "standard=0:0.4".to_owned(), "batch=-1:0.3".to_owned()])]
+          default_values_t = ["interactive=10:0.1".to_owned(), "standard=0:0.6".to_owned(), "batch=-1:0.3".to_owned()])]
     pub classes: Vec<String>,
     /// A tenant `NAME=WEIGHT:SHARE` (repeatable): its weight and its share
     /// of the offered requests.
@@ -67,90 +79,11 @@ pub struct OverloadArgs {
     pub flow_args: Vec<String>,
 }
 
-/// A name, a number and a share, from `NAME=NUMBER:SHARE`.
-#[derive(Debug, Clone, PartialEq)]
-struct Part {
-    name: String,
-    number: f64,
-    share: f64,
-}
-
-fn parse_parts(specs: &[String], what: &str) -> anyhow::Result<Vec<Part>> {
-    let parts = specs
-        .iter()
-        .map(|s| {
-            let (name, rest) = s
-                .split_once('=')
-                .with_context(|| format!("--{what} {s:?}: expected NAME=NUMBER:SHARE"))?;
-            let (n, share) = rest
-                .split_once(':')
-                .with_context(|| format!("--{what} {s:?}: expected NAME=NUMBER:SHARE"))?;
-            let part = Part {
-                name: name.trim().to_owned(),
-                number: n
-                    .trim()
-                    .parse()
-                    .with_context(|| format!("--{what} {s:?}"))?,
-                share: share
-                    .trim()
-                    .parse()
-                    .with_context(|| format!("--{what} {s:?}"))?,
-            };
-            if part.name.is_empty() || part.share.is_nan() || part.share <= 0.0 {
-                bail!("--{what} {s:?}: needs a name and a positive share");
-            }
-            Ok(part)
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    if parts.is_empty() {
-        bail!("at least one --{what}");
-    }
-    Ok(parts)
-}
-
-/// Picks by share with `u` in [0, 1).
-fn pick(parts: &[Part], u: f64) -> usize {
-    let total: f64 = parts.iter().map(|p| p.share).sum();
-    let mut acc = 0.0;
-    for (i, p) in parts.iter().enumerate() {
-        acc += p.share / total;
-        if u < acc {
-            return i;
-        }
-    }
-    parts.len() - 1
-}
-
-/// Jain's fairness index of `x` (1: all equal).
-pub fn jain(x: &[f64]) -> Option<f64> {
-    let sum: f64 = x.iter().sum();
-    let squares: f64 = x.iter().map(|v| v * v).sum();
-    (squares > 0.0).then(|| sum * sum / (x.len() as f64 * squares))
-}
-
 /// One request's class, tenant and what it gave.
 struct Sent {
     class: usize,
     tenant: usize,
     outcome: Outcome,
-}
-
-/// The routers' config file: the tenant header, the classes' objectives,
-/// the tenants' weights.
-fn router_config(classes: &[Part], tenants: &[Part]) -> String {
-    let mut s = format!("tenant_header = \"{TENANT_HEADER}\"\n\n[objectives]\n");
-    for c in classes {
-        let _ = writeln!(s, "\"{}\" = {}", c.name, c.number as i64);
-    }
-    for t in tenants {
-        let _ = write!(
-            s,
-            "\n[[tenants]]\nname = \"{}\"\nweight = {}\n",
-            t.name,
-            t.number.max(1.0) as i64
-        );
-    }
-    s
 }
 
 /// What a phase offers: `rate` requests per second for `span`, numbered
@@ -224,11 +157,7 @@ fn row(sent: &[&Sent], waited_s: f64) -> String {
             .count()
     };
     let failed = sent.len() - served.len() - status(429) - status(503);
-    let mut ttft: Vec<f64> = served
-        .iter()
-        .filter_map(|s| s.outcome.ttft.map(|t| t.as_secs_f64() * 1000.0))
-        .collect();
-    ttft.sort_by(f64::total_cmp);
+    let ttft = ttft_ms(sent);
     let q = |p: f64| {
         if ttft.is_empty() {
             "-".to_owned()
@@ -247,6 +176,61 @@ fn row(sent: &[&Sent], waited_s: f64) -> String {
         q(0.5),
         q(0.99)
     )
+}
+
+/// The served requests' TTFTs in ms, sorted.
+fn ttft_ms(sent: &[&Sent]) -> Vec<f64> {
+    let mut ttft: Vec<f64> = sent
+        .iter()
+        .filter(|s| s.outcome.ok())
+        .filter_map(|s| s.outcome.ttft.map(|t| t.as_secs_f64() * 1000.0))
+        .collect();
+    ttft.sort_by(f64::total_cmp);
+    ttft
+}
+
+/// The target's line: the highest-priority class's TTFT p99 at half load
+/// and at 2x per arm (`p99s`: arm, phase, ms), its ratio, and the floor an
+/// ideal scheduler gives for the same classes (`bound`).
+fn target_line(
+    classes: &[Part],
+    workers: usize,
+    capacity: f64,
+    p99s: &[(&str, &str, f64)],
+) -> String {
+    let Some(top) = top_class(classes).map(|i| &classes[i]) else {
+        return String::new();
+    };
+    let mut s = format!(
+        "\nClass {} (priority {}), TTFT p99 at 2x over its p99 at half load (target: at most 1.5 with flow control):",
+        top.name, top.number
+    );
+    for arm in ["off", "on"] {
+        let at = |phase: &str| {
+            p99s.iter()
+                .find(|(a, p, _)| *a == arm && *p == phase)
+                .map(|(_, _, ms)| *ms)
+        };
+        if let (Some(half), Some(over)) = (at("half"), at("2x")) {
+            let _ = write!(
+                s,
+                " flow control {arm}: {half:.0} -> {over:.0} ms, **{:.2}x**;",
+                over / half
+            );
+        }
+    }
+    if let Some(f) = bound::floor(classes, workers, capacity) {
+        let _ = write!(
+            s,
+            " an ideal fleet-wide scheduler with these shares (serial prefills of {:.0} ms, none preempted): {:.0} -> {:.0} ms, {:.2}x.",
+            1000.0 * workers as f64 / capacity,
+            1000.0 * f.half_p99,
+            1000.0 * f.over_p99,
+            f.ratio()
+        );
+    }
+    s.push('\n');
+    s
 }
 
 /// Runs `loadtest overload`; returns the path of `overload.md`.
@@ -281,6 +265,9 @@ pub async fn overload(args: OverloadArgs) -> anyhow::Result<PathBuf> {
     );
     md.push_str("| arm | phase | class or tenant | sent | served | 429 | 503 | failed | waited in router, mean ms | TTFT p50 ms | TTFT p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
     let mut fairness = String::new();
+    // The class the latency target is about, and its p99s.
+    let top = top_class(&classes);
+    let mut p99s = Vec::new();
     for (arm_name, flow) in [("off", false), ("on", true)] {
         let mut arm = Arm::parse("cache_aware", run.routers, run.isolated_ttl, &[])?;
         arm.label = format!("flow control {arm_name}");
@@ -312,6 +299,12 @@ pub async fn overload(args: OverloadArgs) -> anyhow::Result<PathBuf> {
             };
             for (i, c) in classes.iter().enumerate() {
                 let of: Vec<&Sent> = sent.iter().filter(|s| s.class == i).collect();
+                if Some(i) == top {
+                    let ttft = ttft_ms(&of);
+                    if !ttft.is_empty() {
+                        p99s.push((arm_name, phase_name, nearest_rank(&ttft, 0.99)));
+                    }
+                }
                 let _ = writeln!(
                     md,
                     "| {arm_name} | {phase_name} | class {} (priority {}) | {} |",
@@ -377,35 +370,11 @@ pub async fn overload(args: OverloadArgs) -> anyhow::Result<PathBuf> {
         }
         fleet.stop().await;
     }
+    md.push_str(&target_line(&classes, run.workers, capacity, &p99s));
     md.push_str("\n| arm | phase | served share by tenant (let through direct/granted/dispatched/unavailable, routers' counts) | Jain's index (served per weight) |\n|---|---|---|---|\n");
     md.push_str(&fairness);
     let path = out.join("overload.md");
     std::fs::write(&path, &md).with_context(|| format!("writing {}", path.display()))?;
     println!("{md}");
     Ok(path)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn jain_is_one_when_equal_and_one_over_n_when_one_takes_all() {
-        assert_eq!(jain(&[3.0, 3.0, 3.0]), Some(1.0));
-        assert!((jain(&[1.0, 0.0, 0.0, 0.0]).unwrap() - 0.25).abs() < 1e-12);
-        assert_eq!(jain(&[0.0, 0.0]), None);
-    }
-
-    #[test]
-    fn parts_parse_and_pick_by_share() {
-        let p = parse_parts(&["a=3:0.75".into(), "b=1:0.25".into()], "tenant").unwrap();
-        assert_eq!(p[0].number, 3.0);
-        assert_eq!(pick(&p, 0.7), 0);
-        assert_eq!(pick(&p, 0.8), 1);
-        assert!(parse_parts(&["a=1".into()], "tenant").is_err());
-        assert!(parse_parts(&["a=1:0".into()], "tenant").is_err());
-        let toml = router_config(&p, &p);
-        assert!(toml.contains("\"a\" = 3"));
-        assert!(toml.contains("[[tenants]]\nname = \"b\"\nweight = 1"));
-    }
 }
