@@ -12,7 +12,7 @@
 //! * [`process`]: a restartable recipe ([`ProcSpec`]) of any program (a
 //!   server, a command-line tool run to completion, a third-party peer)
 //!   and a kill-on-drop child ([`ChildProc`]) with its log, output lines
-//!   and CPU time.
+//!   and CPU time (read by `proc_stat` from `/proc`).
 //! * `valkey`: [`Valkey`], a private `valkey-server`.
 //! * [`router`]: [`RouterSpec`] (`prefix-router serve`) and
 //!   [`ReporterSpec`] (`prefix-router reporter`), their flags in one place.
@@ -29,7 +29,8 @@
 //!
 //! Within: `valkey` and `haproxy` use `ports` and `binaries`;
 //! `valkey_cluster` and `kustomize` use `binaries`; `router` and `sim` use `process`;
-//! `lmcache` uses `ports`, `binaries` and `process`; `process` stands alone.
+//! `lmcache` uses `ports`, `binaries` and `process`; `process` uses only
+//! `proc_stat`.
 //!
 //! [`config`]: haproxy::config
 
@@ -42,6 +43,7 @@ pub mod haproxy;
 pub mod kustomize;
 pub mod lmcache;
 mod ports;
+mod proc_stat;
 pub mod process;
 pub mod router;
 pub mod sim;

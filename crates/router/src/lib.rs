@@ -55,6 +55,11 @@
 //! * `hop`: forwarding-loop guards (the `via` mark, own listeners).
 //! * `forward_paths`: which `/v1/*` paths reach a worker, and the check
 //!   that none can leave `/v1/` (used by `api` and `config`).
+//! * `request`: a client's request body read once (`Request`'s
+//!   entries and typed fields; the one definition of each field set the
+//!   router reads, and of those only the router sets), and the bodies
+//!   written from it; taken by `proxy`, `response_cache` and the rest,
+//!   never bytes.
 //!
 //! Below this crate: `tokenize` (prompts to tokens and block hashes),
 //! `state` (the Valkey store, `inspect`), `worker` (push client, reporter),
@@ -75,6 +80,7 @@ mod metrics_recorder;
 mod models;
 mod periodic;
 mod proxy;
+mod request;
 mod response_cache;
 pub mod routing;
 mod serve;

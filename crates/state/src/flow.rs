@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use super::probe::bad_reply;
 use super::ttl::ms;
+use super::views::bad_reply;
 use super::{Lane, ScriptName, StateError, StateStore};
 
 /// When a model's workers count as saturated: a worker is past its limits

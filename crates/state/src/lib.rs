@@ -32,11 +32,13 @@
 //! * `blocks`: stored blocks (on their KV tier: GPU, CPU, disk), evictions,
 //!   claims of blocks on routing.
 //! * `sync`: destructive snapshots, whole or staged in chunks, with their
-//!   blocks' tiers.
+//!   blocks' tiers; `sync_check`: the digest check before one (equal: the
+//!   entries renewed, nothing sent).
 //! * `repair`: a sync of only the digest buckets that differ (membership,
 //!   then tiers).
 //! * `probe`: read-only probes of which worker holds how much of a prompt,
-//!   per tier (`probe.lua`), and the worker listing.
+//!   per tier (`probe.lua`), and the worker listing; `views`: their types
+//!   and the parsing of the scripts' replies into them.
 //! * `route_claim`: the cache-aware policy's inputs ([`RouteParams`], whose
 //!   `Default` is the one definition of its defaults) and its atomic call
 //!   (`route.lua`):
@@ -80,9 +82,11 @@ mod router_lease;
 mod scripts;
 mod shards;
 mod sync;
+mod sync_check;
 mod tenant_limits;
 mod ttl;
 mod view_record;
+mod views;
 
 pub use blocks::StoredOutcome;
 pub use connections::{ConnectionSettings, normalize_url};
@@ -94,7 +98,6 @@ pub use in_flight::InFlight;
 pub use keys::KeySpace;
 pub use leases::{WorkerHeartbeat, WorkerLease};
 pub use models::ModelLimits;
-pub use probe::{PrefixProbe, TierBlocks, WorkerInfo, WorkerMatch, WorkerStatus};
 pub use repair::{MAX_REPAIR_BUCKETS, RepairOutcome};
 pub use response_cache::ResponsePut;
 pub use route_claim::{
@@ -106,6 +109,7 @@ pub use sync::SyncOutcome;
 pub use tenant_limits::{Gcra, LimitCheck, LimitReason, LimitVerdict};
 pub use ttl::{BatchLimits, StateTtls};
 pub use view_record::ViewRecord;
+pub use views::{PrefixProbe, TierBlocks, WorkerInfo, WorkerMatch, WorkerStatus};
 
 use connections::Connections;
 use protocol::{WorkerLoad, check_name};

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use super::probe::bad_reply;
 use super::ttl::ms;
+use super::views::bad_reply;
 use super::{
     InFlight, Lane, PrefixProbe, ScriptName, StateError, StateStore, ViewRecord, WorkerInfo,
     WorkerLoad, WorkerMatch,

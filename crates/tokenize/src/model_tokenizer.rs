@@ -367,48 +367,5 @@ fn post_processor_specials(tok: &Tokenizer) -> Result<(Vec<u32>, Vec<u32>), Toke
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
-
-    use super::*;
-
-    /// A one-word tokenizer with this normalizer and pre-tokenizer (JSON).
-    fn tokenizer(normalizer: &str, pre_tokenizer: &str) -> Tokenizer {
-        let json = format!(
-            r#"{{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],
-            "normalizer":{normalizer},"pre_tokenizer":{pre_tokenizer},
-            "post_processor":null,"decoder":null,
-            "model":{{"type":"WordLevel","vocab":{{"a":0,"[UNK]":1}},"unk_token":"[UNK]"}}}}"#
-        );
-        Tokenizer::from_bytes(json.as_bytes()).unwrap()
-    }
-
-    #[test]
-    fn the_shared_qwen3_tokenizer_is_chunked() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tokenizers/qwen3");
-        let tok = ModelTokenizer::from_dir(&dir, 1 << 20).unwrap();
-        assert!(tok.inner.chunkable);
-    }
-
-    const BYTE_LEVEL: &str =
-        r#"{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true}"#;
-
-    #[test]
-    fn only_byte_level_without_added_text_is_chunked() {
-        assert!(is_byte_level(&tokenizer("null", BYTE_LEVEL)));
-        let seq = format!(r#"{{"type":"Sequence","pretokenizers":[{BYTE_LEVEL}]}}"#);
-        assert!(is_byte_level(&tokenizer("null", &seq)));
-        assert!(is_byte_level(&tokenizer(r#"{"type":"NFC"}"#, BYTE_LEVEL)));
-
-        assert!(!is_byte_level(&tokenizer("null", "null")));
-        let metaspace =
-            r#"{"type":"Metaspace","replacement":"▁","prepend_scheme":"always","split":true}"#;
-        assert!(!is_byte_level(&tokenizer("null", metaspace)));
-        let both = format!(r#"{{"type":"Sequence","pretokenizers":[{BYTE_LEVEL},{metaspace}]}}"#);
-        assert!(!is_byte_level(&tokenizer("null", &both)));
-        let prepend = r#"{"type":"Prepend","prepend":"▁"}"#;
-        assert!(!is_byte_level(&tokenizer(prepend, BYTE_LEVEL)));
-        let replace = r#"{"type":"Sequence","normalizers":[{"type":"Replace","pattern":{"String":" "},"content":"▁"}]}"#;
-        assert!(!is_byte_level(&tokenizer(replace, BYTE_LEVEL)));
-    }
-}
+#[path = "model_tokenizer_tests.rs"]
+mod tests;

@@ -16,6 +16,7 @@ mod migration_settings;
 mod models;
 mod response_cache;
 mod static_worker;
+mod store;
 
 pub use admission::{AdmissionArgs, AdmissionConfig, TenantConfig, TenantLimits, TenantSource};
 pub use args::{ExposureArgs, OtlpSettings, ServeArgs};
@@ -32,13 +33,14 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 
 use crate::forward_paths::ForwardPaths;
 use crate::models::ModelConfig;
 
 use defaults::{cores, default_max_connections, default_router_id};
 use file::{FileConfig, file_duration, load_file};
+use store::StoreSettings;
 
 use state::{BatchLimits, ConnectionSettings, ModelLimits, Sharding, StateTtls};
 
@@ -133,56 +135,20 @@ pub struct ServeConfig {
 
 impl ServeConfig {
     /// Merges flags (and their env vars) over the file over the defaults.
-    pub fn resolve(args: ServeArgs) -> anyhow::Result<Self> {
-        let file = match &args.config {
+    pub fn resolve(mut args: ServeArgs) -> anyhow::Result<Self> {
+        let mut file = match &args.config {
             Some(p) => load_file(p)?,
             None => FileConfig::default(),
         };
         let cache_aware = costs::cache_aware(&args, &file)?;
-        let defaults = StateTtls::default();
-        let ttls = StateTtls {
-            speculative: args
-                .speculative_ttl
-                .or(file_duration(file.speculative_ttl, "speculative_ttl")?)
-                .unwrap_or(defaults.speculative),
-            confirmed: args
-                .confirmed_ttl
-                .or(file_duration(file.confirmed_ttl, "confirmed_ttl")?)
-                .unwrap_or(defaults.confirmed),
-            worker_lease: args
-                .worker_lease
-                .or(file_duration(file.worker_lease, "worker_lease")?)
-                .unwrap_or(defaults.worker_lease),
-            router_lease: args
-                .router_lease
-                .or(file_duration(file.router_lease, "router_lease")?)
-                .unwrap_or(defaults.router_lease),
-            ..defaults
-        };
-        let mut valkey = ConnectionSettings::new(
-            &args
-                .valkey
-                .or(file.valkey)
-                .unwrap_or_else(|| "redis://127.0.0.1:6379".into()),
-        );
-        if let Some(t) = args
-            .valkey_timeout
-            .or(file_duration(file.valkey_timeout, "valkey_timeout")?)
-        {
-            valkey.hot_timeout = t;
-        }
-        let cluster = valkey.url.contains(',');
-        let sharding = Sharding {
-            shards: args
-                .shards
-                .or(file.shards)
-                .unwrap_or(if cluster { 6 } else { 1 }),
-            family_blocks: args
-                .family_blocks
-                .or(file.family_blocks)
-                .unwrap_or(protocol::family::DEFAULT_FAMILY_BLOCKS),
-        };
-        sharding.check().context("--shards / --family-blocks")?;
+        let StoreSettings {
+            valkey,
+            sharding,
+            key_prefix,
+            ttls,
+            model_limits,
+            gc_interval,
+        } = store::resolve(&mut args, &mut file)?;
         let workers = if args.workers.is_empty() {
             file.workers
                 .iter()
@@ -235,20 +201,6 @@ impl ServeConfig {
         let internal_listen = args.exposure.internal_listen.or(file.internal_listen);
         if internal_listen == Some(listen) && listen.port() != 0 {
             bail!("--internal-listen {listen} is the --listen address; give it another port");
-        }
-        let defaults_m = ModelLimits::default();
-        let model_limits = ModelLimits {
-            max_models: args
-                .max_models
-                .or(file.max_models)
-                .unwrap_or(defaults_m.max_models),
-            grace: args
-                .model_grace
-                .or(file_duration(file.model_grace, "model_grace")?)
-                .unwrap_or(defaults_m.grace),
-        };
-        if model_limits.max_models == 0 {
-            bail!("--max-models must be positive");
         }
         let pd_skip_prefill_share = args
             .pd_skip_prefill_share
@@ -353,10 +305,7 @@ impl ServeConfig {
             internal_listen,
             valkey,
             sharding,
-            key_prefix: args
-                .key_prefix
-                .or(file.key_prefix)
-                .unwrap_or_else(|| "pr".into()),
+            key_prefix,
             workers,
             model,
             tokenizer_dir,
@@ -365,10 +314,7 @@ impl ServeConfig {
             ttls,
             model_limits,
             limits: BatchLimits::default(),
-            gc_interval: args
-                .gc_interval
-                .or(file_duration(file.gc_interval, "gc_interval")?)
-                .unwrap_or(Duration::from_secs(1)),
+            gc_interval,
             max_body_bytes: args
                 .max_body_bytes
                 .or(file.max_body_bytes)

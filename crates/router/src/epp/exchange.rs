@@ -222,7 +222,7 @@ impl Exchange {
                     let body = self
                         .pick
                         .as_ref()
-                        .and_then(|p| p.without_router_fields())
+                        .and_then(|p| p.changed_body())
                         .unwrap_or(&body);
                     answers.extend(body_pieces(Phase::RequestBody, body, ended));
                 }
@@ -275,7 +275,7 @@ impl Exchange {
             tracked = pick.tracked(),
             "picked"
         );
-        let cleaned = pick.without_router_fields();
+        let cleaned = pick.changed_body();
         let mut answer = destination(
             phase,
             &self.endpoints,

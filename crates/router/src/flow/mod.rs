@@ -12,8 +12,9 @@
 //! * `saturation`: the local view of a model's saturation, kept from the
 //!   routing calls' replies, so that the unsaturated path costs one read
 //!   (whether anything waits fleet-wide) and no script.
-//! * `room`: a model's waiting room in this router: its waiters, the
-//!   dispatcher that polls the fleet's order while any wait, shedding.
+//! * `room`: a model's waiting room in this router: its waiters,
+//!   shedding, and (`room::dispatch`) the dispatcher that polls the
+//!   fleet's order while any wait.
 //! * `refusal`: [`Refusal`], why a request was not served, as a response.
 //! * `record`: the flow metrics of one request, by band and tenant.
 

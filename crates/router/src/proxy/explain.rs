@@ -27,15 +27,9 @@ impl Proxy {
         headers: &axum::http::HeaderMap,
         body: &bytes::Bytes,
     ) -> Result<Value, ProxyError> {
-        let json: Value = serde_json::from_slice(body)
-            .map_err(|e| ProxyError::InvalidRequest(format!("invalid JSON body: {e}")))?;
-        let endpoint = if json.get("messages").is_some() {
-            Endpoint::ChatCompletions
-        } else {
-            Endpoint::Completions
-        };
-        let parsed = self.read(endpoint, body).await?;
-        let admission = explain_admission(&self.admission, headers, &parsed, body).await;
+        let (parsed, _) = self.read(None, body.clone(), None).await?;
+        let admission = explain_admission(&self.admission, headers, &parsed).await;
+        let endpoint = Endpoint::of_body(&parsed.request);
         let Parsed { model, chain, .. } = parsed;
         let decide = &self.decide;
         let block_size = chain.block_size;

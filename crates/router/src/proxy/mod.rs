@@ -10,8 +10,9 @@
 //! Split by what each part does, each using only those after it:
 //!
 //! * `pipeline`: the request pipeline of `serve` ([`Proxy::handle`]): the
-//!   body read once on the CPU pool (`prompts`; fields only the router
-//!   sets taken out: `router_fields`), the response cache, admission
+//!   body read once on the CPU pool into a `crate::request::Request`
+//!   (fields only the router sets taken out) that every later step takes,
+//!   its prompt's chain (`prompts`), the response cache, admission
 //!   (`admit`), flow control's gate (`flow_gate`), then the decision and
 //!   the forwarding.
 //! * `pick`: the endpoint picker's mode ([`Proxy::pick`]): the same steps

@@ -33,9 +33,9 @@ pub struct Pick {
     /// decode workers).
     pd: Option<PrefillLeg>,
     /// The body the worker must get instead of the client's, when the
-    /// client's carried fields only the router sets (`router_fields`), or
+    /// client's carried fields only the router sets (`crate::request`), or
     /// the router sets the request's priority (`--pass-priority`).
-    without_router_fields: Option<Bytes>,
+    changed_body: Option<Bytes>,
     /// The request's hold on its tenant's limits.
     ticket: Ticket,
 }
@@ -79,8 +79,8 @@ impl Pick {
     /// The body to send in place of the client's, when the client's
     /// carried fields only the router sets or the router sets the
     /// request's priority; `None`: the client's as sent.
-    pub fn without_router_fields(&self) -> Option<&Bytes> {
-        self.without_router_fields.as_ref()
+    pub fn changed_body(&self) -> Option<&Bytes> {
+        self.changed_body.as_ref()
     }
 
     /// The answer ended having used `used` tokens, when known: the
@@ -113,35 +113,22 @@ impl Proxy {
         allowed: Option<&UrlFilter<'_>>,
     ) -> Result<Pick, ProxyError> {
         let span = telemetry::route_span(headers);
-        self.pick_parsed(endpoint, headers, body, allowed)
-            .instrument(span)
-            .await
-    }
-
-    /// [`pick`](Self::pick) within the request's span.
-    async fn pick_parsed(
-        &self,
-        endpoint: Endpoint,
-        headers: &HeaderMap,
-        body: &Bytes,
-        allowed: Option<&UrlFilter<'_>>,
-    ) -> Result<Pick, ProxyError> {
+        async move {
         let started = Instant::now();
-        let parsed = self.read(endpoint, body).await?;
-        let admitted = admit(&self.admission, headers, &parsed, body).await?;
+        let (mut parsed, _) = self.read(Some(endpoint), body.clone(), None).await?;
+        let admitted = admit(&self.admission, headers, &parsed).await?;
+        // The gateway sends on the body the picker hands back: with the
+        // request's priority, when configured, as `serve` forwards it.
+        with_priority(&self.admission, endpoint, &admitted, &mut parsed.request);
         // The exchange is held (Envoy waits) while the request waits here.
         let flow = flow_admit(self.flow.as_ref(), &parsed.model, &admitted.class).await?;
         let Parsed {
+            request,
             model,
             chain,
-            without_router_fields,
             ..
         } = parsed;
-        // The gateway sends on the body the picker hands back: with the
-        // request's priority, when configured, as `serve` forwards it.
-        let handed = without_router_fields.as_ref().unwrap_or(body);
-        let without_router_fields =
-            with_priority(&self.admission, endpoint, &admitted, handed).or(without_router_fields);
+        let changed_body = request.changed_body();
         let span = tracing::Span::current();
         span.record("model", model.as_str());
         let decide = &self.decide;
@@ -164,7 +151,7 @@ impl Proxy {
                 counted_on: 0,
                 guard,
                 pd: Some(leg),
-                without_router_fields,
+                changed_body,
                 ticket: admitted.ticket,
             });
         }
@@ -192,9 +179,12 @@ impl Proxy {
             counted_on: 0,
             guard,
             pd: None,
-            without_router_fields,
+            changed_body,
             ticket: admitted.ticket,
         })
+        }
+        .instrument(span)
+        .await
     }
 
     /// The gateway says the worker at `index` of the pick's URLs served the
@@ -210,15 +200,20 @@ impl Proxy {
         let decide = &self.decide;
         let counted = match (&pick.pd, pick.tracked) {
             (_, false) => None,
-            (None, true) => decide.assign(&pick.model, target, &pick.chain).await,
+            (None, true) => {
+                let tokens = pick.chain.uncached(target);
+                decide
+                    .assign(&pick.model, target, &pick.chain, tokens)
+                    .await
+            }
             // A decode worker computes the prompt only without a prefill.
             (Some(leg), true) => {
                 let tokens = match leg.target {
                     Some(_) => 0,
-                    None => pd::uncached(&pick.chain, target),
+                    None => pick.chain.uncached(target),
                 };
                 decide
-                    .assign_with(&pick.model, target, &pick.chain, tokens)
+                    .assign(&pick.model, target, &pick.chain, tokens)
                     .await
             }
         };

@@ -4,8 +4,12 @@
 //! numbers by value), so that neither key order nor formatting makes two
 //! requests differ.
 
+use std::collections::BTreeMap;
+
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+
+use crate::request::Request;
 
 /// Tells keys of another layout apart (bump when the key's inputs change).
 const KEY_VERSION: &[u8] = b"prefix-router response cache v1";
@@ -23,9 +27,6 @@ pub struct RequestKey {
 /// Why a request is not answered from the cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Ineligible {
-    /// Not a JSON object.
-    #[error("the body is not a JSON object")]
-    NotJson,
     /// No valid `model`.
     #[error("no valid model")]
     NoModel,
@@ -48,40 +49,47 @@ pub enum Ineligible {
 pub fn request_key(
     path: &str,
     authorization: Option<&[u8]>,
-    body: &[u8],
+    request: &Request,
 ) -> Result<RequestKey, Ineligible> {
-    let value: Value = serde_json::from_slice(body).map_err(|_| Ineligible::NotJson)?;
-    let Value::Object(fields) = &value else {
-        return Err(Ineligible::NotJson);
-    };
-    let model = match fields.get("model") {
-        Some(Value::String(m)) if protocol::check_name("model", m).is_ok() => m.clone(),
+    let fields = request.fields();
+    let model = match &fields.model {
+        Value::String(m) if protocol::check_name("model", m).is_ok() => m.clone(),
         _ => return Err(Ineligible::NoModel),
     };
-    let greedy = fields.get("temperature").and_then(Value::as_f64) == Some(0.0);
-    let seeded = fields.get("seed").is_some_and(|s| s.is_i64() || s.is_u64());
+    let greedy = fields.temperature.as_f64() == Some(0.0);
+    let seeded = fields.seed.is_i64() || fields.seed.is_u64();
     if !greedy && !seeded {
         return Err(Ineligible::NotDeterministic);
     }
-    match fields.get("n") {
-        None | Some(Value::Null) => {}
-        Some(n) if n.as_u64() == Some(1) => {}
-        Some(_) => return Err(Ineligible::SeveralChoices),
+    match &fields.n {
+        Value::Null => {}
+        n if n.as_u64() == Some(1) => {}
+        _ => return Err(Ineligible::SeveralChoices),
     }
     // The tenant: a digest of the credential, so that two API keys never
     // share an entry; no header is the anonymous tenant.
     let tenant: Vec<u8> = authorization
         .map(|a| Sha256::digest(a).to_vec())
         .unwrap_or_default();
-    let salt = match fields.get("cache_salt") {
-        Some(Value::String(s)) => s.as_bytes(),
-        _ => b"",
-    };
-    if has_inexact_number(&value) {
-        return Err(Ineligible::InexactNumber);
+    let salt = fields.cache_salt.as_str().unwrap_or_default().as_bytes();
+    // The body's entries by key (a repeated key's last value), each
+    // written canonically: the object's canonical form.
+    let entries: BTreeMap<&str, &str> = request.entries().collect();
+    let mut canonical_body = Vec::with_capacity(request.len());
+    canonical_body.push(b'{');
+    for (i, (key, raw)) in entries.into_iter().enumerate() {
+        let value: Value = serde_json::from_str(raw).map_err(|_| Ineligible::InexactNumber)?;
+        if has_inexact_number(&value) {
+            return Err(Ineligible::InexactNumber);
+        }
+        if i > 0 {
+            canonical_body.push(b',');
+        }
+        write_string(key, &mut canonical_body);
+        canonical_body.push(b':');
+        write_canonical(&value, &mut canonical_body);
     }
-    let mut canonical_body = Vec::with_capacity(body.len());
-    write_canonical(&value, &mut canonical_body);
+    canonical_body.push(b'}');
     let mut hasher = Sha256::new();
     for part in [
         KEY_VERSION,
@@ -173,8 +181,12 @@ fn write_string(s: &str, out: &mut Vec<u8>) {
 mod tests {
     use super::*;
 
+    fn parsed(body: &str) -> Request {
+        Request::parse(bytes::Bytes::from(body.to_owned())).unwrap()
+    }
+
     fn key(body: &str) -> Result<RequestKey, Ineligible> {
-        request_key("/v1/completions", None, body.as_bytes())
+        request_key("/v1/completions", None, &parsed(body))
     }
 
     #[test]
@@ -226,10 +238,10 @@ mod tests {
         ] {
             assert_ne!(key(other).unwrap().hex, k.hex, "{other}");
         }
-        let chat = request_key("/v1/chat/completions", None, base.as_bytes()).unwrap();
+        let chat = request_key("/v1/chat/completions", None, &parsed(base)).unwrap();
         assert_ne!(chat.hex, k.hex);
-        let a = request_key("/v1/completions", Some(b"Bearer a"), base.as_bytes()).unwrap();
-        let b = request_key("/v1/completions", Some(b"Bearer b"), base.as_bytes()).unwrap();
+        let a = request_key("/v1/completions", Some(b"Bearer a"), &parsed(base)).unwrap();
+        let b = request_key("/v1/completions", Some(b"Bearer b"), &parsed(base)).unwrap();
         assert_ne!(a.hex, b.hex);
         assert_ne!(a.hex, k.hex);
         assert_eq!(k.hex.len(), 64);
@@ -264,7 +276,5 @@ mod tests {
             not(r#"{"model":"a b","temperature":0}"#),
             Ineligible::NoModel
         );
-        assert_eq!(not("[1]"), Ineligible::NotJson);
-        assert_eq!(not("{"), Ineligible::NotJson);
     }
 }

@@ -18,7 +18,8 @@
 //! `disagg` (a prefill or decode worker's half of a disaggregated request),
 //! `lmcache_view` and `lmcache_link` (an LMCache beside the engine: its
 //! chunks, reported to a real controller), `metrics` (Prometheus text, ORCA header), `admin` (`/sim/*`), `app`
-//! (routes). See `docs/sim-worker.md`.
+//! (routes), `start_error` (why a worker could not start). See
+//! `docs/sim-worker.md`.
 
 mod admin;
 mod app;
@@ -37,6 +38,7 @@ mod render;
 mod reporting;
 mod request;
 mod responses;
+mod start_error;
 mod stream;
 
 pub use admin::CRASH_EXIT_CODE;
@@ -45,10 +47,10 @@ pub use config::{
     StreamFault, StreamFaultKind,
 };
 pub use metrics::{orca_header, py_float};
+pub use start_error::SimServerError;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -62,61 +64,14 @@ use self::core::{EngineState, ServeStats, SimCore};
 use self::lmcache_link::LmcacheLink;
 use self::lmcache_view::ChunkView;
 use self::reporting::Reporters;
-use crate::{Engine, EngineError};
+use crate::Engine;
 use protocol::WorkerRole;
 use protocol::hashing::HashSeed;
 use tokenize::ModelPipeline;
-use tokenize::TokenizeError;
-use worker::kv_events::{KvEventPublisher, KvEventPublisherConfig, PublisherError};
+use worker::kv_events::{KvEventPublisher, KvEventPublisherConfig};
 use worker::push::{
     FleetClient, FleetClientConfig, PushError, Pusher, PusherConfig, PusherHandle, WorkerIdentity,
 };
-
-/// Why a simulated worker could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum SimServerError {
-    /// The tokenizer directory is unusable.
-    #[error("loading the tokenizer from {dir}: {source}")]
-    Tokenizer {
-        /// The directory.
-        dir: PathBuf,
-        /// What failed.
-        #[source]
-        source: TokenizeError,
-    },
-    /// The engine configuration is unusable.
-    #[error("engine configuration: {0}")]
-    Engine(#[from] EngineError),
-    /// The HTTP address cannot be bound.
-    #[error("binding {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The fleet client cannot be built.
-    #[error("push reporting: {0}")]
-    Push(#[from] PushError),
-    /// The KV-event sockets cannot be set up.
-    #[error("KV events: {0}")]
-    KvEvents(#[from] PublisherError),
-    /// The answers' vocabulary is unusable.
-    #[error("the answer vocabulary {text:?}: {reason}")]
-    Vocabulary {
-        /// The text given.
-        text: String,
-        /// Why.
-        reason: String,
-    },
-    /// The LMCache settings are unusable.
-    #[error("LMCache: {0}")]
-    Lmcache(String),
-    /// A startup task panicked or was cancelled.
-    #[error("startup task failed: {0}")]
-    Task(String),
-}
 
 /// A running simulated worker. Dropping it stops serving at once;
 /// [`SimServer::shutdown`] stops gracefully.

@@ -216,9 +216,28 @@ impl ChatRenderer {
         body: &[u8],
         max_tokens: usize,
     ) -> Result<RenderedPrompt, ChatError> {
+        self.render_read(ChatRequest::from_json(body), max_tokens)
+    }
+
+    /// [`render_json_bounded`](Self::render_json_bounded) of a body
+    /// already split into its top-level entries (key, value as JSON text),
+    /// in order: each value is parsed as vLLM's server parses it, once.
+    pub fn render_entries_bounded<'a>(
+        &self,
+        entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+        max_tokens: usize,
+    ) -> Result<RenderedPrompt, ChatError> {
+        self.render_read(ChatRequest::from_json_entries(entries), max_tokens)
+    }
+
+    /// Renders a request just read, or counts why it could not be read.
+    fn render_read(
+        &self,
+        read: Result<ChatRequest, RequestError>,
+        max_tokens: usize,
+    ) -> Result<RenderedPrompt, ChatError> {
         observe(
-            ChatRequest::from_json(body)
-                .map_err(ChatError::from)
+            read.map_err(ChatError::from)
                 .and_then(|request| self.render_inner(&request, max_tokens)),
         )
     }

@@ -8,7 +8,7 @@
 use serde::Deserialize;
 
 use super::de::{DeError, from_value};
-use super::pyjson::{PyJsonError, loads_bytes};
+use super::pyjson::{PyJsonError, loads, loads_bytes};
 use super::pyvalue::{PyDict, PyValue};
 
 /// A chat-completions request, as far as the prompt is concerned.
@@ -266,8 +266,42 @@ impl ChatRequest {
         Ok(from_value(value)?)
     }
 
+    /// Parses a body given as its top-level entries (key, value as JSON
+    /// text), in order, as vLLM's server sees it: a repeated key keeps its
+    /// first place and its last value.
+    pub fn from_json_entries<'a>(
+        entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<ChatRequest, RequestError> {
+        let mut dict = PyDict::new();
+        for (key, value) in entries {
+            dict.insert(key, loads(value)?);
+        }
+        Ok(from_value(PyValue::Dict(dict))?)
+    }
+
     /// Reads a request from an already parsed Python-exact value.
     pub fn from_py_value(value: PyValue) -> Result<ChatRequest, RequestError> {
         Ok(from_value(value)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_read_as_the_whole_body_reads() {
+        let body = r#"{"messages":[{"role":"user","content":"a"}],"add_generation_prompt":true,"messages":[{"role":"user","content":"b"}],"tools":null}"#;
+        let whole = ChatRequest::from_json(body.as_bytes()).unwrap();
+        let entries = [
+            ("messages", r#"[{"role":"user","content":"a"}]"#),
+            ("add_generation_prompt", "true"),
+            ("messages", r#"[{"role":"user","content":"b"}]"#),
+            ("tools", "null"),
+        ];
+        let split = ChatRequest::from_json_entries(entries).unwrap();
+        assert_eq!(format!("{whole:?}"), format!("{split:?}"));
+        assert!(format!("{split:?}").contains("\"b\""));
+        assert!(ChatRequest::from_json_entries([("messages", "[NaN")]).is_err());
     }
 }

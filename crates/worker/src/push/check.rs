@@ -69,7 +69,7 @@ impl FleetClient {
     async fn check_reply<B: serde::Serialize>(
         &self,
         op: &'static str,
-        call: super::client::Call<'_, B>,
+        call: super::call::Call<'_, B>,
     ) -> Result<SyncCheckReply, PushError> {
         let url = call.url.to_string();
         let reply = self.send(call).await?;

@@ -4,8 +4,8 @@
 //!
 //! * [`FleetClient`]: the HTTP calls of `/internal/*` (heartbeat, stored,
 //!   eviction, chunked sync, deregister in `client`; the sync check and
-//!   the repair of differing buckets in `check`) with bearer token,
-//!   deadlines and retries;
+//!   the repair of differing buckets in `check`), each sent by `call`
+//!   with bearer token, deadline and retries;
 //! * [`Pusher`]: a background task over a [`FleetClient`] that heartbeats
 //!   every second with the worker's load, flushes the reports fed to its
 //!   [`PusherHandle`] every 100 ms, and sends a full snapshot from a
@@ -55,6 +55,7 @@
 //! `prefix_router_push_dropped_hashes_total{reason=fault|overflow}` and
 //! `prefix_router_push_http_requests_total{op,outcome}` (every attempt).
 
+mod call;
 mod check;
 mod client;
 mod config;

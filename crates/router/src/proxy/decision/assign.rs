@@ -19,25 +19,18 @@ impl Decider {
         if target.assigned {
             Some(target.prefill_tokens)
         } else if tracked {
-            self.assign(model, target, chain).await
+            self.assign(model, target, chain, chain.uncached(target))
+                .await
         } else {
             None
         }
     }
 
     /// Claims the blocks the target does not hold and counts the request
-    /// with the prompt tokens it will prefill (returned); `None` when that
-    /// failed (the request still goes, untracked).
-    pub async fn assign(&self, model: &str, target: &Target, chain: &Chain) -> Option<u64> {
-        let prefill = chain
-            .prompt_tokens
-            .saturating_sub(target.candidate.cached_tokens);
-        self.assign_with(model, target, chain, prefill).await
-    }
-
-    /// As [`assign`](Self::assign), counting `prefill` prompt tokens (a
-    /// decode worker that receives the prompt's KV computes none).
-    pub async fn assign_with(
+    /// with `prefill` prompt tokens it will compute (returned; a decode
+    /// worker that receives the prompt's KV computes none); `None` when
+    /// that failed (the request still goes, untracked).
+    pub async fn assign(
         &self,
         model: &str,
         target: &Target,

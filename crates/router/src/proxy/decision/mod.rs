@@ -46,6 +46,12 @@ pub struct Chain {
 }
 
 impl Chain {
+    /// The prompt tokens `target` does not hold: what it prefills.
+    pub fn uncached(&self, target: &Target) -> u64 {
+        self.prompt_tokens
+            .saturating_sub(target.candidate.cached_tokens)
+    }
+
     /// What the policies weigh of this prompt.
     pub fn request(&self) -> RouteRequest {
         RouteRequest {
@@ -330,10 +336,17 @@ impl Decider {
     }
 }
 
-/// `targets` in `policy`'s order.
-pub fn order(policy: &dyn Policy, request: &RouteRequest, targets: Vec<Target>) -> Vec<Target> {
-    let candidates: Vec<Candidate> = targets.iter().map(|t| t.candidate.clone()).collect();
+/// `targets` in `policy`'s order. The policy ranks their candidates,
+/// moved out of the targets and back (nothing copied).
+pub fn order(policy: &dyn Policy, request: &RouteRequest, mut targets: Vec<Target>) -> Vec<Target> {
+    let candidates: Vec<Candidate> = targets
+        .iter_mut()
+        .map(|t| std::mem::take(&mut t.candidate))
+        .collect();
     let ranked = policy.rank(request, &candidates);
+    for (t, c) in targets.iter_mut().zip(candidates) {
+        t.candidate = c;
+    }
     in_order(targets, ranked)
 }
 

@@ -1,5 +1,6 @@
 //! Which requests can be continued exactly on another worker, read from
-//! the body once, on the tokenizing pool, when migration is on.
+//! the request as parsed once (`crate::request`), on the tokenizing pool,
+//! when migration is on.
 //!
 //! A streamed completion or chat request is migratable unless one of its
 //! fields makes the continuation inexact (the list is in
@@ -14,10 +15,10 @@
 //! requests are not continued: a worker that fails before its answer is
 //! replaced before anything reaches the client, as every request's is.
 
-use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use super::super::Endpoint;
+use crate::request::Request;
 
 /// What the relay needs to know about a migratable request.
 #[derive(Debug, Clone)]
@@ -35,95 +36,31 @@ pub(in crate::proxy) struct Eligible {
     pub(super) max_tokens: Option<u64>,
 }
 
-/// The fields that decide; the rest of the body is skipped.
-#[derive(Deserialize)]
-struct Fields {
-    #[serde(default)]
-    model: Value,
-    #[serde(default)]
-    stream: Value,
-    #[serde(default)]
-    cache_salt: Value,
-    #[serde(default)]
-    max_tokens: Value,
-    #[serde(default)]
-    max_completion_tokens: Value,
-    #[serde(default)]
-    return_token_ids: Value,
-    #[serde(default)]
-    n: Value,
-    #[serde(default)]
-    best_of: Value,
-    #[serde(default)]
-    use_beam_search: Value,
-    #[serde(default)]
-    response_format: Value,
-    #[serde(default, deserialize_with = "non_null")]
-    guided_json: bool,
-    #[serde(default, deserialize_with = "non_null")]
-    guided_regex: bool,
-    #[serde(default, deserialize_with = "non_null")]
-    guided_choice: bool,
-    #[serde(default, deserialize_with = "non_null")]
-    guided_grammar: bool,
-    #[serde(default, deserialize_with = "non_null")]
-    structured_outputs: bool,
-    #[serde(default, deserialize_with = "non_null")]
-    tools: bool,
-    #[serde(default, deserialize_with = "non_null")]
-    functions: bool,
-    #[serde(default)]
-    logprobs: Value,
-    #[serde(default)]
-    prompt_logprobs: Value,
-    #[serde(default)]
-    stop: Value,
-    #[serde(default)]
-    echo: Value,
-    #[serde(default, deserialize_with = "non_null")]
-    suffix: bool,
-    #[serde(default)]
-    presence_penalty: Value,
-    #[serde(default)]
-    frequency_penalty: Value,
-}
-
-/// True when the key is present with a value other than `null`.
-fn non_null<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
-    Option::<serde::de::IgnoredAny>::deserialize(d).map(|v| v.is_some())
-}
-
-/// Whether a request to `endpoint` with `body` can be migrated; `Err`
-/// names why not.
+/// Whether `request` to `endpoint` can be migrated; `Err` names why not.
+/// It reads the request's typed fields (`crate::request::Fields`).
 pub(in crate::proxy) fn eligibility(
     endpoint: Endpoint,
-    body: &[u8],
+    request: &Request,
 ) -> Result<Eligible, &'static str> {
     let chat = match endpoint {
         Endpoint::Completions => false,
         Endpoint::ChatCompletions => true,
         Endpoint::Other => return Err("not a completion"),
     };
-    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return Err("not a JSON object");
-    }
-    let f: Fields = serde_json::from_slice(body).map_err(|_| "not a JSON object")?;
+    let f = request.fields();
+    let present = &f.present;
     let more_than_one = |v: &Value| v.as_u64().is_some_and(|n| n > 1);
     let truthy = |v: &Value| !matches!(v, Value::Null | Value::Bool(false));
     let nonzero = |v: &Value| !v.is_null() && v.as_f64() != Some(0.0);
-    let why = if f.stream != true {
+    let why = if !f.streamed() {
         Some("not streamed")
     } else if more_than_one(&f.n) || more_than_one(&f.best_of) || f.use_beam_search == true {
         Some("several answers (n, best_of or beam search)")
     } else if !(f.response_format.is_null() || f.response_format["type"] == "text")
-        || f.guided_json
-        || f.guided_regex
-        || f.guided_choice
-        || f.guided_grammar
-        || f.structured_outputs
+        || present.constrained()
     {
         Some("constrained decoding (response_format, guided_*, structured_outputs)")
-    } else if f.tools || f.functions {
+    } else if present.tools || present.functions {
         Some("tools")
     } else if truthy(&f.logprobs) || !f.prompt_logprobs.is_null() {
         Some("logprobs")
@@ -133,7 +70,7 @@ pub(in crate::proxy) fn eligibility(
         _ => false,
     } {
         Some("stop strings")
-    } else if f.echo == true || f.suffix {
+    } else if f.echo == true || present.suffix {
         Some("echo or suffix")
     } else if nonzero(&f.presence_penalty) || nonzero(&f.frequency_penalty) {
         Some("output-token penalties (presence_penalty, frequency_penalty)")
@@ -183,8 +120,12 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn request(body: &Value) -> Request {
+        Request::parse(bytes::Bytes::from(body.to_string())).unwrap()
+    }
+
     fn check(body: Value) -> Result<Eligible, &'static str> {
-        eligibility(Endpoint::Completions, body.to_string().as_bytes())
+        eligibility(Endpoint::Completions, &request(&body))
     }
 
     #[test]
@@ -219,7 +160,7 @@ mod tests {
         fine["frequency_penalty"] = json!(0.0);
         fine["repetition_penalty"] = json!(1.5);
         assert!(check(fine).is_ok());
-        assert!(eligibility(Endpoint::Other, b"{}").is_err());
+        assert!(eligibility(Endpoint::Other, &request(&json!({}))).is_err());
     }
 
     #[test]

@@ -4,68 +4,45 @@
 //! worker's, and the `kv_transfer_params` taken from the prefill answer.
 
 use bytes::Bytes;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
+use crate::request::Request;
 use protocol::kv_transfer::{self, KvTransfer};
 
 /// The key vLLM reads the handshake from, in requests and answers.
 const PARAMS: &str = "kv_transfer_params";
 
-/// A client's request, parsed once to derive both workers' bodies.
-pub struct PdBodies {
-    /// The body as the client sent it.
-    original: Bytes,
-    /// Its JSON object.
-    request: Map<String, Value>,
+/// Fields vLLM refuses or misreads in a one-token, unstreamed prefill:
+/// `stream_options` (refused unstreamed) and `min_tokens` (above one it
+/// contradicts `max_tokens`).
+const NOT_IN_PREFILL: [&str; 2] = ["stream_options", "min_tokens"];
+
+/// The prefill worker's body: the request with `max_tokens` 1 (and
+/// `max_completion_tokens` 1 if the client set it), not streamed, without
+/// [`NOT_IN_PREFILL`], and [`kv_transfer::prefill_request`] as its
+/// `kv_transfer_params`. A client's own `kv_transfer_params` were taken
+/// out when the request was read: only the router runs the handshake.
+pub fn prefill(request: &Request) -> Bytes {
+    let one = Value::from(1);
+    let mut set = vec![
+        ("max_tokens", one.clone()),
+        ("stream", Value::Bool(false)),
+        (PARAMS, kv_transfer::prefill_request()),
+    ];
+    if request.raw("max_completion_tokens").is_some() {
+        set.push(("max_completion_tokens", one));
+    }
+    request.body_with(&set, &NOT_IN_PREFILL)
 }
 
-impl PdBodies {
-    /// The client's body as a JSON object; `None` when it is not one. A
-    /// client's own `kv_transfer_params` were taken out before
-    /// (`router_fields`): only the router runs the handshake.
-    pub fn parse(original: Bytes) -> Option<PdBodies> {
-        let Ok(Value::Object(request)) = serde_json::from_slice::<Value>(&original) else {
-            return None;
-        };
-        Some(PdBodies { original, request })
+/// The decode worker's body: the request as forwarded (streamed or not)
+/// with the prefill answer's `params`; without them (the prefill skipped
+/// or failed), the request as forwarded.
+pub fn decode(request: &Request, params: Option<&Value>) -> Bytes {
+    match params {
+        None => request.body(),
+        Some(params) => request.body_with(&[(PARAMS, params.clone())], &[]),
     }
-
-    /// The prefill worker's body: the request with `max_tokens` 1 (and
-    /// `max_completion_tokens` 1 if the client set it), not streamed,
-    /// without `stream_options` (vLLM refuses them unstreamed) nor
-    /// `min_tokens` (above one it would contradict `max_tokens`), and
-    /// [`kv_transfer::prefill_request`] as its `kv_transfer_params`.
-    pub fn prefill(&self) -> Bytes {
-        let mut body = self.request.clone();
-        body.insert("max_tokens".into(), Value::from(1));
-        if body.contains_key("max_completion_tokens") {
-            body.insert("max_completion_tokens".into(), Value::from(1));
-        }
-        body.insert("stream".into(), Value::Bool(false));
-        body.remove("stream_options");
-        body.remove("min_tokens");
-        body.insert(PARAMS.into(), kv_transfer::prefill_request());
-        to_bytes(&body)
-    }
-
-    /// The decode worker's body: the client's request (streamed or not) with
-    /// the prefill answer's `params`; without them (the prefill skipped or
-    /// failed), the client's body byte for byte.
-    pub fn decode(&self, params: Option<&Value>) -> Bytes {
-        match params {
-            None => self.original.clone(),
-            Some(params) => {
-                let mut body = self.request.clone();
-                body.insert(PARAMS.into(), params.clone());
-                to_bytes(&body)
-            }
-        }
-    }
-}
-
-fn to_bytes(body: &Map<String, Value>) -> Bytes {
-    // A map of JSON values always serializes.
-    Bytes::from(serde_json::to_vec(body).unwrap_or_default())
 }
 
 /// The `kv_transfer_params` of a prefill worker's JSON answer, checked to
@@ -86,17 +63,17 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn bodies(v: Value) -> PdBodies {
-        PdBodies::parse(Bytes::from(v.to_string())).unwrap()
+    fn request(v: Value) -> Request {
+        Request::parse(Bytes::from(v.to_string())).unwrap()
     }
 
     #[test]
     fn the_prefill_body_is_vllms() {
-        let b = bodies(
+        let r = request(
             json!({"model": "m", "messages": [], "max_completion_tokens": 50,
             "stream": true, "stream_options": {"include_usage": true}, "min_tokens": 4}),
         );
-        let p: Value = serde_json::from_slice(&b.prefill()).unwrap();
+        let p: Value = serde_json::from_slice(&prefill(&r)).unwrap();
         assert_eq!(
             p,
             json!({"model": "m", "messages": [], "max_completion_tokens": 1, "stream": false,
@@ -104,8 +81,8 @@ mod tests {
                 "do_remote_prefill": false, "remote_engine_id": null, "remote_block_ids": null,
                 "remote_host": null, "remote_port": null}})
         );
-        let plain = bodies(json!({"model": "m", "prompt": "x"}));
-        let p: Value = serde_json::from_slice(&plain.prefill()).unwrap();
+        let plain = request(json!({"model": "m", "prompt": "x"}));
+        let p: Value = serde_json::from_slice(&prefill(&plain)).unwrap();
         assert_eq!(p["max_tokens"], 1);
         assert!(p.get("max_completion_tokens").is_none());
     }
@@ -113,19 +90,14 @@ mod tests {
     #[test]
     fn the_decode_body_is_the_clients_with_the_params() {
         let sent = Bytes::from_static(br#"{"model":"m","prompt":"x","stream":true}"#);
-        let b = PdBodies::parse(sent.clone()).unwrap();
-        assert_eq!(b.decode(None), sent);
+        let r = Request::parse(sent.clone()).unwrap();
+        assert_eq!(decode(&r, None), sent);
         let params = json!({"do_remote_prefill": true, "remote_engine_id": "p"});
-        let d: Value = serde_json::from_slice(&b.decode(Some(&params))).unwrap();
+        let d: Value = serde_json::from_slice(&decode(&r, Some(&params))).unwrap();
         assert_eq!(
             d,
             json!({"model": "m", "prompt": "x", "stream": true, "kv_transfer_params": params})
         );
-    }
-
-    #[test]
-    fn a_body_that_is_no_object_is_not_split() {
-        assert!(PdBodies::parse(Bytes::from_static(b"[1]")).is_none());
     }
 
     #[test]

@@ -31,7 +31,7 @@ mod steps;
 
 pub use pick::{PdPick, PrefillLeg, pick};
 pub use plan::{PdPlan, disaggregated};
-pub use steps::{prefill_policy, uncached};
+pub use steps::prefill_policy;
 
 use std::time::Instant;
 
@@ -42,9 +42,10 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::decision::{Chain, Decider, Target, record_outcome};
-use super::{CpuPool, InFlightGuard, ProxyError, Upstream, forward, orca};
+use super::{InFlightGuard, ProxyError, Upstream, forward, orca};
+use crate::request::Request;
 use crate::telemetry::{self, SPANS};
-use bodies::{PdBodies, answer_params};
+use bodies::answer_params;
 use protocol::headers::{ORCA_REQUEST_HEADER, PREFILL_WORKER_HEADER};
 use steps::{Planned, count_path};
 
@@ -56,7 +57,8 @@ pub struct Outgoing<'a> {
     pub method: &'a Method,
     pub path_and_query: &'a str,
     pub headers: &'a HeaderMap,
-    pub body: &'a Bytes,
+    /// The request, read once: both workers' bodies are written from it.
+    pub request: &'a Request,
     /// A response header the router asked for itself (dropped from the
     /// client's answer), when it did.
     pub strip: Option<&'static str>,
@@ -78,18 +80,16 @@ pub fn may_serve(decide: &Decider, model: &str) -> bool {
     decide.known.roles(model).is_none_or(disaggregated)
 }
 
-/// What serving a request disaggregated uses: the decision, the CPU pool
-/// (the bodies' JSON) and the HTTP client.
+/// What serving a request disaggregated uses: the decision and the HTTP
+/// client.
 pub struct Serving<'a> {
     pub decide: &'a Decider,
-    pub pool: &'a CpuPool,
     pub upstream: &'a Upstream,
 }
 
 impl Serving<'_> {
     /// Serves the request disaggregated if its model is; `None`: it is not
-    /// (or Valkey is away, or the body is no JSON object), route
-    /// it as usual.
+    /// (or Valkey is away), route it as usual.
     pub async fn serve(
         &self,
         model: &str,
@@ -101,14 +101,6 @@ impl Serving<'_> {
         let Some(planned) = steps::plan(decide, model, chain, |_| true).await else {
             return Ok(None);
         };
-        let body = out.body.clone();
-        let Some(bodies) = self
-            .pool
-            .run(body.len(), move || PdBodies::parse(body))
-            .await?
-        else {
-            return Ok(None);
-        };
         let plan = &planned.plan;
         let Some(decode) = plan.decode.first() else {
             return Ok(None);
@@ -118,20 +110,17 @@ impl Serving<'_> {
         let prefilled = if plan.skip {
             None
         } else {
-            self.prefill(model, chain, &planned, &bodies, out).await
+            self.prefill(model, chain, &planned, out).await
         };
         if prefilled.is_none() && !plan.skip {
             // No prefill worker did it: the decode worker computes the
             // prompt, and its queue holds those tokens until its first byte.
-            decode_guard.add_prefill(uncached(chain, decode));
+            decode_guard.add_prefill(chain.uncached(decode));
         }
         count_path(prefilled.is_some(), plan.skip);
         metrics::histogram!("prefix_router_route_seconds").record(started.elapsed().as_secs_f64());
         let params = prefilled.as_ref().map(|(p, _)| p.clone());
-        let body = self
-            .pool
-            .run(out.body.len(), move || bodies.decode(params.as_ref()))
-            .await?;
+        let body = bodies::decode(out.request, params.as_ref());
         let mut resp = self
             .decode(
                 model,
@@ -157,12 +146,11 @@ impl Serving<'_> {
         model: &str,
         chain: &Chain,
         planned: &Planned,
-        bodies: &PdBodies,
         out: &Outgoing<'_>,
     ) -> Option<(Value, String)> {
         let decide = self.decide;
         let ranked = steps::rank_prefill(decide, model, chain, planned).await?;
-        let body = bodies.prefill();
+        let body = bodies::prefill(out.request);
         let mut headers = out.headers.clone();
         if !headers.contains_key(ORCA_REQUEST_HEADER) {
             headers.insert(ORCA_REQUEST_HEADER, HeaderValue::from_static("TEXT"));
@@ -258,12 +246,8 @@ impl Serving<'_> {
             let guard = match first.take() {
                 Some(g) => g,
                 None => {
-                    let tokens = if prefilled {
-                        0
-                    } else {
-                        uncached(chain, target)
-                    };
-                    let counted = decide.assign_with(model, target, chain, tokens).await;
+                    let tokens = if prefilled { 0 } else { chain.uncached(target) };
+                    let counted = decide.assign(model, target, chain, tokens).await;
                     decide.guard(model, worker, counted)
                 }
             };

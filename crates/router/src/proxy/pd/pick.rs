@@ -7,7 +7,7 @@
 //! (`Serving`), and names no prefill worker when the decode worker holds
 //! the prompt beyond the skip share.
 
-use super::steps::{self, count_path, uncached};
+use super::steps::{self, count_path};
 use crate::proxy::InFlightGuard;
 use crate::proxy::decision::{Chain, Decider, Target, UrlFilter};
 
@@ -60,7 +60,7 @@ pub async fn pick(
             leg.target = Some(target);
         } else {
             // The decode worker computes the prompt itself.
-            guard.add_prefill(uncached(chain, decode));
+            guard.add_prefill(chain.uncached(decode));
         }
     }
     count_path(leg.target.is_some(), plan.skip);

@@ -74,12 +74,8 @@ pub async fn reserve_decode(
     plan: &PdPlan,
     target: &Target,
 ) -> InFlightGuard {
-    let tokens = if plan.skip {
-        uncached(chain, target)
-    } else {
-        0
-    };
-    let counted = decide.assign_with(model, target, chain, tokens).await;
+    let tokens = if plan.skip { chain.uncached(target) } else { 0 };
+    let counted = decide.assign(model, target, chain, tokens).await;
     decide.guard(model, &target.candidate.worker_id, counted)
 }
 
@@ -131,13 +127,6 @@ pub fn prefill_policy(decide: &Decider) -> &dyn Policy {
         PrefillPolicy::LeastLoaded => &LeastPrefill,
         PrefillPolicy::CacheAware => decide.policy.as_ref(),
     }
-}
-
-/// The prompt tokens `target` does not hold.
-pub fn uncached(chain: &Chain, target: &Target) -> u64 {
-    chain
-        .prompt_tokens
-        .saturating_sub(target.candidate.cached_tokens)
 }
 
 /// Counts one disaggregated request by the path it took.

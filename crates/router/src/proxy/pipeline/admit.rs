@@ -3,11 +3,11 @@
 //! handed on to the engine when configured.
 
 use axum::http::HeaderMap;
-use bytes::Bytes;
 
 use super::{Endpoint, Parsed};
 use crate::admission::{Admission, Admitted, Cost};
 use crate::proxy::ProxyError;
+use crate::request::Request;
 
 /// Bytes per token when a prompt's tokens are not counted (no tokenizer):
 /// a rough estimate, corrected by the answer's usage.
@@ -19,10 +19,9 @@ pub async fn admit(
     admission: &Admission,
     headers: &HeaderMap,
     parsed: &Parsed,
-    body: &Bytes,
 ) -> Result<Admitted, ProxyError> {
     admission
-        .admit(headers, parsed.user.as_deref(), cost(parsed, body))
+        .admit(headers, user(parsed), cost(parsed))
         .await
         .map_err(|r| ProxyError::Limited(Box::new(r)))
 }
@@ -33,46 +32,44 @@ pub async fn explain_admission(
     admission: &Admission,
     headers: &HeaderMap,
     parsed: &Parsed,
-    body: &Bytes,
 ) -> serde_json::Value {
-    admission
-        .explain(headers, parsed.user.as_deref(), cost(parsed, body))
-        .await
+    admission.explain(headers, user(parsed), cost(parsed)).await
 }
 
-/// `body` with the request's priority as vLLM's `priority` field (the
-/// client's own replaced), when `--pass-priority` asks for it; `None`: the
-/// body goes on as it is. Both modes hand it on (`serve` forwards it, the
-/// picker sends it back to the gateway as the body's replacement).
+/// Sets the request's priority as vLLM's `priority` field on the body it
+/// hands on (the client's own replaced), when `--pass-priority` asks for
+/// it. Both modes hand it on (`serve` forwards it, the picker sends it
+/// back to the gateway as the body's replacement).
 pub fn with_priority(
     admission: &Admission,
     endpoint: Endpoint,
     admitted: &Admitted,
-    body: &Bytes,
-) -> Option<Bytes> {
+    request: &mut Request,
+) {
     if !admission.config().pass_priority || endpoint == Endpoint::Other {
-        return None;
+        return;
     }
-    let Ok(serde_json::Value::Object(mut fields)) = serde_json::from_slice(body) else {
-        return None;
-    };
     // vLLM serves a lower value first; a class's priority is higher for
     // more important work.
-    fields.insert(
-        "priority".into(),
+    request.set(
+        "priority",
         serde_json::Value::from(-i64::from(admitted.class.priority)),
     );
-    serde_json::to_vec(&fields).ok().map(Bytes::from)
+}
+
+/// The body's `user`, when a string (a possible tenant source).
+fn user(parsed: &Parsed) -> Option<&str> {
+    parsed.request.fields().user.as_str()
 }
 
 /// What a request costs its tenant's tokens limit.
-fn cost(parsed: &Parsed, body: &Bytes) -> Cost {
+fn cost(parsed: &Parsed) -> Cost {
     let prompt_tokens = match parsed.chain.prompt_tokens {
-        0 => body.len() as u64 / BYTES_PER_TOKEN,
+        0 => parsed.request.len() as u64 / BYTES_PER_TOKEN,
         n => n,
     };
     Cost {
         prompt_tokens,
-        max_tokens: parsed.max_tokens,
+        max_tokens: parsed.request.fields().max_tokens(),
     }
 }

@@ -1,6 +1,7 @@
 //! The request pipeline of `serve`: a client's request read once on the
-//! CPU pool (`prompts`: the routed model and the prompt's chain, the
-//! fields only the router sets taken out by `router_fields`), answered
+//! CPU pool into a [`Request`] (`crate::request`; the fields only the
+//! router sets taken out), its routed model and prompt's chain
+//! (`prompts`), answered
 //! from the response cache when it can be, admitted (`admit`), passed
 //! through flow control's gate (`flow_gate`), decided (`decision`) and
 //! forwarded (`forward`), disaggregated when the model is (`pd`). The
@@ -9,7 +10,6 @@
 mod admit;
 mod flow_gate;
 mod prompts;
-mod router_fields;
 
 pub use admit::{admit, explain_admission, with_priority};
 pub use flow_gate::flow_admit;
@@ -25,6 +25,7 @@ use tracing::Instrument;
 
 use super::decision::{decision, phase, record_outcome};
 use super::{InFlightGuard, Proxy, ProxyError, migrate, orca, pd};
+use crate::request::Request;
 use crate::response_cache::{Ineligible, Lookup, Miss, RequestKey, ResponseCache, request_key};
 use crate::telemetry::{self, SPANS};
 use protocol::headers::{ORCA_REQUEST_HEADER, ORCA_RESPONSE_HEADER};
@@ -40,12 +41,21 @@ pub enum Endpoint {
     Other,
 }
 
+impl Endpoint {
+    /// A completions or chat request, told apart by `messages`.
+    pub fn of_body(request: &Request) -> Endpoint {
+        match request.raw("messages") {
+            Some(_) => Endpoint::ChatCompletions,
+            None => Endpoint::Completions,
+        }
+    }
+}
+
 /// A client's request as admitted, on its way to routing.
 struct Outgoing<'a> {
     method: &'a Method,
     path_and_query: &'a str,
     headers: &'a HeaderMap,
-    body: Bytes,
     /// Flow control's leave to route it, held until it is counted in flight.
     flow: Option<crate::flow::Ticket>,
 }
@@ -65,7 +75,7 @@ impl Proxy {
             let started = Instant::now();
             let cache = self.cache.as_ref().filter(|_| endpoint != Endpoint::Other);
             let key_of = cache.map(|_| KeyOf::new(path_and_query, headers));
-            let (mut parsed, key) = self.read_keyed(endpoint, &body, key_of).await?;
+            let (mut parsed, key) = self.read(Some(endpoint), body, key_of).await?;
             let miss = match (cache, key) {
                 (Some(cache), Some(Ok(key))) => match cache.lookup(key).await {
                     Lookup::Hit(resp) => return Ok(resp),
@@ -78,15 +88,13 @@ impl Proxy {
                 }
                 _ => None,
             };
-            let body = parsed.without_router_fields.take().unwrap_or(body);
-            let admitted = admit(&self.admission, headers, &parsed, &body).await?;
-            let body = with_priority(&self.admission, endpoint, &admitted, &body).unwrap_or(body);
+            let admitted = admit(&self.admission, headers, &parsed).await?;
+            with_priority(&self.admission, endpoint, &admitted, &mut parsed.request);
             let flow = flow_admit(self.flow.as_ref(), &parsed.model, &admitted.class).await?;
             let out = Outgoing {
                 method,
                 path_and_query,
                 headers,
-                body,
                 flow,
             };
             let resp = self
@@ -98,47 +106,41 @@ impl Proxy {
         .await
     }
 
-    /// Reads `body` on the pool: the routed model, the prompt's chain and
-    /// whether the answer is streamed. The pool's thread works within the
+    /// Reads `body` on the pool into its [`Request`], its routed model and
+    /// its prompt's chain, and with `key_of` the response cache's key of the
+    /// request (or why it has none), in the same trip: the body is parsed
+    /// once, and every step after takes the [`Request`]. `endpoint` `None`:
+    /// a completions or chat request, told apart by `messages` (explain).
+    /// The key names the routed model (an adapter's base), so that adapters
+    /// share their base model's budget. The pool's thread works within the
     /// caller's span (its `tokenize` and `hash` spans nest there).
     pub(super) async fn read(
         &self,
-        endpoint: Endpoint,
-        body: &Bytes,
-    ) -> Result<Parsed, ProxyError> {
-        Ok(self.read_keyed(endpoint, body, None).await?.0)
-    }
-
-    /// [`read`](Self::read), and with `key_of` the response cache's key of
-    /// the request (or why it has none), in the same trip to the pool. The
-    /// key names the routed model (an adapter's base), so that adapters
-    /// share their base model's budget.
-    async fn read_keyed(
-        &self,
-        endpoint: Endpoint,
-        body: &Bytes,
+        endpoint: Option<Endpoint>,
+        body: Bytes,
         key_of: Option<KeyOf>,
     ) -> Result<(Parsed, Option<Result<RequestKey, Ineligible>>), ProxyError> {
-        let (prompts, body) = (self.prompts.clone(), body.clone());
+        if body.is_empty() {
+            return Err(ProxyError::InvalidRequest("\"model\" is required".into()));
+        }
+        let prompts = self.prompts.clone();
         let span = tracing::Span::current();
         let migrating = self.migration.limit > 0;
         self.pool
             .run(body.len(), move || {
+                let request =
+                    Request::parse(body).map_err(|e| ProxyError::InvalidRequest(e.to_string()))?;
+                let endpoint = endpoint.unwrap_or_else(|| Endpoint::of_body(&request));
                 let key = key_of.map(|of| {
-                    request_key(&of.path, of.auth.as_deref(), &body).map(|mut k| {
+                    request_key(&of.path, of.auth.as_deref(), &request).map(|mut k| {
                         k.model = prompts.pipelines().resolve(&k.model).route_model.to_owned();
                         k
                     })
                 });
                 let parsed = span.in_scope(|| {
-                    let mut parsed = prompts.parse(endpoint, &body)?;
-                    // Only a streamed answer can move: the others skip the
-                    // second read of the body.
-                    if migrating && parsed.streamed {
-                        let sent = parsed.without_router_fields.as_ref().unwrap_or(&body);
-                        parsed.migration = Some(migrate::eligibility(endpoint, sent));
-                    } else if migrating {
-                        parsed.migration = Some(Err("not streamed"));
+                    let mut parsed = prompts.parse(endpoint, request)?;
+                    if migrating {
+                        parsed.migration = Some(migrate::eligibility(endpoint, &parsed.request));
                     }
                     Ok::<_, ProxyError>(parsed)
                 })?;
@@ -160,16 +162,15 @@ impl Proxy {
             method,
             path_and_query,
             headers,
-            body,
             flow,
         } = out;
         let Parsed {
+            request,
             model,
             chain,
-            streamed,
             migration,
-            ..
         } = parsed;
+        let streamed = request.fields().streamed();
         tracing::Span::current().record("model", model.as_str());
         // Ask non-streamed completions for vLLM's load report (ORCA),
         // unless the client asked itself.
@@ -188,12 +189,11 @@ impl Proxy {
                 method,
                 path_and_query,
                 headers: &headers,
-                body: &body,
+                request: &request,
                 strip: asked_orca.then_some(ORCA_RESPONSE_HEADER),
             };
             let serving = pd::Serving {
                 decide,
-                pool: &self.pool,
                 upstream: &self.upstream,
             };
             if let Some(resp) = serving.serve(&model, &chain, &out, started).await? {
@@ -219,6 +219,7 @@ impl Proxy {
             headers: &headers,
             chain: &chain,
         };
+        let body = request.body();
         let (mut migration, body) = migrate::prepare(&self.migration, migration, &client, body);
         let mut last_error = String::from("no live worker");
         for target in ranked.iter().take(decide.max_attempts) {
@@ -262,7 +263,7 @@ impl Proxy {
 }
 
 /// What the response cache's key needs of a request besides its body.
-struct KeyOf {
+pub(super) struct KeyOf {
     /// The path with its query.
     path: String,
     /// The `Authorization` header (the tenant).

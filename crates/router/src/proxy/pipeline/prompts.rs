@@ -12,71 +12,28 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde::Deserialize;
 use serde_json::Value;
 use tokenize::{
-    ChatError, CompletionPrompt, InvalidPrompt, ModelPipeline, ModelPipelines, PromptField,
-    Resolved, TokenizeError,
+    ChatError, CompletionPrompt, ModelPipeline, ModelPipelines, Resolved, TokenizeError,
 };
 
 use super::Endpoint;
-use super::router_fields::{present, without_router_fields};
 use crate::proxy::ProxyError;
 use crate::proxy::decision::{Chain, phase};
+use crate::request::Request;
 use crate::telemetry::SPANS;
 
-/// What a request's body says for routing.
+/// A request read for routing: the request itself, its routed model and
+/// its prompt's chain.
 pub struct Parsed {
+    /// The request, read once; what is handed on is written from it.
+    pub request: Request,
     /// The routed model (the base of a LoRA adapter).
     pub model: String,
     pub chain: Chain,
-    /// Whether the answer is streamed.
-    pub streamed: bool,
-    /// The body to forward in place of the client's when it carried fields
-    /// only the router sets (`router_fields`); `None`: the client's as sent.
-    pub without_router_fields: Option<bytes::Bytes>,
-    /// The body's `user`, when a string (a possible tenant source).
-    pub user: Option<String>,
-    /// The body's `max_tokens` (or `max_completion_tokens`), when a number.
-    pub max_tokens: Option<u64>,
     /// Whether the answer can move to another worker mid-stream, when
     /// migration is on (`migrate`; set by the pipeline).
     pub migration: Option<Result<crate::proxy::migrate::Eligible, &'static str>>,
-}
-
-/// The fields of a body that routing reads; the rest is only checked to be
-/// JSON (it is forwarded as sent). Reading these alone, not the whole body
-/// as a `Value`, halves the parse of a long token-id prompt.
-#[derive(Deserialize)]
-struct Fields {
-    #[serde(default)]
-    model: Value,
-    #[serde(default)]
-    stream: Value,
-    #[serde(default)]
-    cache_salt: Value,
-    #[serde(default)]
-    user: Value,
-    #[serde(default)]
-    max_tokens: Value,
-    #[serde(default)]
-    max_completion_tokens: Value,
-    /// Completions only (a chat body is rendered from its own parse).
-    #[serde(default)]
-    prompt: Option<PromptField>,
-    /// Whether the client sent a field only the router sets.
-    #[serde(default, rename = "kv_transfer_params", deserialize_with = "present")]
-    router_only: bool,
-}
-
-impl Fields {
-    /// The completions prompt (taken out), or why it is not one vLLM accepts.
-    fn take_completion_prompt(&mut self) -> Result<CompletionPrompt, InvalidPrompt> {
-        match self.prompt.take() {
-            None => Err(InvalidPrompt("prompt is required".into())),
-            Some(PromptField(p)) => p,
-        }
-    }
 }
 
 /// The limit of a model without a context length of its own (no
@@ -174,50 +131,20 @@ impl Prompts {
         )
     }
 
-    /// The routed model, the prompt's chain and whether the response is
-    /// streamed, read from the body without the fields only the router
-    /// sets (and that body, when the client sent any).
-    pub fn parse(&self, endpoint: Endpoint, body: &[u8]) -> Result<Parsed, ProxyError> {
-        if body.is_empty() {
-            return Err(ProxyError::InvalidRequest("\"model\" is required".into()));
-        }
-        let fields: Fields = serde_json::from_slice(body)
-            .map_err(|e| ProxyError::InvalidRequest(format!("invalid JSON body: {e}")))?;
-        if !fields.router_only {
-            return self.parse_fields(endpoint, fields, body);
-        }
-        let cleaned = without_router_fields(body)?;
-        let fields: Fields = serde_json::from_slice(&cleaned)
-            .map_err(|e| ProxyError::InvalidRequest(format!("invalid JSON body: {e}")))?;
-        let mut parsed = self.parse_fields(endpoint, fields, &cleaned)?;
-        parsed.without_router_fields = Some(cleaned);
-        Ok(parsed)
-    }
-
-    fn parse_fields(
-        &self,
-        endpoint: Endpoint,
-        mut fields: Fields,
-        body: &[u8],
-    ) -> Result<Parsed, ProxyError> {
-        let model = match fields.model.take() {
-            Value::String(m) => m,
+    /// The routed model and the prompt's chain of `request`.
+    pub fn parse(&self, endpoint: Endpoint, request: Request) -> Result<Parsed, ProxyError> {
+        let model = match &request.fields().model {
+            Value::String(m) => m.as_str(),
             _ => return Err(ProxyError::InvalidRequest("\"model\" is required".into())),
         };
-        protocol::check_name("model", &model)
+        protocol::check_name("model", model)
             .map_err(|e| ProxyError::InvalidRequest(e.to_string()))?;
-        let resolved = self.pipelines.resolve(&model);
-        let chain = self.chain(endpoint, &resolved, &mut fields, body)?;
+        let resolved = self.pipelines.resolve(model);
+        let chain = self.chain(endpoint, &resolved, &request)?;
         Ok(Parsed {
             model: resolved.route_model.to_owned(),
             chain,
-            streamed: fields.stream == true,
-            without_router_fields: None,
-            user: fields.user.as_str().map(str::to_owned),
-            max_tokens: fields
-                .max_tokens
-                .as_u64()
-                .or(fields.max_completion_tokens.as_u64()),
+            request,
             migration: None,
         })
     }
@@ -227,8 +154,7 @@ impl Prompts {
         &self,
         endpoint: Endpoint,
         resolved: &Resolved<'_>,
-        fields: &mut Fields,
-        body: &[u8],
+        request: &Request,
     ) -> Result<Chain, ProxyError> {
         let block_size = resolved.pipeline.map_or(16, |p| p.hasher.block_size());
         let none = Chain {
@@ -241,7 +167,7 @@ impl Prompts {
         let Some(pipeline) = resolved.pipeline else {
             // Without a tokenizer, only a token-id prompt can be measured.
             if endpoint == Endpoint::Completions
-                && let Ok(CompletionPrompt::Tokens(ids)) = fields.take_completion_prompt()
+                && let Ok(CompletionPrompt::Tokens(ids)) = request.completion_prompt()
             {
                 limit.check_len(ids.len())?;
             }
@@ -250,14 +176,14 @@ impl Prompts {
         let tokenize = Instant::now();
         let span = tracing::info_span!(target: SPANS, "tokenize").entered();
         let tokens = match endpoint {
-            Endpoint::Completions => match fields.take_completion_prompt()? {
+            Endpoint::Completions => match request.completion_prompt()? {
                 CompletionPrompt::Text(t) => pipeline
                     .tokenizer
                     .encode_bounded(&t, true, limit.tokens())
                     .map_err(|e| limit.tokenize_error(e))?,
                 CompletionPrompt::Tokens(ids) => ids,
             },
-            Endpoint::ChatCompletions => match self.chat_tokens(pipeline, body, limit)? {
+            Endpoint::ChatCompletions => match self.chat_tokens(pipeline, request, limit)? {
                 Some(ids) => ids,
                 None => return Ok(none),
             },
@@ -271,7 +197,7 @@ impl Prompts {
             tracing::info_span!(target: SPANS, "hash", tokens = tokens.len()).in_scope(|| {
                 pipeline.block_hashes(
                     &tokens,
-                    tokenize::cache_salt(&fields.cache_salt),
+                    tokenize::cache_salt(&request.fields().cache_salt),
                     resolved.lora.clone(),
                 )
             });
@@ -296,7 +222,7 @@ impl Prompts {
     fn chat_tokens(
         &self,
         pipeline: &ModelPipeline,
-        body: &[u8],
+        request: &Request,
         limit: Limit,
     ) -> Result<Option<Vec<u32>>, ProxyError> {
         let Some(renderer) = &pipeline.chat else {
@@ -304,7 +230,7 @@ impl Prompts {
                 .increment(1);
             return Ok(None);
         };
-        match renderer.render_json_bounded(body, limit.tokens()) {
+        match renderer.render_entries_bounded(request.entries(), limit.tokens()) {
             Ok(prompt) => Ok(Some(prompt.token_ids)),
             Err(ChatError::Tokenize(e @ TokenizeError::TooLong { .. })) => {
                 Err(limit.tokenize_error(e))

@@ -1,4 +1,13 @@
 //! `prefix-router serve`: the HTTP server and its background duties.
+//!
+//! * this module: the store, pipelines and proxy built from the config, the
+//!   listeners, graceful shutdown.
+//! * `duties`: the loops a router runs until shutdown (its leases and the
+//!   static workers', gc, the drain marks) and the leases' end.
+
+mod duties;
+
+use duties::{drain_loop, end_router_leases, gc_loop, lease_loop};
 
 use std::time::Duration;
 
@@ -16,11 +25,11 @@ use crate::flow::FlowControl;
 use crate::lmcache::LmCache;
 use crate::load_scrape::{ScrapeSettings, scrape_loop};
 use crate::metrics_recorder::{metrics_handle, zero_counters};
-use crate::proxy::{CpuPool, DRAIN_REFRESH, Proxy, Upstream};
+use crate::proxy::{CpuPool, Proxy, Upstream};
 use crate::response_cache::ResponseCache;
 use crate::routing::policy_by_name;
 use protocol::redact_url;
-use state::{StateStore, WorkerHeartbeat};
+use state::StateStore;
 use tokenize::ModelPipelines;
 
 /// Tells background loops to stop (true once shutting down).
@@ -306,104 +315,4 @@ pub async fn wait_for_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
-}
-
-/// Sleeps `period`, or returns false once stop is signalled.
-async fn tick(stop: &mut ShutdownSignal, period: Duration) -> bool {
-    tokio::select! {
-        _ = tokio::time::sleep(period) => !*stop.borrow(),
-        _ = stop.changed() => false,
-    }
-}
-
-/// Renews this router's lease on every model and the static workers'
-/// leases; the live routers seen are the degraded limits' divisor.
-async fn lease_loop(
-    store: StateStore,
-    cfg: ServeConfig,
-    admission: Arc<Admission>,
-    mut stop: ShutdownSignal,
-) {
-    // At least every second: after Valkey restarts empty, static workers
-    // are unknown (404s) until their next heartbeat here.
-    let period = (cfg.ttls.router_lease.min(cfg.ttls.worker_lease) / 3).min(Duration::from_secs(1));
-    loop {
-        if let Some(model) = &cfg.model {
-            for w in &cfg.workers {
-                let hb = WorkerHeartbeat {
-                    worker_id: w.id.clone(),
-                    url: w.url.clone(),
-                    load: None,
-                };
-                if let Err(e) = store.heartbeat(model, &hb).await {
-                    tracing::warn!(error = %e, worker = %w.id, "static worker lease not renewed");
-                }
-            }
-        }
-        match store.models().await {
-            Ok(models) => {
-                let mut live = 0;
-                for m in models {
-                    match store.router_lease(&m, cfg.ttls.router_lease).await {
-                        Ok(n) => live = live.max(n),
-                        Err(e) => {
-                            tracing::warn!(error = %e, model = %m, "router lease not renewed")
-                        }
-                    }
-                }
-                if live > 0 {
-                    admission.set_live_routers(live);
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot list models"),
-        }
-        if !tick(&mut stop, period).await {
-            return;
-        }
-    }
-}
-
-/// Reads which workers drain, and their deadlines, every
-/// [`DRAIN_REFRESH`]: relays move the answers still running on a draining
-/// worker at its deadline.
-async fn drain_loop(store: StateStore, proxy: Arc<Proxy>, mut stop: ShutdownSignal) {
-    while tick(&mut stop, DRAIN_REFRESH).await {
-        let refreshed = match store.models().await {
-            Ok(models) => proxy.drains().refresh(&store, &models).await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = refreshed {
-            tracing::debug!(error = %e, "drain marks not refreshed");
-        }
-    }
-}
-
-/// Runs gc over every model; every router does, the scripts make it safe.
-async fn gc_loop(store: StateStore, period: Duration, mut stop: ShutdownSignal) {
-    while tick(&mut stop, period).await {
-        let models = match store.models().await {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::debug!(error = %e, "gc skipped");
-                continue;
-            }
-        };
-        for m in models {
-            match store.gc(&m, 64).await {
-                Ok(r) if r.expired_workers > 0 => {
-                    tracing::info!(model = %m, expired = r.expired_workers, purged = r.purged_entries, "worker leases expired")
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, model = %m, "gc failed"),
-            }
-        }
-    }
-}
-
-async fn end_router_leases(store: &StateStore) {
-    if let Ok(models) = store.models().await {
-        for m in models {
-            let _ = store.router_lease(&m, Duration::from_millis(1)).await;
-        }
-    }
 }

@@ -8,6 +8,8 @@
 //! of the tenant with the most waiting); past its wait, a request gets a
 //! `queue_timeout`; a client gone while waiting leaves at once.
 
+mod dispatch;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,7 +19,7 @@ use tokio::sync::oneshot;
 use super::record::Labels;
 use super::{FlowSettings, Refusal, Release, ShedReason, Ticket, band, unix_ms_at};
 use crate::admission::RequestClass;
-use state::{Arrival, FlowArrival, FlowDispatch, StateStore, flow_member};
+use state::{Arrival, FlowArrival, StateStore, flow_member};
 
 /// How often the dispatcher asks while requests wait here.
 pub const POLL: Duration = Duration::from_millis(10);
@@ -190,38 +192,6 @@ impl Room {
         }
         metrics::gauge!("prefix_router_flow_saturated", "model" => self.model.clone())
             .set(f64::from(u8::from(saturated)));
-    }
-
-    fn seen(&self, d: &FlowDispatch) {
-        {
-            let mut st = self.lock();
-            st.seen = Some((Instant::now(), d.saturated || d.waiting > 0));
-            st.free = d.free;
-        }
-        metrics::gauge!("prefix_router_flow_saturated", "model" => self.model.clone())
-            .set(f64::from(u8::from(d.saturated)));
-        metrics::gauge!("prefix_router_flow_fleet_waiting", "model" => self.model.clone())
-            .set(d.waiting as f64);
-    }
-
-    /// Hands on the members dispatched to this router that still wait
-    /// here: those a call dispatched, and those held (dispatched by an
-    /// earlier call, not yet routed) whose call's reply was lost (a timeout
-    /// of the routing lane while Valkey still ran it). A member no longer
-    /// here was handed on already (by another reply: an arrival's call may
-    /// report a dispatch before the dispatching call's reply comes), or
-    /// left: its guard, or the shedder, took it out of the fleet's room,
-    /// its place included. Its place must not be given back here: that
-    /// would let one more request past the thresholds while it is routed.
-    fn hand_on<'a>(&self, members: impl IntoIterator<Item = &'a String>) {
-        for m in members {
-            let w = self.lock().remove(&self.model, m);
-            if let Some(w) = w {
-                // A dropped receiver was dropped with its guard, which
-                // takes the member out.
-                let _ = w.tx.send(Verdict::Dispatched);
-            }
-        }
     }
 
     /// Takes members out of the fleet's room, off the request path.
@@ -413,59 +383,5 @@ impl Room {
             (victim.clone(), None),
         ]);
         Some(victim)
-    }
-
-    /// Whether the fleet's room answered within `d` (the last reply).
-    fn answered_within(&self, d: Duration) -> bool {
-        self.lock().seen.is_some_and(|(at, _)| at.elapsed() < d)
-    }
-
-    /// Starts the dispatcher unless it runs: it asks the fleet's room every
-    /// [`POLL`] while anything waits here.
-    fn dispatch_in_background(self: &Arc<Self>) {
-        {
-            let mut st = self.lock();
-            if st.dispatching {
-                return;
-            }
-            st.dispatching = true;
-        }
-        let room = self.clone();
-        tokio::spawn(async move {
-            loop {
-                {
-                    let mut st = room.lock();
-                    if st.waiters.is_empty() {
-                        st.dispatching = false;
-                        return;
-                    }
-                }
-                let t = &room.settings.thresholds;
-                match room
-                    .store
-                    .flow_dispatch(&room.model, t, ROUTE_WITHIN, None)
-                    .await
-                {
-                    Ok(d) => {
-                        room.seen(&d);
-                        room.hand_on(d.dispatched.iter().chain(&d.held));
-                    }
-                    Err(e) if e.is_unavailable() && room.answered_within(GIVE_UP) => {
-                        // One slow or lost reply (a timeout of the routing
-                        // lane): the fleet's order still holds; ask again.
-                        tracing::debug!(error = %e, model = %room.model, "flow dispatch unanswered; polling again");
-                    }
-                    Err(e) if e.is_unavailable() => {
-                        tracing::warn!(error = %e, model = %room.model, "flow control unavailable; routing the waiting requests without it");
-                        let all: Vec<String> = room.lock().waiters.keys().cloned().collect();
-                        room.hand_on(&all);
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, model = %room.model, "flow dispatch failed")
-                    }
-                }
-                tokio::time::sleep(POLL).await;
-            }
-        });
     }
 }

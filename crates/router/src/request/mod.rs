@@ -1,0 +1,163 @@
+//! [`Request`]: a client's request body, read once into its top-level
+//! entries and the typed [`Fields`] the router reads. Every later stage
+//! takes the `Request`, not bytes: the response cache's key
+//! (`response_cache`), the prompt pipeline (the completions prompt, or the
+//! chat renderer over the entries), admission, migration's eligibility,
+//! and the bodies handed on (`body`: the fields only the router sets taken
+//! out, the router's own set, the prefill and decode bodies of P/D).
+//!
+//! One scan of the body checks it is a JSON object and records where each
+//! entry's value lies, borrowing it (no copy); the small fields are typed
+//! from their entries, the prompt is read from its entry by the one stage
+//! that needs it.
+
+mod body;
+mod fields;
+
+pub use fields::{Fields, ROUTER_FIELDS};
+
+use std::fmt;
+use std::ops::Range;
+
+use bytes::Bytes;
+use serde::Deserializer;
+use serde::de::{MapAccess, Visitor};
+use serde_json::Value;
+use serde_json::value::RawValue;
+use tokenize::{CompletionPrompt, InvalidPrompt, PromptField};
+
+/// Why a body is not a request: not a JSON object.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid JSON body: {0}")]
+pub struct InvalidBody(String);
+
+/// One top-level entry: its key and where its value lies in the body.
+#[derive(Debug)]
+struct Entry {
+    key: String,
+    value: Range<usize>,
+}
+
+/// A client's request body, read once.
+#[derive(Debug)]
+pub struct Request {
+    /// The body as the client sent it.
+    sent: Bytes,
+    /// Its entries in order, without the [`ROUTER_FIELDS`].
+    entries: Vec<Entry>,
+    fields: Fields,
+    /// Whether the client sent any of the [`ROUTER_FIELDS`].
+    router_only: bool,
+    /// Fields the router sets on the body it hands on (its own value
+    /// replaces the client's).
+    set: Vec<(&'static str, Value)>,
+}
+
+impl Request {
+    /// Reads `sent`: a JSON object, else [`InvalidBody`]. A repeated key's
+    /// last value counts, as in the engine's parser.
+    pub fn parse(sent: Bytes) -> Result<Request, InvalidBody> {
+        let scanned = {
+            let mut de = serde_json::Deserializer::from_slice(&sent);
+            let scan = de.deserialize_map(ScanVisitor).map_err(invalid)?;
+            de.end().map_err(invalid)?;
+            scan
+        };
+        let base = sent.as_ptr() as usize;
+        let mut request = Request {
+            entries: Vec::with_capacity(scanned.len()),
+            fields: Fields::default(),
+            router_only: false,
+            set: Vec::new(),
+            sent: sent.clone(),
+        };
+        for (key, raw) in scanned {
+            if ROUTER_FIELDS.contains(&key.as_str()) {
+                request.router_only = true;
+                continue;
+            }
+            let text = raw.get();
+            request.fields.read(&key, text).map_err(invalid)?;
+            let start = text.as_ptr() as usize - base;
+            request.entries.push(Entry {
+                key,
+                value: start..start + text.len(),
+            });
+        }
+        Ok(request)
+    }
+
+    /// The typed fields.
+    pub fn fields(&self) -> &Fields {
+        &self.fields
+    }
+
+    /// The body's length as sent, in bytes.
+    pub fn len(&self) -> usize {
+        self.sent.len()
+    }
+
+    /// The entries as sent (key, value as JSON text), in order, without the
+    /// [`ROUTER_FIELDS`]; a repeated key appears each time.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.entries
+            .iter()
+            .map(|e| (e.key.as_str(), self.text(&e.value)))
+    }
+
+    /// The value of `key` as JSON text (the last when repeated).
+    pub fn raw(&self, key: &str) -> Option<&str> {
+        self.entries
+            .iter()
+            .rev()
+            .find(|e| e.key == key)
+            .map(|e| self.text(&e.value))
+    }
+
+    /// The completions `prompt` (its first prompt when a batch), or why it
+    /// is not one vLLM accepts.
+    pub fn completion_prompt(&self) -> Result<CompletionPrompt, InvalidPrompt> {
+        let raw = self
+            .raw("prompt")
+            .ok_or_else(|| InvalidPrompt("prompt is required".into()))?;
+        serde_json::from_str::<PromptField>(raw)
+            .map_err(|e| InvalidPrompt(format!("prompt is not valid: {e}")))?
+            .0
+    }
+
+    /// Sets `key` to `value` on the body handed on (the client's own
+    /// replaced).
+    pub fn set(&mut self, key: &'static str, value: Value) {
+        self.set.retain(|(k, _)| *k != key);
+        self.set.push((key, value));
+    }
+
+    fn text(&self, range: &Range<usize>) -> &str {
+        // The range is a value's text, checked UTF-8 by the scan.
+        std::str::from_utf8(&self.sent[range.clone()]).unwrap_or_default()
+    }
+}
+
+fn invalid(e: impl fmt::Display) -> InvalidBody {
+    InvalidBody(e.to_string())
+}
+
+/// The top-level scan: each key and its value's text, borrowed.
+struct ScanVisitor;
+
+impl<'de> Visitor<'de> for ScanVisitor {
+    type Value = Vec<(String, &'de RawValue)>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(8));
+        while let Some(key) = map.next_key::<String>()? {
+            let value: &'de RawValue = map.next_value()?;
+            entries.push((key, value));
+        }
+        Ok(entries)
+    }
+}
