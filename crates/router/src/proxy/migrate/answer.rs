@@ -207,7 +207,7 @@ impl Answer {
     /// The usage of the whole answer: the prompt as first sent, every
     /// token generated; cached tokens as the last worker found them,
     /// within the prompt.
-    fn usage(&self, last: &Value) -> Value {
+    pub(super) fn usage(&self, last: &Value) -> Value {
         let prompt = self.prompt.as_ref().map_or(0, Vec::len) as u64;
         let completion = self.generated.len() as u64;
         let mut u = json!({
@@ -269,6 +269,9 @@ impl Answer {
             body.insert("min_tokens".into(), json!(min.saturating_sub(generated)));
         }
         body.insert("stream".into(), json!(true));
+        if !self.request.streamed {
+            body.insert("stream_options".into(), json!({"include_usage": true}));
+        }
         body.insert("return_token_ids".into(), json!(true));
         let bytes = serde_json::to_vec(&body).map_err(|e| Broken(e.to_string()))?;
         Ok((true, Bytes::from(bytes), tokens))

@@ -1,14 +1,14 @@
 //! Which requests can be continued exactly on another worker, read from
 //! the body once, on the tokenizing pool, when migration is on.
 //!
-//! A streamed completion or chat request is migratable unless one of its
-//! fields makes the continuation inexact (the list is in
+//! A completion or chat request, streamed or not, is migratable unless one
+//! of its fields makes the continuation inexact (the list is in
 //! `docs/migration.md`): more than one answer (`n`, `best_of`, beam
 //! search), constrained decoding (`response_format` other than text,
 //! `guided_*`, `structured_outputs`), tools, `logprobs`,
-//! `prompt_logprobs`, stop strings, `echo` and `suffix`. Non-streamed
-//! requests are not continued: a worker that fails before its answer is
-//! replaced before anything reaches the client, as every request's is.
+//! `prompt_logprobs`, stop strings, `echo` and `suffix`. A non-streamed
+//! one is asked of its workers as a stream and answered whole
+//! (`assemble`).
 
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
@@ -18,6 +18,9 @@ use super::super::Endpoint;
 /// What the relay needs to know about a migratable request.
 #[derive(Debug, Clone)]
 pub(in crate::proxy) struct Eligible {
+    /// The client asked for a stream (else the router streams from the
+    /// worker and answers with one JSON object).
+    pub(super) streamed: bool,
     /// A chat request (continued through `/v1/completions`, its chunks
     /// reshaped as chat chunks).
     pub(super) chat: bool,
@@ -38,6 +41,8 @@ struct Fields {
     model: Value,
     #[serde(default)]
     stream: Value,
+    #[serde(default, deserialize_with = "non_null")]
+    stream_options: bool,
     #[serde(default)]
     cache_salt: Value,
     #[serde(default)]
@@ -102,8 +107,10 @@ pub(in crate::proxy) fn eligibility(
     let f: Fields = serde_json::from_slice(body).map_err(|_| "not a JSON object")?;
     let more_than_one = |v: &Value| v.as_u64().is_some_and(|n| n > 1);
     let truthy = |v: &Value| !matches!(v, Value::Null | Value::Bool(false));
-    let why = if f.stream != true {
-        Some("not streamed")
+    let streamed = f.stream == true;
+    let why = if !streamed && f.stream_options {
+        // vLLM refuses it: the worker is to say so.
+        Some("stream_options without stream")
     } else if more_than_one(&f.n) || more_than_one(&f.best_of) || f.use_beam_search == true {
         Some("several answers (n, best_of or beam search)")
     } else if !(f.response_format.is_null() || f.response_format["type"] == "text")
@@ -138,6 +145,7 @@ pub(in crate::proxy) fn eligibility(
         f.max_tokens.as_u64()
     };
     Ok(Eligible {
+        streamed,
         chat,
         client_ids: f.return_token_ids == true,
         model: f.model.as_str().unwrap_or_default().to_owned(),
@@ -184,8 +192,12 @@ mod tests {
             (e.max_tokens, e.client_ids, e.chat),
             (Some(9), false, false)
         );
+        let mut whole = ok.clone();
+        whole["stream"] = json!(false);
+        assert!(!check(whole.clone()).unwrap().streamed);
+        whole["stream_options"] = json!({"include_usage": true});
+        assert!(check(whole).is_err());
         for (field, value) in [
-            ("stream", json!(false)),
             ("n", json!(2)),
             ("response_format", json!({"type": "json_object"})),
             ("guided_regex", json!("a+")),

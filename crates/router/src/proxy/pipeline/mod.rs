@@ -132,13 +132,9 @@ impl Proxy {
                 });
                 let parsed = span.in_scope(|| {
                     let mut parsed = prompts.parse(endpoint, &body)?;
-                    // Only a streamed answer can move: the others skip the
-                    // second read of the body.
-                    if migrating && parsed.streamed {
+                    if migrating {
                         let sent = parsed.without_router_fields.as_ref().unwrap_or(&body);
                         parsed.migration = Some(migrate::eligibility(endpoint, sent));
-                    } else if migrating {
-                        parsed.migration = Some(Err("not streamed"));
                     }
                     Ok::<_, ProxyError>(parsed)
                 })?;
@@ -240,7 +236,9 @@ impl Proxy {
                     record_outcome(&model, target, &chain);
                     orca::record_load(&decide.store, &model, worker, &resp);
                     let strip = asked_orca.then_some(ORCA_RESPONSE_HEADER);
-                    let resp = self.relay(&mut migration, resp, worker, &target.url, guard, strip);
+                    let resp = self
+                        .relay(&mut migration, resp, worker, &target.url, guard, strip)
+                        .await;
                     return Ok(match miss {
                         Some((cache, miss)) => cache.record(miss, resp),
                         None => resp,
