@@ -6,6 +6,8 @@
 //! * `eligible`: which requests can be continued exactly, read once from
 //!   the body; the router asks their workers for `return_token_ids`.
 //! * `sse`: events out of a worker's bytes.
+//! * `chunk`: the few fields of a chunk migration reads, without building
+//!   it, and its bytes without the ids the router asked for.
 //! * `answer`: one answer across workers: the ids so far, the chunks as
 //!   the client gets them, the next worker's request.
 //! * `relay`: the stream itself: failure detection and failover.
@@ -23,6 +25,7 @@
 
 mod answer;
 mod assemble;
+mod chunk;
 mod drains;
 mod eligible;
 mod relay;
