@@ -3,6 +3,8 @@
 # migrate, after the relay's cheaper reading). Run from /work/wt-migrate
 # after: cargo build --release --locked -p prefix-router -p sim-worker -p loadtest
 set -x
+# Done on 2026-11-28: the first run and steady-2, steady-3; the rolling
+# restart was not run (no time left).
 cd /work/wt-migrate
 L=target/release/loadtest
 O=target/mig-runs4
