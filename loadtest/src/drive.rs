@@ -14,6 +14,7 @@ use tokio::task::JoinSet;
 
 use crate::client::{Client, Outcome, chat_body, completion_body};
 use crate::metrics::Sample;
+use crate::twins::Exchange;
 use crate::workload::{Message, Plan, Prompt, Session, Turn};
 
 /// How requests are sent.
@@ -31,8 +32,13 @@ pub struct DriveOptions {
 pub struct Driven<R> {
     /// One per request, in no particular order.
     pub samples: Vec<Sample>,
+    /// With an event, each sample's request and answer (`samples`' order),
+    /// for [`twins`](crate::twins); else empty.
+    pub exchanges: Vec<Exchange>,
     /// The event's start time and result.
     pub event: Option<(f64, R)>,
+    /// When the drive started (the samples' time 0).
+    pub started: Instant,
 }
 
 /// Sends `plan` through `client`, ticking `progress` per answer; runs
@@ -48,6 +54,7 @@ where
     F: Future<Output = R>,
 {
     let t0 = Instant::now();
+    let keep = event.is_some();
     let failed = Arc::new(AtomicUsize::new(0));
     let mut tasks = JoinSet::new();
     let dispatch = async {
@@ -61,7 +68,7 @@ where
             );
             let session = session.clone();
             tasks.spawn(async move {
-                run_session(session, &client, &opts, t0, |ok| {
+                run_session(session, &client, &opts, t0, keep, |ok| {
                     if !ok {
                         let f = failed.fetch_add(1, Ordering::Relaxed) + 1;
                         progress.set_message(format!("{f} failed"));
@@ -84,25 +91,38 @@ where
     };
     let ((), event) = tokio::join!(dispatch, event);
     let mut samples = Vec::with_capacity(plan.requests());
+    let mut exchanges = Vec::new();
     while let Some(r) = tasks.join_next().await {
         match r {
-            Ok(s) => samples.extend(s),
+            Ok(s) => {
+                for (sample, exchange) in s {
+                    samples.push(sample);
+                    exchanges.extend(exchange);
+                }
+            }
             // A panicking session task is a bug: surface it.
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             Err(_) => {}
         }
     }
-    Driven { samples, event }
+    Driven {
+        samples,
+        exchanges,
+        event,
+        started: t0,
+    }
 }
 
 /// Sends a session's turns in order; chat turns resend the conversation.
+/// With `keep`, each sample comes with its request and answer.
 async fn run_session(
     session: Session,
     client: &Client,
     opts: &DriveOptions,
     t0: Instant,
+    keep: bool,
     mut tick: impl FnMut(bool),
-) -> Vec<Sample> {
+) -> Vec<(Sample, Option<Exchange>)> {
     let mut out = Vec::with_capacity(session.turns.len());
     let mut conversation: Vec<Message> = Vec::new();
     for (index, turn) in session.turns.into_iter().enumerate() {
@@ -114,7 +134,12 @@ async fn run_session(
             conversation.push(Message::new("assistant", o.answer.clone()));
         }
         tick(o.ok());
-        out.push(sample(start_s, index, &turn, o));
+        let exchange = keep.then(|| Exchange {
+            api,
+            body,
+            answer: o.answer.clone(),
+        });
+        out.push((sample(start_s, index, &turn, o), exchange));
     }
     out
 }

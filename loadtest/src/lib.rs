@@ -25,6 +25,8 @@
 //! * [`drive`]: sends a workload's requests at their times.
 //! * [`client`]: one OpenAI request and what its answer says.
 //! * [`scenario`]: the fault applied in the middle of a run.
+//! * [`twins`]: the answers a fault touched, against their fault-free
+//!   twins, and the latency it added.
 //! * [`metrics`]: hit rate, TTFT, imbalance and CPU per request.
 //! * [`report`]: tables, markdown and plots.
 //! * [`peers`]: other routers in the same seat: vllm-router (kv_aware or
@@ -59,4 +61,5 @@ pub mod report;
 pub mod run;
 pub mod runner;
 pub mod scenario;
+pub mod twins;
 pub mod workload;

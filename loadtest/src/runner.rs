@@ -22,6 +22,7 @@ use crate::metrics::{
 /// Width of each side of the before/after comparison around an event.
 const AROUND_EVENT_S: f64 = 60.0;
 use crate::scenario::{self, EventSettings, Scenario};
+use crate::twins::{self, TwinCheck};
 use crate::workload::Plan;
 use fleet::process::proc_cpu_seconds;
 
@@ -106,6 +107,9 @@ pub struct ArmResult {
     pub counters: Option<FleetCounters>,
     /// For a multi-turn workload: first turns against later ones.
     pub by_turn: Option<ByTurn>,
+    /// For a scenario that stops workers: the answers it touched against
+    /// their fault-free twins.
+    pub twins: Option<TwinCheck>,
 }
 
 /// Settings shared by every run.
@@ -230,6 +234,24 @@ impl Runner {
             Some(before) => Some(fleet.counters().await.since(&before)),
             None => None,
         };
+        let twins = match driven.exchanges.is_empty() {
+            true => None,
+            false => {
+                bar.set_message("sending the twins");
+                let stops: Vec<(String, f64)> = fleet
+                    .stops()
+                    .iter()
+                    .map(|(w, at)| {
+                        (
+                            w.clone(),
+                            at.saturating_duration_since(driven.started).as_secs_f64(),
+                        )
+                    })
+                    .collect();
+                let touched = twins::touched(&driven.samples, &stops);
+                Some(twins::check(&routed, &driven.samples, &driven.exchanges, &touched).await)
+            }
+        };
         let decision_p50_ms = quantile_mean(
             &fleet.router_metrics().await,
             "prefix_router_route_seconds",
@@ -278,6 +300,7 @@ impl Runner {
             decision_p50_ms,
             counters,
             by_turn: by_turn(&driven.samples),
+            twins,
             summary,
         })
     }
@@ -321,6 +344,7 @@ pub async fn run_target(
         log_dir: None,
         counters: None,
         by_turn: by_turn(&driven.samples),
+        twins: None,
         summary,
     })
 }

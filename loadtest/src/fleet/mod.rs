@@ -87,6 +87,8 @@ pub struct Fleet {
     http: reqwest::Client,
     /// The LMCache controller, with `--lmcache`.
     lmcache: Option<LmcacheController>,
+    /// The workers stopped so far (killed or SIGTERMed), and when.
+    stops: Vec<(String, std::time::Instant)>,
 }
 
 impl Fleet {
@@ -139,6 +141,7 @@ impl Fleet {
             http,
             spec,
             lmcache,
+            stops: Vec::new(),
         };
         if fleet.spec.arm.kind.workers_report() {
             // Routers first, so that the sims' first reports reach them.
@@ -206,6 +209,8 @@ impl Fleet {
     /// workers report (a restarted sim has a new port).
     pub async fn restart_sims(&mut self, patience: std::time::Duration) -> anyhow::Result<()> {
         for i in 0..self.sims.len() {
+            self.stops
+                .push((self.sims[i].id.clone(), std::time::Instant::now()));
             let proc = &mut self.sims[i].proc;
             tokio::task::block_in_place(|| proc.terminate(patience));
             let sim = self.start_one_sim(i, true).await?;
@@ -402,8 +407,15 @@ impl Fleet {
             .sims
             .get_mut(index)
             .with_context(|| format!("no sim-worker {index}"))?;
+        self.stops.push((sim.id.clone(), std::time::Instant::now()));
         sim.proc.kill().await;
         Ok(sim.id.clone())
+    }
+
+    /// The workers stopped so far by [`kill_sim`](Self::kill_sim) and
+    /// [`restart_sims`](Self::restart_sims), and when each was.
+    pub fn stops(&self) -> &[(String, std::time::Instant)] {
+        &self.stops
     }
 
     /// CPU seconds used so far by each role.

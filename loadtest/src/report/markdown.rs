@@ -27,7 +27,14 @@ const METHOD: &str = "\
   and ended incomplete (cut, ended by an error event, or without `[DONE]`
   or a `finish_reason`);
   **migrated**, **not migrated**, **moves failed**: the routers'
-  `prefix_router_migrations_total` by outcome over the arm.
+  `prefix_router_migrations_total` by outcome over the arm;
+  **twin-equal** (scenarios that stop workers): of the successful answers
+  in flight on a worker when it was stopped (*touched*: moved, or finished
+  while it drained), those whose text and token count equal their twin's,
+  the same request sent again once the run ended (deterministic sims:
+  equal unless the move lost or repeated a token); **E2E p50 / max ms**
+  of the touched answers beside the other successful ones' (the latency a
+  move added).
 * **overhead**: before the workload, small non-streamed completions (one
   output token, shorter than one KV block) sent alternately straight to one
   sim-worker and through the balancer; the difference of the p50s and of

@@ -194,6 +194,7 @@ mod tests {
             log_dir: None,
             counters: None,
             by_turn: None,
+            twins: None,
         };
         let r = RunReport {
             command: "loadtest run --scenario router-restart".into(),

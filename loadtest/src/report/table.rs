@@ -78,9 +78,11 @@ pub fn around_table(arms: &[ArmResult]) -> String {
 }
 
 /// Answers under a fault: per arm with an event, the requests, those
-/// failed, those truncated (a stream that began and ended incomplete), and
-/// the routers' migrations by outcome (`prefix_router_migrations_total`,
-/// over the run). Empty when no arm had an event.
+/// failed, those truncated (a stream that began and ended incomplete), the
+/// routers' migrations by outcome (`prefix_router_migrations_total`, over
+/// the run), and the answers touched by a stopped worker
+/// ([`twins`](crate::twins)): how many equal their fault-free twin, their
+/// end-to-end times beside the others'. Empty when no arm had an event.
 pub fn answers_table(arms: &[ArmResult]) -> String {
     let rows: Vec<Vec<String>> = arms
         .iter()
@@ -91,6 +93,10 @@ pub fn answers_table(arms: &[ArmResult]) -> String {
                     c.migrations.get(outcome).copied().unwrap_or(0).to_string()
                 })
             };
+            let e2e = |v: Option<(f64, f64)>| {
+                v.map_or_else(|| "–".into(), |(p50, max)| format!("{p50:.0} / {max:.0}"))
+            };
+            let t = a.twins.as_ref();
             vec![
                 a.label.clone(),
                 a.summary.requests.to_string(),
@@ -99,6 +105,9 @@ pub fn answers_table(arms: &[ArmResult]) -> String {
                 moves("migrated"),
                 moves("not_migrated"),
                 moves("failed"),
+                opt(t, |t| format!("{} of {}", t.equal, t.touched)),
+                e2e(t.and_then(|t| t.touched_e2e_ms)),
+                e2e(t.and_then(|t| t.others_e2e_ms)),
             ]
         })
         .collect();
@@ -114,6 +123,9 @@ pub fn answers_table(arms: &[ArmResult]) -> String {
             "migrated",
             "not migrated",
             "moves failed",
+            "twin-equal",
+            "E2E p50 / max ms, touched",
+            "E2E p50 / max ms, others",
         ],
         &rows,
     )
@@ -286,6 +298,7 @@ pub(super) mod tests {
             log_dir: None,
             counters: None,
             by_turn: None,
+            twins: None,
         }
     }
 
@@ -328,9 +341,22 @@ pub(super) mod tests {
         let mut counters = crate::fleet::FleetCounters::default();
         counters.migrations.insert("migrated".into(), 5);
         a.counters = Some(counters);
+        let t = answers_table(&[a.clone()]);
+        let row = t.lines().nth(2).unwrap();
+        assert_eq!(
+            row, "| cache_aware ×2 | 5 | 4 | 3 | 5 | 0 | 0 | – | – | – |",
+            "{t}"
+        );
+        a.twins = Some(crate::twins::TwinCheck {
+            touched: 3,
+            equal: 2,
+            differing: vec!["…".into()],
+            touched_e2e_ms: Some((812.4, 1500.0)),
+            others_e2e_ms: Some((640.0, 1201.0)),
+        });
         let t = answers_table(&[a]);
         let row = t.lines().nth(2).unwrap();
-        assert_eq!(row, "| cache_aware ×2 | 5 | 4 | 3 | 5 | 0 | 0 |", "{t}");
+        assert!(row.ends_with("| 2 of 3 | 812 / 1500 | 640 / 1201 |"), "{t}");
     }
 
     fn a_sample() -> Sample {

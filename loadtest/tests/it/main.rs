@@ -1,8 +1,9 @@
 //! The load test's own tests on tiny fleets of real processes (Valkey,
 //! routers, sims): a run end to end (`smoke`), P/D arms (`pd_smoke`), the
-//! capacity ramp (`ramp`) and the Dynamo frontend protocol
-//! (`dynamo_frontend`). One test binary, one module per concern; run one
-//! with `cargo test -p loadtest --test it <module>::`.
+//! capacity ramp (`ramp`), the Dynamo frontend protocol
+//! (`dynamo_frontend`) and the fault-free twin check (`twins`). One test
+//! binary, one module per concern; run one with
+//! `cargo test -p loadtest --test it <module>::`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
 
@@ -12,3 +13,4 @@ mod dynamo_frontend;
 mod pd_smoke;
 mod ramp;
 mod smoke;
+mod twins;

@@ -25,6 +25,11 @@ pub struct MigrationArgs {
     /// failed (the answer moves); more than 0 [default: 30s].
     #[arg(long, env = "PREFIX_ROUTER_STALL_TIMEOUT", value_parser = parse_duration)]
     pub stall_timeout: Option<Duration>,
+    /// Whether a migratable non-streamed request is asked of its worker as
+    /// a stream and answered whole, so that it can move too (`false`: it
+    /// is forwarded as it came) [default: true].
+    #[arg(long, env = "PREFIX_ROUTER_MIGRATE_UNSTREAMED", value_name = "BOOL")]
+    pub migrate_unstreamed: Option<bool>,
 }
 
 /// The settings `args` give, or why they are refused.
@@ -41,5 +46,6 @@ pub(super) fn resolve(args: &MigrationArgs) -> anyhow::Result<MigrationSettings>
     Ok(MigrationSettings {
         limit,
         stall_timeout,
+        unstreamed: args.migrate_unstreamed.unwrap_or(defaults.unstreamed),
     })
 }

@@ -125,7 +125,8 @@ pub struct ServeConfig {
     pub response_cache: Option<ResponseCacheSettings>,
     /// Flow control; `None` when off (no saturation threshold).
     pub flow: Option<FlowSettings>,
-    /// Mid-stream migration (`--migration-limit`, `--stall-timeout`).
+    /// Mid-stream migration (`--migration-limit`, `--stall-timeout`,
+    /// `--migrate-unstreamed`).
     pub migration: MigrationSettings,
     /// Tenants, classes and limits.
     pub admission: AdmissionConfig,

@@ -195,3 +195,73 @@ impl<S: Stream<Item = Result<Bytes, reqwest::Error>>> Stream for Guarded<S> {
         next
     }
 }
+
+/// Longest JSON answer [`relay_whole`] holds before answering; a longer
+/// one is streamed on as it comes.
+const MAX_HELD_JSON: usize = 8 << 20;
+
+/// As [`relay_noting`], for a JSON answer (a non-streamed one): the body is
+/// read whole before the client gets the headers, so a worker that fails
+/// while sending it gives the client a 502 JSON error saying so and
+/// `unmoved`, not a cut body. Past [`MAX_HELD_JSON`] the rest streams
+/// on as it comes.
+pub(super) async fn relay_whole(
+    resp: reqwest::Response,
+    worker_id: &str,
+    mut guard: InFlightGuard,
+    strip: Option<&str>,
+    unmoved: &str,
+) -> Response {
+    let builder = head(&resp, worker_id, strip);
+    let mut inner = Box::pin(resp.bytes_stream());
+    let mut held = bytes::BytesMut::new();
+    loop {
+        match futures_util::StreamExt::next(&mut inner).await {
+            Some(Ok(b)) => {
+                if !b.is_empty() {
+                    guard.first_byte();
+                }
+                held.extend_from_slice(&b);
+                if held.len() > MAX_HELD_JSON {
+                    let first = futures_util::stream::once(std::future::ready(Ok(held.freeze())));
+                    let body = Body::from_stream(Guarded {
+                        inner: Box::pin(futures_util::StreamExt::chain(first, inner)),
+                        guard,
+                        cut_event: None,
+                        failed: false,
+                    });
+                    return with_body(builder, body, false);
+                }
+            }
+            Some(Err(e)) => {
+                drop(guard);
+                tracing::warn!(worker = worker_id, error = %e, "a worker failed while sending its answer");
+                let error = serde_json::json!({"error": {
+                    "object": "error", "type": "worker_failed", "code": 502,
+                    "message": format!("the worker failed mid-answer ({e}); not migrated: {unmoved}"),
+                }});
+                let mut builder = builder.status(axum::http::StatusCode::BAD_GATEWAY);
+                if let Some(h) = builder.headers_mut() {
+                    h.remove(header::CONTENT_LENGTH);
+                    h.insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    );
+                }
+                return with_body(builder, Body::from(error.to_string()), false);
+            }
+            None => {
+                drop(guard);
+                return with_body(builder, Body::from(held.freeze()), false);
+            }
+        }
+    }
+}
+
+/// Whether `resp` is a JSON answer (what [`relay_whole`] takes): its
+/// content type says so, or it has none (a body cut before it was typed).
+pub(super) fn is_json(resp: &reqwest::Response) -> bool {
+    resp.headers()
+        .get(header::CONTENT_TYPE)
+        .is_none_or(|v| v.as_bytes().starts_with(b"application/json"))
+}

@@ -82,6 +82,8 @@ pub struct Present {
     pub functions: bool,
     /// A completion's suffix.
     pub suffix: bool,
+    /// `stream_options` (vLLM refuses it without `stream`).
+    pub stream_options: bool,
 }
 
 impl Fields {
@@ -146,6 +148,7 @@ impl Present {
             "tools" => &mut self.tools,
             "functions" => &mut self.functions,
             "suffix" => &mut self.suffix,
+            "stream_options" => &mut self.stream_options,
             _ => return None,
         })
     }

@@ -34,6 +34,7 @@ mod lmcache;
 mod load_bounds;
 mod load_scrape;
 mod migration;
+mod migration_whole;
 mod models_lifecycle;
 mod multi_model;
 mod otlp;

@@ -18,9 +18,9 @@ use prefix_router::{MigrationArgs, ServeArgs, ServeConfig};
 use serde_json::{Value, json};
 use support::{Router, TOKEN, Valkey, args, get, http, tokenizer_dir};
 
-const MODEL: &str = "qwen3";
+pub(super) const MODEL: &str = "qwen3";
 
-async fn start_sim(r: &Router, id: &str) -> fleet::Sim {
+pub(super) async fn start_sim(r: &Router, id: &str) -> fleet::Sim {
     let program = fleet::binaries::workspace_binary("sim-worker").unwrap();
     fleet::SimSpec::new(id, program, MODEL, tokenizer_dir(), "/dev/null".into())
         .worker_id(id)
@@ -32,7 +32,7 @@ async fn start_sim(r: &Router, id: &str) -> fleet::Sim {
         .expect("sim-worker did not start")
 }
 
-async fn router(valkey: &Valkey, migration: MigrationArgs) -> Router {
+pub(super) async fn router(valkey: &Valkey, migration: MigrationArgs) -> Router {
     let mut a = args();
     a.model = Some(MODEL.into());
     a.tokenizer_dir = Some(tokenizer_dir());
@@ -41,7 +41,7 @@ async fn router(valkey: &Valkey, migration: MigrationArgs) -> Router {
     Router::start(&valkey.url(), a).await
 }
 
-async fn wait_live(r: &Router, ids: &[&str]) {
+pub(super) async fn wait_live(r: &Router, ids: &[&str]) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let (_, v) = get(r, &format!("/admin/workers?model={MODEL}")).await;
@@ -169,7 +169,19 @@ async fn stream(r: &Router, path: &str, body: &Value) -> Streamed {
     }
 }
 
-async fn set_fault(sim: &fleet::Sim, fault: Value) {
+/// The answers `r` moved (the recorder is the test process's: other tests
+/// add theirs), and its metrics.
+pub(super) async fn migrated(r: &Router) -> (u64, String) {
+    let m = support::metrics_text(r).await;
+    let n = m
+        .lines()
+        .find_map(|l| l.strip_prefix("prefix_router_migrations_total{outcome=\"migrated\"} "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    (n, m)
+}
+
+pub(super) async fn set_fault(sim: &fleet::Sim, fault: Value) {
     let r = http()
         .post(format!("{}/sim/faults", sim.url))
         .json(&json!({ "stream_fault": fault }))
@@ -179,7 +191,7 @@ async fn set_fault(sim: &fleet::Sim, fault: Value) {
     assert_eq!(r.status(), 200);
 }
 
-fn doc(topic: &str) -> String {
+pub(super) fn doc(topic: &str) -> String {
     (0..40)
         .map(|i| format!("Line {i} of the {topic} document, repeated for length.\n"))
         .collect()
@@ -250,12 +262,7 @@ async fn a_broken_answer_moves_and_equals_its_fault_free_twin() {
             );
         }
         // Counted (the recorder is the test process's: other tests add theirs).
-        let m = support::metrics_text(&r).await;
-        let migrated: u64 = m
-            .lines()
-            .find_map(|l| l.strip_prefix("prefix_router_migrations_total{outcome=\"migrated\"} "))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
+        let (migrated, m) = migrated(&r).await;
         assert!(
             migrated >= 4,
             "{}",

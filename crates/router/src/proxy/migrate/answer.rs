@@ -9,7 +9,19 @@
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
+use super::chunk::{Shape, View, without_ids};
 use super::eligible::Eligible;
+
+/// A chunk's envelope, read from the first chunk of an answer.
+#[derive(serde::Deserialize)]
+struct Head {
+    #[serde(default)]
+    id: Value,
+    #[serde(default)]
+    created: Value,
+    #[serde(default)]
+    model: Value,
+}
 
 /// What the client gets of one event.
 pub(super) enum Relayed {
@@ -79,6 +91,83 @@ impl Answer {
             self.done = true;
             return Ok(Relayed::AsSent);
         }
+        // The fields that decide, read without building the chunk; a chunk
+        // shaped otherwise is read whole (and cannot move).
+        let view = match serde_json::from_slice::<View>(data) {
+            Ok(view) if view.error == Shape::Absent => view,
+            _ => return self.on_odd_event(data),
+        };
+        if self.head.is_none() {
+            let head: Head = serde_json::from_slice(data)
+                .map_err(|e| Broken(format!("the worker sent an event that is not JSON: {e}")))?;
+            self.head = Some((head.id, head.created, head.model));
+            if self.upstream == Upstream::Original {
+                let choice = view.choices.first();
+                self.prompt = view
+                    .prompt_token_ids
+                    .clone()
+                    .or_else(|| choice.and_then(|c| c.prompt_token_ids.clone()));
+                if self.prompt.is_none() {
+                    self.stuck = Some("the worker sent no prompt_token_ids");
+                }
+            }
+        }
+        let choices = &view.choices;
+        if choices.len() > 1 || choices.iter().any(|c| c.index.unwrap_or(0) != 0) {
+            self.stuck = Some("several choices");
+        }
+        if let Some(c) = choices.first() {
+            let delta = c.delta.as_ref();
+            let text = match c.text {
+                Shape::Absent => delta.map_or(Shape::Absent, |d| d.content),
+                t => t,
+            };
+            match &c.token_ids {
+                Some(ids) => self.generated.extend_from_slice(ids),
+                // A chat role chunk has neither text nor ids.
+                None if text != Shape::Text => {}
+                None => self.stuck = Some("the worker sent no token_ids"),
+            }
+            if c.finish_reason.filled() {
+                self.finished = true;
+            }
+            if delta.is_some_and(|d| {
+                d.tool_calls.filled() || d.reasoning_content.filled() || d.reasoning.filled()
+            }) {
+                self.stuck = Some("tool-call or reasoning parsing");
+            }
+        }
+        let usage_only = choices.is_empty() && view.usage != Shape::Absent;
+        // The first worker's chunks go as sent unless they carry ids the
+        // client did not ask for; then without them, byte for byte.
+        let ids_sent = view.prompt_token_ids.is_some()
+            || choices
+                .iter()
+                .any(|c| c.token_ids.is_some() || c.prompt_token_ids.is_some());
+        if self.moves == 0 && (self.request.client_ids || !ids_sent) {
+            return Ok(Relayed::AsSent);
+        }
+        if self.moves == 0
+            && let Some(bytes) = without_ids(data)
+        {
+            return Ok(Relayed::Rewritten(sse_bytes(&bytes)));
+        }
+        let mut v: Value = serde_json::from_slice(data)
+            .map_err(|e| Broken(format!("the worker sent an event that is not JSON: {e}")))?;
+        let out = match (self.upstream, self.request.chat) {
+            (Upstream::Continuation, true) if !usage_only => self.as_chat_chunk(&v),
+            _ => {
+                self.rewrite(&mut v, usage_only);
+                v
+            }
+        };
+        Ok(Relayed::Rewritten(sse(&out)))
+    }
+
+    /// An event [`View`] cannot read: an error event (the worker failed),
+    /// one that is not JSON (likewise), or a chunk shaped otherwise than
+    /// vLLM's, relayed without the ids but not continued.
+    fn on_odd_event(&mut self, data: &[u8]) -> Result<Relayed, Broken> {
         let mut v: Value = serde_json::from_slice(data)
             .map_err(|e| Broken(format!("the worker sent an event that is not JSON: {e}")))?;
         if let Some(err) = v.get("error") {
@@ -88,68 +177,12 @@ impl Answer {
                 .unwrap_or("error");
             return Err(Broken(format!("the worker sent an error event: {msg}")));
         }
-        let first_of_worker = self.head.is_none();
+        self.stuck = Some("a chunk shaped otherwise than vLLM's");
         if self.head.is_none() {
             self.head = Some((v["id"].clone(), v["created"].clone(), v["model"].clone()));
         }
-        if self.prompt.is_none() && self.upstream == Upstream::Original {
-            let ids = v
-                .get("prompt_token_ids")
-                .or_else(|| v.pointer("/choices/0/prompt_token_ids"));
-            self.prompt = ids.and_then(ids_of);
-            if self.prompt.is_none() && first_of_worker {
-                self.stuck = Some("the worker sent no prompt_token_ids");
-            }
-        }
-        let choices = v["choices"].as_array().map_or(&[][..], Vec::as_slice);
-        if choices.len() > 1
-            || choices
-                .iter()
-                .any(|c| c["index"].as_u64().unwrap_or(0) != 0)
-        {
-            self.stuck = Some("several choices");
-        }
-        if let Some(c) = choices.first() {
-            let text = c.get("text").or_else(|| c.pointer("/delta/content"));
-            match c.get("token_ids").and_then(ids_of) {
-                Some(ids) => self.generated.extend(ids),
-                // A chat role chunk has neither text nor ids.
-                None if text.and_then(Value::as_str).is_none_or(str::is_empty) => {}
-                None => self.stuck = Some("the worker sent no token_ids"),
-            }
-            if !c["finish_reason"].is_null() {
-                self.finished = true;
-            }
-            let delta = &c["delta"];
-            let parsed = ["tool_calls", "reasoning_content", "reasoning"]
-                .iter()
-                .any(|k| {
-                    delta
-                        .get(*k)
-                        .is_some_and(|v| !v.is_null() && v != &json!([]))
-                });
-            if parsed {
-                self.stuck = Some("tool-call or reasoning parsing");
-            }
-        }
-        let usage_only = choices.is_empty() && v.get("usage").is_some();
-        // The first worker's chunks go as sent unless they carry ids the
-        // client did not ask for.
-        let ids_sent = v.get("prompt_token_ids").is_some()
-            || choices
-                .iter()
-                .any(|c| c.get("token_ids").is_some() || c.get("prompt_token_ids").is_some());
-        if self.moves == 0 && (self.request.client_ids || !ids_sent) {
-            return Ok(Relayed::AsSent);
-        }
-        let out = match (self.upstream, self.request.chat) {
-            (Upstream::Continuation, true) if !usage_only => self.as_chat_chunk(&v),
-            _ => {
-                self.rewrite(&mut v, usage_only);
-                v
-            }
-        };
-        Ok(Relayed::Rewritten(sse(&out)))
+        self.rewrite(&mut v, false);
+        Ok(Relayed::Rewritten(sse(&v)))
     }
 
     /// The chunk `v` of this answer as the client gets it: the first
@@ -207,7 +240,7 @@ impl Answer {
     /// The usage of the whole answer: the prompt as first sent, every
     /// token generated; cached tokens as the last worker found them,
     /// within the prompt.
-    fn usage(&self, last: &Value) -> Value {
+    pub(super) fn usage(&self, last: &Value) -> Value {
         let prompt = self.prompt.as_ref().map_or(0, Vec::len) as u64;
         let completion = self.generated.len() as u64;
         let mut u = json!({
@@ -269,6 +302,9 @@ impl Answer {
             body.insert("min_tokens".into(), json!(min.saturating_sub(generated)));
         }
         body.insert("stream".into(), json!(true));
+        if !self.request.streamed {
+            body.insert("stream_options".into(), json!({"include_usage": true}));
+        }
         body.insert("return_token_ids".into(), json!(true));
         let bytes = serde_json::to_vec(&body).map_err(|e| Broken(e.to_string()))?;
         Ok((true, Bytes::from(bytes), tokens))
@@ -305,14 +341,16 @@ const CHAT_ONLY: [&str; 14] = [
     "include_reasoning",
 ];
 
-fn ids_of(v: &Value) -> Option<Vec<u32>> {
-    v.as_array()?
-        .iter()
-        .map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()))
-        .collect()
-}
-
 /// An event carrying `v`.
 pub(super) fn sse(v: &Value) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
+}
+
+/// An event carrying the JSON `data`.
+fn sse_bytes(data: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(data.len() + 8);
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
 }

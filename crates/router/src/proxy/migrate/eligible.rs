@@ -2,8 +2,8 @@
 //! the request as parsed once (`crate::request`), on the tokenizing pool,
 //! when migration is on.
 //!
-//! A streamed completion or chat request is migratable unless one of its
-//! fields makes the continuation inexact (the list is in
+//! A completion or chat request, streamed or not, is migratable unless one
+//! of its fields makes the continuation inexact (the list is in
 //! `docs/migration.md`): more than one answer (`n`, `best_of`, beam
 //! search), constrained decoding (`response_format` other than text,
 //! `guided_*`, `structured_outputs`), tools, `logprobs`,
@@ -11,9 +11,8 @@
 //! that count the output only (`presence_penalty`, `frequency_penalty`:
 //! on the next worker the output so far is prompt, so it would no longer
 //! be penalized; `repetition_penalty` counts prompt and output alike and
-//! moves). Non-streamed
-//! requests are not continued: a worker that fails before its answer is
-//! replaced before anything reaches the client, as every request's is.
+//! moves). A non-streamed one is asked of its workers as a stream and
+//! answered whole (`assemble`).
 
 use serde_json::Value;
 
@@ -23,6 +22,9 @@ use crate::request::Request;
 /// What the relay needs to know about a migratable request.
 #[derive(Debug, Clone)]
 pub(in crate::proxy) struct Eligible {
+    /// The client asked for a stream (else the router streams from the
+    /// worker and answers with one JSON object).
+    pub(super) streamed: bool,
     /// A chat request (continued through `/v1/completions`, its chunks
     /// reshaped as chat chunks).
     pub(super) chat: bool,
@@ -52,8 +54,10 @@ pub(in crate::proxy) fn eligibility(
     let more_than_one = |v: &Value| v.as_u64().is_some_and(|n| n > 1);
     let truthy = |v: &Value| !matches!(v, Value::Null | Value::Bool(false));
     let nonzero = |v: &Value| !v.is_null() && v.as_f64() != Some(0.0);
-    let why = if !f.streamed() {
-        Some("not streamed")
+    let streamed = f.streamed();
+    let why = if !streamed && present.stream_options {
+        // vLLM refuses it: the worker is to say so.
+        Some("stream_options without stream")
     } else if more_than_one(&f.n) || more_than_one(&f.best_of) || f.use_beam_search == true {
         Some("several answers (n, best_of or beam search)")
     } else if !(f.response_format.is_null() || f.response_format["type"] == "text")
@@ -86,6 +90,7 @@ pub(in crate::proxy) fn eligibility(
         f.max_tokens.as_u64()
     };
     Ok(Eligible {
+        streamed,
         chat,
         client_ids: f.return_token_ids == true,
         model: f.model.as_str().unwrap_or_default().to_owned(),
@@ -136,8 +141,12 @@ mod tests {
             (e.max_tokens, e.client_ids, e.chat),
             (Some(9), false, false)
         );
+        let mut whole = ok.clone();
+        whole["stream"] = json!(false);
+        assert!(!check(whole.clone()).unwrap().streamed);
+        whole["stream_options"] = json!({"include_usage": true});
+        assert!(check(whole).is_err());
         for (field, value) in [
-            ("stream", json!(false)),
             ("n", json!(2)),
             ("response_format", json!({"type": "json_object"})),
             ("guided_regex", json!("a+")),

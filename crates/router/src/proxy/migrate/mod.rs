@@ -1,13 +1,18 @@
-//! Mid-stream migration (issue 29): a streamed answer whose worker fails
-//! after its first byte moves to another worker and goes on in the same
-//! client stream, token for token.
+//! Mid-stream migration (issue 29): an answer whose worker fails after its
+//! first byte moves to another worker and goes on in the same client
+//! stream, token for token; a non-streamed one is streamed from its
+//! workers and answered whole.
 //!
 //! * `eligible`: which requests can be continued exactly, read once from
 //!   the body; the router asks their workers for `return_token_ids`.
 //! * `sse`: events out of a worker's bytes.
+//! * `chunk`: the few fields of a chunk migration reads, without building
+//!   it, and its bytes without the ids the router asked for.
 //! * `answer`: one answer across workers: the ids so far, the chunks as
 //!   the client gets them, the next worker's request.
 //! * `relay`: the stream itself: failure detection and failover.
+//! * `assemble`: a non-streamed request, asked of its workers as a stream
+//!   and answered as one JSON object once whole.
 //! * `drains`: the drain deadlines this router knows ([`DrainWatch`]): an
 //!   answer still running on a draining worker moves at its deadline.
 //!
@@ -19,6 +24,8 @@
 //! with `max_tokens` reduced by them. See `docs/migration.md`.
 
 mod answer;
+mod assemble;
+mod chunk;
 mod drains;
 mod eligible;
 mod relay;
@@ -91,10 +98,7 @@ impl Proxy {
         let (path, body) = if continued {
             ("/v1/completions", body)
         } else {
-            (
-                m.path_and_query.as_str(),
-                asking_for_ids(&m.eligible, &body),
-            )
+            (m.path_and_query.as_str(), sent_body(&m.eligible, &body))
         };
         let allowed = |url: &str| !failed.iter().any(|f| f == url);
         let decide = &self.decide;
@@ -131,10 +135,12 @@ impl Proxy {
 
 impl Proxy {
     /// The response to a request sent to `worker` at `url`: relayed
-    /// through migration when it is `migration`'s first success, else
-    /// as it came (a broken event stream ends with an error event saying
-    /// why the answer could not move).
-    pub(super) fn relay(
+    /// through migration when it is `migration`'s first success (a
+    /// non-streamed one answered whole), else as it came (a broken event
+    /// stream ends with an error event saying why the answer could not
+    /// move; a JSON answer is held until whole, and one that breaks
+    /// becomes a 502 error saying why).
+    pub(super) async fn relay(
         self: &Arc<Self>,
         migration: &mut Result<Migration, &'static str>,
         resp: reqwest::Response,
@@ -144,12 +150,19 @@ impl Proxy {
         strip: Option<&str>,
     ) -> Response {
         match std::mem::replace(migration, Err("moved")) {
-            Ok(m) if resp.status().is_success() => {
+            Ok(m) if resp.status().is_success() && m.eligible.streamed => {
                 let head = forward::head(&resp, worker, strip);
                 let body = relay::body(Arc::clone(self), m, resp, url, guard);
                 forward::with_body(head, axum::body::Body::from_stream(body), true)
             }
+            Ok(m) if resp.status().is_success() => {
+                let head = forward::head(&resp, worker, strip);
+                relay::whole(Arc::clone(self), m, resp, url, guard, head).await
+            }
             Ok(_) => forward::relay(resp, worker, guard, strip),
+            Err(why) if resp.status().is_success() && forward::is_json(&resp) => {
+                forward::relay_whole(resp, worker, guard, strip, why).await
+            }
             Err(why) => forward::relay_noting(resp, worker, guard, strip, Some(why)),
         }
     }
@@ -174,7 +187,7 @@ pub(super) fn prepare(
 ) -> (Result<Migration, &'static str>, Bytes) {
     match plan(settings, eligible) {
         Ok(eligible) => {
-            let sent = asking_for_ids(&eligible, &body);
+            let sent = sent_body(&eligible, &body);
             let m = Migration {
                 eligible,
                 body,
@@ -189,6 +202,16 @@ pub(super) fn prepare(
     }
 }
 
+/// The client's `body` as a migratable request's worker gets it: asking
+/// for the ids, and for a stream when the client did not.
+fn sent_body(e: &Eligible, body: &Bytes) -> Bytes {
+    if e.streamed {
+        asking_for_ids(e, body)
+    } else {
+        assemble::as_stream(body)
+    }
+}
+
 /// The request, when migration is on and it can move; else why not.
 fn plan(
     settings: &MigrationSettings,
@@ -197,5 +220,9 @@ fn plan(
     if settings.limit == 0 {
         return Err("migration is off (--migration-limit 0)");
     }
-    eligible.unwrap_or(Err("not a completion"))
+    let e = eligible.unwrap_or(Err("not a completion"))?;
+    if !e.streamed && !settings.unstreamed {
+        return Err("not streamed (--migrate-unstreamed false)");
+    }
+    Ok(e)
 }

@@ -7,17 +7,21 @@
 //! deadline ([`DrainWatch`](super::DrainWatch)) moves the same way. Past
 //! the migration limit, or when the answer cannot be
 //! continued exactly, the client gets an error event and the stream ends
-//! without `[DONE]`.
+//! without `[DONE]`. A non-streamed request's answer goes the same way
+//! into an [`Assembly`] instead of the client's stream ([`whole`]): one
+//! JSON answer at the end, or a 502 error when it could not move.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use axum::http::HeaderValue;
+use axum::http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
-use serde_json::json;
 
 use super::answer::{Answer, Broken, Relayed, sse};
+use super::assemble::{self, Assembly};
 use super::drains::Deadlines;
 use super::sse::Events;
 use super::{Migration, MigrationSettings, Moved};
@@ -60,6 +64,38 @@ struct Relay {
     out: VecDeque<Bytes>,
     /// After `out`, the body ends.
     end: bool,
+    /// A non-streamed request's answer, put together instead of `out`.
+    assembly: Option<Assembly>,
+    /// Why the answer ended unfinished (the error event's message).
+    failure: Option<String>,
+}
+
+impl Relay {
+    fn new(
+        proxy: Arc<Proxy>,
+        migration: Migration,
+        resp: reqwest::Response,
+        url: &str,
+        guard: InFlightGuard,
+    ) -> Self {
+        let assembly = (!migration.eligible.streamed).then(|| Assembly::new(&migration.eligible));
+        Relay {
+            settings: proxy.migration,
+            drains: Some(proxy.drains.subscribe()),
+            proxy,
+            answer: Answer::new(migration.eligible.clone()),
+            migration,
+            upstream: Box::pin(resp.bytes_stream()),
+            guard: Some(guard),
+            url: url.to_owned(),
+            failed: Vec::new(),
+            events: Events::default(),
+            out: VecDeque::new(),
+            end: false,
+            assembly,
+            failure: None,
+        }
+    }
 }
 
 /// The client's body of a migratable answer from `resp` of the worker at
@@ -71,20 +107,7 @@ pub(in crate::proxy) fn body(
     url: &str,
     guard: InFlightGuard,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
-    let relay = Relay {
-        settings: proxy.migration,
-        drains: Some(proxy.drains.subscribe()),
-        proxy,
-        answer: Answer::new(migration.eligible.clone()),
-        migration,
-        upstream: Box::pin(resp.bytes_stream()),
-        guard: Some(guard),
-        url: url.to_owned(),
-        failed: Vec::new(),
-        events: Events::default(),
-        out: VecDeque::new(),
-        end: false,
-    };
+    let relay = Relay::new(proxy, migration, resp, url, guard);
     futures_util::stream::unfold(relay, |mut r| async move {
         loop {
             if let Some(b) = r.out.pop_front() {
@@ -96,6 +119,44 @@ pub(in crate::proxy) fn body(
             r.pull().await;
         }
     })
+}
+
+/// The answer to a non-streamed request whose worker at `url` streams
+/// it (`resp`): relayed like a stream, moved when the worker fails, and
+/// answered whole once it ended (the JSON object, or why it could not
+/// move as a 502 error). `head` is the response's status and headers.
+pub(in crate::proxy) async fn whole(
+    proxy: Arc<Proxy>,
+    migration: Migration,
+    resp: reqwest::Response,
+    url: &str,
+    guard: InFlightGuard,
+    head: axum::http::response::Builder,
+) -> axum::response::Response {
+    let mut r = Relay::new(proxy, migration, resp, url, guard);
+    while !r.end {
+        r.pull().await;
+    }
+    r.guard = None;
+    let (status, answer) = match (r.failure, r.assembly) {
+        (None, Some(a)) if r.answer.done => {
+            let answer = &r.answer;
+            (200, a.finish(|| answer.usage(&serde_json::Value::Null)))
+        }
+        (failure, _) => {
+            let why = failure.unwrap_or_else(|| "the answer ended unfinished".into());
+            (502, assemble::failed(&why))
+        }
+    };
+    let mut head = head.status(status);
+    if let Some(h) = head.headers_mut() {
+        for name in [CONTENT_TYPE, CONTENT_LENGTH, CACHE_CONTROL] {
+            h.remove(name);
+        }
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
+    head.body(axum::body::Body::from(answer.to_string()))
+        .unwrap_or_else(|_| axum::response::Response::new(axum::body::Body::empty()))
 }
 
 impl Relay {
@@ -153,9 +214,13 @@ impl Relay {
             .push(bytes)
             .map_err(|_| Broken("an event over 16 MiB".into()))?;
         while let Some((raw, data)) = self.events.next_data() {
-            match self.answer.on_event(&data)? {
-                Relayed::AsSent => self.out.push_back(raw),
-                Relayed::Rewritten(out) => self.out.push_back(out),
+            let out = match self.answer.on_event(&data)? {
+                Relayed::AsSent => raw,
+                Relayed::Rewritten(out) => out,
+            };
+            match self.assembly.as_mut() {
+                Some(a) => a.add(event_data(&out).unwrap_or(&data)),
+                None => self.out.push_back(out),
             }
             if self.answer.done {
                 // The answer is whole: what follows is not the client's.
@@ -214,9 +279,15 @@ impl Relay {
         metrics::counter!("prefix_router_migrations_total", "outcome" => outcome).increment(1);
         let message = format!("the worker failed mid-answer ({}); {why}", broken.0);
         tracing::warn!(%message, "answer not migrated");
-        self.out.push_back(sse(&json!({"error": {
-            "object": "error", "message": message, "type": "worker_failed", "code": 502,
-        }})));
+        if self.assembly.is_none() {
+            self.out.push_back(sse(&assemble::failed(&message)));
+        }
+        self.failure = Some(message);
         self.end = true;
     }
+}
+
+/// The data of an event as this module writes them (`data: …\n\n`).
+fn event_data(event: &[u8]) -> Option<&[u8]> {
+    event.strip_prefix(b"data: ")?.strip_suffix(b"\n\n")
 }

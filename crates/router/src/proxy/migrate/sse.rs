@@ -31,27 +31,43 @@ impl Events {
     /// The next complete event, as sent (its separator included), and its
     /// `data` (its `data:` lines joined by newlines), if one is complete;
     /// events without data are skipped.
-    pub(super) fn next_data(&mut self) -> Option<(Bytes, Vec<u8>)> {
+    pub(super) fn next_data(&mut self) -> Option<(Bytes, Bytes)> {
         loop {
             let (end, sep) = boundary(&self.buf)?;
             let raw = self.buf.split_to(end + sep).freeze();
             let event = &raw[..end];
+            // One `data:` line (vLLM's events): its bytes, not a copy.
+            let lines = event
+                .split(|&b| b == b'\n')
+                .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
             let mut data: Option<Vec<u8>> = None;
-            for line in event.split(|&b| b == b'\n') {
-                let line = line.strip_suffix(b"\r").unwrap_or(line);
-                if let Some(rest) = line.strip_prefix(b"data:") {
-                    let rest = rest.strip_prefix(b" ").unwrap_or(rest);
-                    match data.as_mut() {
-                        Some(d) => {
-                            d.push(b'\n');
-                            d.extend_from_slice(rest);
-                        }
-                        None => data = Some(rest.to_vec()),
+            let mut single: Option<&[u8]> = None;
+            for line in lines {
+                let Some(rest) = line.strip_prefix(b"data:") else {
+                    continue;
+                };
+                let rest = rest.strip_prefix(b" ").unwrap_or(rest);
+                match (single, data.as_mut()) {
+                    (None, None) => single = Some(rest),
+                    (Some(first), None) => {
+                        let mut d = first.to_vec();
+                        d.push(b'\n');
+                        d.extend_from_slice(rest);
+                        data = Some(d);
+                    }
+                    (_, Some(d)) => {
+                        d.push(b'\n');
+                        d.extend_from_slice(rest);
                     }
                 }
             }
-            if let Some(data) = data {
-                return Some((raw, data));
+            match (data, single) {
+                (Some(d), _) => return Some((raw, Bytes::from(d))),
+                (None, Some(one)) => {
+                    let data = raw.slice_ref(one);
+                    return Some((raw, data));
+                }
+                (None, None) => {}
             }
         }
     }
@@ -81,19 +97,19 @@ mod tests {
 
     #[test]
     fn events_are_whole_however_the_bytes_are_split() {
-        let stream = b"data: {\"a\":1}\n\n: ping\n\ndata: [DONE]\r\n\r\n";
+        let stream = b"data: {\"a\":1}\n\n: ping\n\ndata: a\ndata:b\n\ndata: [DONE]\r\n\r\n";
         for cut in 0..stream.len() {
             let mut e = Events::default();
             let mut out = Vec::new();
             for part in [&stream[..cut], &stream[cut..]] {
                 e.push(part).unwrap();
                 while let Some((_, d)) = e.next_data() {
-                    out.push(d);
+                    out.push(d.to_vec());
                 }
             }
             assert_eq!(
                 out,
-                vec![b"{\"a\":1}".to_vec(), b"[DONE]".to_vec()],
+                vec![b"{\"a\":1}".to_vec(), b"a\nb".to_vec(), b"[DONE]".to_vec()],
                 "cut at {cut}"
             );
         }

@@ -241,7 +241,9 @@ impl Proxy {
                     record_outcome(&model, target, &chain);
                     orca::record_load(&decide.store, &model, worker, &resp);
                     let strip = asked_orca.then_some(ORCA_RESPONSE_HEADER);
-                    let resp = self.relay(&mut migration, resp, worker, &target.url, guard, strip);
+                    let resp = self
+                        .relay(&mut migration, resp, worker, &target.url, guard, strip)
+                        .await;
                     return Ok(match miss {
                         Some((cache, miss)) => cache.record(miss, resp),
                         None => resp,

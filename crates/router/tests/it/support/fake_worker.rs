@@ -13,6 +13,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 /// What the test can see and steer.
@@ -31,6 +32,9 @@ pub struct Shared {
     /// When set, the worker drops every connection before answering, as a
     /// crashed worker would.
     pub crashed: AtomicBool,
+    /// When set, a non-streamed answer sends its headers and the start of
+    /// its JSON, then the connection breaks (a worker dying mid-answer).
+    pub cut_body: AtomicBool,
     /// The queue length its ORCA load reports give.
     pub orca_waiting: AtomicUsize,
     /// Each message releases the next SSE chunk of a streamed answer.
@@ -245,6 +249,21 @@ async fn handle(
         return Response::builder()
             .header("content-type", "text/event-stream")
             .body(Body::from_stream(stream))
+            .unwrap();
+    }
+    if shared.cut_body.load(Ordering::SeqCst) {
+        // The error waits until the headers and the first bytes are out.
+        let parts = futures_util::stream::iter([true, false]).then(|first| async move {
+            if first {
+                Ok(Bytes::from_static(b"{\"choices\":[{\"text\":\"o"))
+            } else {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Err(std::io::Error::other("the worker died mid-answer"))
+            }
+        });
+        return Response::builder()
+            .header("content-type", "application/json")
+            .body(Body::from_stream(parts))
             .unwrap();
     }
     let status = shared.status.lock().unwrap().unwrap_or(StatusCode::OK);

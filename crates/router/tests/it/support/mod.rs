@@ -226,5 +226,9 @@ pub async fn register(r: &Router, id: &str) {
 
 /// `ServeArgs` with nothing set.
 pub fn args() -> ServeArgs {
-    ServeArgs::default()
+    let mut a = ServeArgs::default();
+    // The fake workers answer non-streamed requests as JSON: they are
+    // forwarded as they came (`migration_whole` tests the other way).
+    a.migration.migrate_unstreamed = Some(false);
+    a
 }
