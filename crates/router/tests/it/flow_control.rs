@@ -63,7 +63,7 @@ async fn worker(valkey: &Valkey) -> FakeWorker {
 /// One request in flight per worker; objective `high` is priority 10,
 /// `batch` -1 (sheddable); no header: 0.
 fn args(timeout: Duration, max_queued: usize) -> ServeArgs {
-    ServeArgs {
+    let mut a = ServeArgs {
         flow: Box::new(FlowArgs {
             max_in_flight_per_worker: Some(1),
             queue_timeout: Some(timeout),
@@ -75,7 +75,11 @@ fn args(timeout: Duration, max_queued: usize) -> ServeArgs {
             ..AdmissionArgs::default()
         }),
         ..ServeArgs::default()
-    }
+    };
+    // The fake worker streams chunk by chunk on command: non-streamed
+    // requests stay non-streamed to it.
+    a.migration.migrate_unstreamed = Some(false);
+    a
 }
 
 /// Sends `prompt` with `objective` (none: priority 0) to `router`; returns

@@ -33,6 +33,10 @@ fn router_flags(extra: &[&'static str]) -> Vec<&'static str> {
         dir,
         "--valkey-timeout",
         "2s",
+        // The fake workers stream chunk by chunk on command: non-streamed
+        // requests stay non-streamed to them.
+        "--migrate-unstreamed",
+        "false",
     ];
     flags.extend_from_slice(extra);
     flags
