@@ -21,6 +21,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::parts::{Part, top_class};
+use crate::metrics::nearest_rank;
 
 /// Requests simulated per phase and seed.
 const REQUESTS: usize = 20_000;
@@ -134,10 +135,11 @@ fn top_p99(
         }
     }
     ttft.sort_by(f64::total_cmp);
-    ttft.get((ttft.len() as f64 * 0.99) as usize)
-        .or(ttft.last())
-        .copied()
-        .unwrap_or(f64::NAN)
+    if ttft.is_empty() {
+        return f64::NAN;
+    }
+    // The same p99 as the measured side's.
+    nearest_rank(&ttft, 0.99)
 }
 
 /// The worker that frees first, and when.
