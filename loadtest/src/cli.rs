@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::fleet::BalancerChoice;
 use crate::scenario::Scenario;
+use crate::topology::BalancerChoice;
 use crate::workload::Api;
 use protocol::{parse_duration, parse_duration_or_zero};
 

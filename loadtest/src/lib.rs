@@ -1,6 +1,6 @@
 //! Load tests of a prefix-router fleet.
 //!
-//! `loadtest run` starts a fleet on 127.0.0.1 ([`fleet`]: Valkey, router
+//! `loadtest run` starts a fleet on 127.0.0.1 ([`topology`]: Valkey, router
 //! replicas behind an L4 balancer, sim-workers), sends a [`workload`]
 //! through it ([`drive`]), applies a [`scenario`]'s fault in the middle, and
 //! writes a [`report`] comparing routing policies on the same workload.
@@ -20,7 +20,8 @@
 //! * [`pd`]: prefill/decode disaggregation against colocated workers
 //!   (`loadtest pd`): the P/D arms, each role's counters, `pd.md`.
 //! * [`runner`]: drives one arm's fleet through a workload and a scenario.
-//! * [`fleet`]: a fleet of routers, sims and a balancer for one arm.
+//! * [`topology`]: one arm's fleet of routers, sims, Valkey and a balancer
+//!   (named apart from the `fleet` crate, which starts its processes).
 //! * [`workload`]: synthetic, random, text and trace workloads.
 //! * [`drive`]: sends a workload's requests at their times.
 //! * [`client`]: one OpenAI request and what its answer says.
@@ -38,7 +39,7 @@
 //! * [`rate_limit`]: tenants' fleet-wide rate limits per minute across 4
 //!   routers (`loadtest rate-limit`).
 //!
-//! Within: `ramp`, `capacity`, `pd`, `real_engine`, `rate_limit` → `run` → `runner` → `fleet`, `drive` → `client`;
+//! Within: `ramp`, `capacity`, `pd`, `real_engine`, `rate_limit` → `run` → `runner` → `topology`, `drive` → `client`;
 //! `report` reads `metrics`.
 
 #![warn(missing_docs)]
@@ -48,7 +49,6 @@ pub mod capacity;
 pub mod cli;
 pub mod client;
 pub mod drive;
-pub mod fleet;
 pub mod machine;
 pub mod metrics;
 pub mod overload;
@@ -61,5 +61,6 @@ pub mod report;
 pub mod run;
 pub mod runner;
 pub mod scenario;
+pub mod topology;
 pub mod twins;
 pub mod workload;

@@ -15,10 +15,10 @@ use indicatif::MultiProgress;
 
 use crate::cli::RunArgs;
 use crate::drive::DriveOptions;
-use crate::fleet::Arm;
 use crate::report::{self, ScenarioReport, main_table, out_dir, pd_table, report_now};
 use crate::run::{build_plan, fleet_runner, fleet_settings};
 use crate::scenario::Scenario;
+use crate::topology::Arm;
 use protocol::WorkerRole;
 
 /// The arms `loadtest pd` knows, in their default order.

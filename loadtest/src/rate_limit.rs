@@ -19,9 +19,9 @@ use tokio::task::JoinSet;
 
 use crate::cli::RunArgs;
 use crate::drive::DriveOptions;
-use crate::fleet::{Arm, Fleet};
 use crate::report::out_dir;
 use crate::run::fleet_runner;
+use crate::topology::{Arm, Fleet};
 
 /// `loadtest rate-limit`.
 #[derive(Args, Debug, Clone)]

@@ -9,14 +9,14 @@ use indicatif::MultiProgress;
 
 use crate::cli::RunArgs;
 use crate::drive::DriveOptions;
-use crate::fleet::{
-    Arm, BalancerChoice, BalancerKind, ExternalRouter, FleetSpec, RouterCommon, SimSettings,
-    default_tokenizer_dir,
-};
 use crate::peers;
 use crate::report::{self, RunReport, ScenarioReport, around_table, main_table};
 use crate::runner::{self, Runner};
 use crate::scenario::{EventSettings, Scenario};
+use crate::topology::{
+    Arm, BalancerChoice, BalancerKind, ExternalRouter, FleetSpec, RouterCommon, SimSettings,
+    default_tokenizer_dir,
+};
 use crate::workload::{
     Plan, SyntheticKind, SyntheticOptions, TraceOptions, synthetic_plan, trace_plan,
 };
@@ -200,7 +200,7 @@ pub(crate) fn parse_arms(args: &RunArgs) -> anyhow::Result<Vec<Arm>> {
                 let flags = variants
                     .get(name.trim())
                     .with_context(|| format!("arm {spec:?}: no --variant named {name:?}"))?;
-                if !matches!(arm.kind, crate::fleet::RouterKind::PrefixRouter { .. }) {
+                if !matches!(arm.kind, crate::topology::RouterKind::PrefixRouter { .. }) {
                     bail!("arm {spec:?}: variants apply to prefix-router arms only");
                 }
                 arm.router_args.extend(flags.iter().cloned());

@@ -13,11 +13,11 @@ use serde::Serialize;
 use crate::calibrate::{self, Overhead};
 use crate::client::Client;
 use crate::drive::{DriveOptions, drive};
-use crate::fleet::{Arm, Fleet, FleetCounters, FleetSpec};
 use crate::machine::cpu_ticks;
 use crate::metrics::{
     AroundEvent, ByTurn, Sample, Summary, Window, around, by_turn, summarize, windows,
 };
+use crate::topology::{Arm, Fleet, FleetCounters, FleetSpec};
 
 /// Width of each side of the before/after comparison around an event.
 const AROUND_EVENT_S: f64 = 60.0;

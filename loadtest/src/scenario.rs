@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::fleet::Fleet;
+use crate::topology::Fleet;
 
 /// What happens during a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

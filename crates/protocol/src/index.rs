@@ -125,7 +125,7 @@ pub fn tiered_digests(
 /// GPU; on the CPU (disk) its hash XOR its last seven bytes rotated left by
 /// one byte (two bytes), which keeps the first byte, the bucket. Each
 /// block's terms differ per tier, so two blocks' tier changes in one bucket
-/// cancel only by chance, as two added blocks do. `lua/lib.lua`'s
+/// cancel only by chance, as two added blocks do. `lua/lib_sync.lua`'s
 /// `digest_toggle` computes the same.
 pub fn digest_term(h: BlockHash, tier: Tier) -> u64 {
     const LOW: u64 = 0x00ff_ffff_ffff_ffff;

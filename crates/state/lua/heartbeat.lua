@@ -3,7 +3,7 @@
 -- ARGV[1] = base "<ns>:{<model>}", ARGV[2] = worker_id, ARGV[3] = url,
 -- ARGV[4] = lease_ms, ARGV[5] = has_load (0/1), ARGV[6] = num_requests_waiting,
 -- ARGV[7] = num_requests_running, ARGV[8] = kv_cache_usage_perc (the counts
--- are bounded to MAX_REPORTED, lib.lua), ARGV[9] = role (prefill, decode or
+-- are bounded to MAX_REPORTED, lib_view.lua), ARGV[9] = role (prefill, decode or
 -- both, checked by the caller; '' or absent: the record's role is left as
 -- it is, and a new incarnation has none, which means both)
 -- Returns {idx, lease_ms, is_new (1 when a new incarnation was created)}.

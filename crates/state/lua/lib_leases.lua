@@ -1,7 +1,7 @@
 -- lib_leases.lua: bridging a gap in the store's writes, so that workers
 -- whose heartbeats the store refused do not count as gone. Loaded after
 -- lib_view.lua (it refreshes the view) into the same library
--- (src/scripts.rs); `enter` (lib.lua) calls it before every function that
+-- (crates/state/src/scripts.rs); `enter` (lib.lua) calls it before every function that
 -- writes.
 -- KEYS/ARGV: none of its own; every key comes from BASE, as in lib.lua.
 --

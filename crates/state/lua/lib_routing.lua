@@ -1,5 +1,5 @@
--- lib_routing.lua: what route.lua needs beyond lib.lua, loaded right after
--- lib_view.lua into the same library: the routing view as routing reads it
+-- lib_routing.lua: what route.lua needs beyond lib.lua, loaded last
+-- (after lib_leases.lua) into the same library: the routing view as routing reads it
 -- (parsed once, reused across calls), probing a chain by holders,
 -- tie-breaking.
 -- KEYS/ARGV: none of its own. Its helpers run inside a script's call, after
@@ -143,7 +143,7 @@ end
 -- reuse them).
 -- Marks each worker holding block pos (of `chain`, default p.chain) with
 -- w.hit = pos and w.level = the tier level it holds it at (LEVEL in
--- lib.lua), and returns them; of p.chain's blocks, also w.deepest and
+-- lib_entries.lua), and returns them; of p.chain's blocks, also w.deepest and
 -- w.deep_level, the deepest it was seen holding. It
 -- walks the forward value's few entries (and the workers applying a sync),
 -- not the fleet: probing costs O(holders), whatever the fleet's size.
@@ -179,7 +179,7 @@ local function probe_holders(p, pos, chain)
 end
 
 -- Every worker of `set` holds block lo at tier level >= L (LEVEL in
--- lib.lua; L = 1: on any tier), or lo == 0, and block hi + 1 below it:
+-- lib_entries.lua; L = 1: on any tier), or lo == 0, and block hi + 1 below it:
 -- sets w[field] to the deepest such block, probing O(log(hi - lo)) blocks
 -- per group of workers that answer alike.
 local function probe_search(p, set, lo, hi, L, field)

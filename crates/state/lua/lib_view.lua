@@ -1,7 +1,7 @@
 -- lib_view.lua: the routing view (one hash routing reads whole), its
 -- count fields and the read-only fleet listing built on it. Loaded right
--- after lib.lua into the same library (src/scripts.rs), before
--- lib_routing.lua.
+-- after lib_entries.lua into the same library (crates/state/src/scripts.rs),
+-- before lib_leases.lua and lib_routing.lua.
 -- KEYS/ARGV: none of its own; every key comes from BASE, as in lib.lua.
 
 -- The routing view: one hash that routing reads with a single HGETALL,

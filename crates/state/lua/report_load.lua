@@ -4,7 +4,7 @@
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base, then groups of four: worker_id, num_requests_waiting or
 -- '', kv_cache_usage_perc or '', num_requests_running or '' ('' leaves a
--- field as it was; counts are bounded to MAX_REPORTED, lib.lua). A sharded
+-- field as it was; counts are bounded to MAX_REPORTED, lib_view.lua). A sharded
 -- model's parts get one call with every worker's latest report.
 -- Returns 1 when the first worker's load was recorded, 0 when it has no
 -- live lease (workers without one are skipped).

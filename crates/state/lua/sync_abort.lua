@@ -3,7 +3,7 @@
 -- hashes; sync_stage.lua aborts by itself when the snapshot grows too large).
 -- What was staged is dropped, and its later chunks and its commit are
 -- refused ("ERR sync aborted") until the stage expires: a worker's index is
--- never replaced by part of a snapshot (stage_abort in lib.lua).
+-- never replaced by part of a snapshot (stage_abort in lib_sync.lua).
 -- KEYS[1] = <base>:ids
 -- ARGV[1] = base, ARGV[2] = worker_id, ARGV[3] = sync_id, ARGV[4] = staging ttl_ms
 -- Returns 1 when aborted, 0 for a sync the worker already committed (nothing

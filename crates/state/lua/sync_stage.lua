@@ -7,13 +7,13 @@
 -- one entry kind each ('c' GPU, 'h' CPU, 'd' disk), or '' when all are on
 -- the GPU; ARGV[7..] = block hashes (16 hex digits).
 -- The staged hashes' digests accumulate in stage_dg:<idx>:<sync_id> (as
--- dg:<idx>, tiers included; see lib.lua), and the tiers of those not on the
+-- dg:<idx>, tiers included; see lib_sync.lua), and the tiers of those not on the
 -- GPU in stage_t:<idx>:<sync_id> (hash -> 'h' or 'd'); the commit installs
 -- both. A hash listed twice keeps its first tier.
 -- Returns the number of hashes staged so far, "ERR unknown worker", or
 -- "ERR sync too large" (the sync is then aborted: what was staged is
 -- dropped whole, and its later chunks and its commit are refused with
--- "ERR sync aborted", see stage_abort in lib.lua); 0, staging nothing, for a
+-- "ERR sync aborted", see stage_abort in lib_sync.lua); 0, staging nothing, for a
 -- sync_id the worker already committed (a retried chunk).
 -- Complexity: O(n) for n hashes; callers send at most 512 per call.
 local bad = check_hashes(7)

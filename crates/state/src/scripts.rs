@@ -1,8 +1,9 @@
 //! [`ScriptSet`]: the Lua scripts of `lua/`, built into one Valkey function
 //! library (`FUNCTION LOAD`) and called with `FCALL`.
 //!
-//! A library defines the helpers (`lib.lua`, `lib_view.lua`,
-//! `lib_leases.lua`, `lib_routing.lua`) once per
+//! A library defines the helpers (`lib.lua`, `lib_sync.lua`,
+//! `lib_entries.lua`, `lib_view.lua`, `lib_leases.lua`, `lib_routing.lua`,
+//! concatenated in that order: each uses the locals of those before it) once per
 //! load rather than once per call (an `EVALSHA` script runs its whole
 //! prelude on every call), and it
 //! lives in the functions' own small Lua heap. Its name and its functions'
@@ -20,6 +21,10 @@ use super::StateError;
 
 const PRELUDE: &str = concat!(
     include_str!("../lua/lib.lua"),
+    "\n",
+    include_str!("../lua/lib_sync.lua"),
+    "\n",
+    include_str!("../lua/lib_entries.lua"),
     "\n",
     include_str!("../lua/lib_view.lua"),
     "\n",

@@ -62,3 +62,31 @@ fn the_script_list_is_the_lua_directory() {
     listed.sort();
     assert_eq!(listed, on_disk);
 }
+
+/// The helpers are the rest of the directory: every `lib*.lua` of `lua/`
+/// is in the library's prelude, once, and its header opens with its own
+/// file name (a helper file left out would fail only when a script first
+/// calls into it).
+#[test]
+fn every_lua_helper_file_is_in_the_library() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
+    let mut helpers: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|f| f.ends_with(".lua") && f.starts_with("lib"))
+        .collect();
+    helpers.sort();
+    assert!(helpers.len() > 1, "{helpers:?}");
+    for file in helpers {
+        let text = std::fs::read_to_string(dir.join(&file)).unwrap();
+        assert!(
+            text.starts_with(&format!("-- {file}:")),
+            "{file}'s header does not open with its name"
+        );
+        assert_eq!(
+            PRELUDE.matches(text.as_str()).count(),
+            1,
+            "{file} is not in the library's prelude once"
+        );
+    }
+}

@@ -82,7 +82,7 @@ impl ViewRecord {
         })
     }
 
-    /// The record `view_refresh` (lib.lua) writes for a worker record's
+    /// The record `view_refresh` (lib_view.lua) writes for a worker record's
     /// fields; `None` when the record has no id (purged).
     pub fn encode(record: &BTreeMap<String, String>) -> Option<Vec<u8>> {
         let id = record.get("id")?;

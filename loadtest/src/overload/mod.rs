@@ -22,10 +22,10 @@ use serde_json::json;
 
 use crate::cli::RunArgs;
 use crate::client::{Client, Outcome, completion_body};
-use crate::fleet::{Arm, Fleet, sum_f64, sum_where};
 use crate::metrics::nearest_rank;
 use crate::report::out_dir;
 use crate::run::fleet_runner;
+use crate::topology::{Arm, Fleet, sum_f64, sum_where};
 use crate::workload::Api;
 use parts::{Part, jain, parse_parts, pick, router_config, top_class};
 

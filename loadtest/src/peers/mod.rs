@@ -13,7 +13,7 @@
 //!
 //! Files: `install` (venvs), `ready` (readiness), `command` (the plain
 //! launcher and its knobs), `modes` (each peer's
-//! command line as a fleet [`ExternalRouter`](crate::fleet::ExternalRouter)),
+//! command line as a fleet [`ExternalRouter`](crate::topology::ExternalRouter)),
 //! [`dynamo`] (the frontend of Dynamo's selection service).
 //!
 //! * [`install`] creates one virtualenv per package under `root`

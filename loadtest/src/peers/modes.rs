@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::bail;
 
 use super::{BIND_HOST, ENV, PeerInstall, PeerKind, PeerOptions, READY_PATH, launcher_args};
-use crate::fleet::{Companion, ExternalRouter};
+use crate::topology::{Companion, ExternalRouter};
 
 /// The block size the sims use and the peers are told (vLLM's default).
 const BLOCK_SIZE: &str = "16";

@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use fleet::process::{ChildProc, ProcSpec, wait_http_ok};
 use fleet::{Haproxy, Valkey, free_port};
 
-use crate::fleet::{LaunchContext, RouterCommon, RouterKind, View};
+use crate::topology::{LaunchContext, RouterCommon, RouterKind, View};
 
 /// The internal token of the check's fleet.
 pub const TOKEN: &str = "real-engine-token";
@@ -238,7 +238,7 @@ impl Topology {
                 }
             }
             let url = format!("{router}/admin/workers");
-            let live = crate::fleet::live_workers(&self.http, &url, TOKEN)
+            let live = crate::topology::live_workers(&self.http, &url, TOKEN)
                 .await
                 .unwrap_or(0);
             if live >= self.engines.len() {
@@ -357,7 +357,7 @@ fn router_spec(
         mesh_port: 0,
         peers: Vec::new(),
     };
-    crate::fleet::router_spec(&kind, &common, &ctx, &s.dir)
+    crate::topology::router_spec(&kind, &common, &ctx, &s.dir)
 }
 
 fn reporter_spec(s: &Settings, e: &Engine, fleet_url: &str) -> ProcSpec {

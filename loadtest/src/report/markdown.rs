@@ -2,7 +2,8 @@
 //! scenario (main table, plots, CPU, failures), then how the measures are
 //! computed, so that the numbers can be read without the source.
 
-use super::table::{answers_table, around_table, cpu_table, failures, main_table, markdown};
+use super::cpu_table::cpu_table;
+use super::table::{answers_table, around_table, failures, main_table, markdown};
 use super::{RunReport, plot_names};
 
 /// How each measure is computed (kept beside the numbers).

@@ -1,16 +1,20 @@
 //! The run's report: `report.md`, `results.json` and SVG plots (hit rate
 //! and TTFT p50 over time per scenario) in the output directory; and the
-//! prefill/decode comparison's table (`pd_table`).
+//! prefill/decode comparison's table (`pd_table`). Tables: `table` (the
+//! comparison, answers under a fault, failures), `cpu_table`, `pd_table`;
+//! `markdown` renders `report.md`, `plot` the SVGs.
 
+mod cpu_table;
 mod markdown;
 mod pd_table;
 mod plot;
 mod table;
 
+pub use cpu_table::cpu_table;
 pub use markdown::render;
 pub use pd_table::pd_table;
 pub use plot::{LinePlot, Series, write_svg};
-pub use table::{around_table, cpu_table, main_table};
+pub use table::{around_table, main_table};
 
 use std::path::{Path, PathBuf};
 

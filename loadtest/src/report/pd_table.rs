@@ -4,8 +4,8 @@
 //! hit rate, and how the routers served disaggregated requests.
 
 use super::table::{markdown, ms, opt};
-use crate::fleet::FleetCounters;
 use crate::runner::ArmResult;
+use crate::topology::FleetCounters;
 
 fn pct(v: Option<f64>) -> String {
     opt(v, |h| format!("{:.1}%", 100.0 * h))
@@ -78,7 +78,7 @@ mod tests {
 
     use super::super::table::tests::arm;
     use super::*;
-    use crate::fleet::RoleCounters;
+    use crate::topology::RoleCounters;
 
     #[test]
     fn roles_and_paths_fill_their_columns() {

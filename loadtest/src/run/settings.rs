@@ -2,7 +2,7 @@
 //! measured capacity), the fleet's shape, the sims' model, the binaries.
 
 use super::{RunArgs, Runner, SIM_BLOCK_TOKENS};
-use crate::fleet::BalancerKind;
+use crate::topology::BalancerKind;
 use crate::workload::Plan;
 
 /// The plan's arrival rate, the same onto engines at real time (× the

@@ -18,8 +18,8 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde_json::{Value, json};
 
-use loadtest::fleet::{SimSettings, default_tokenizer_dir, start_sim};
 use loadtest::peers::dynamo::{FrontendArgs, frontend};
+use loadtest::topology::{SimSettings, default_tokenizer_dir, start_sim};
 
 use crate::common;
 

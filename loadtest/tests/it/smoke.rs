@@ -8,10 +8,10 @@
 use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressDrawTarget};
-use loadtest::fleet::Arm;
 use loadtest::machine::Machine;
 use loadtest::report::{self, RunReport, ScenarioReport};
 use loadtest::scenario::Scenario;
+use loadtest::topology::Arm;
 use loadtest::workload::{Api, SyntheticKind, SyntheticOptions, synthetic_plan};
 
 use crate::common;

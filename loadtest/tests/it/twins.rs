@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use loadtest::client::{Client, completion_body};
-use loadtest::fleet::{Arm, Fleet, FleetSpec};
 use loadtest::metrics::Sample;
+use loadtest::topology::{Arm, Fleet, FleetSpec};
 use loadtest::twins::{self, Exchange};
 use loadtest::workload::Api;
 use serde_json::json;

@@ -52,7 +52,8 @@ pub struct ServeArgs {
     /// Hugging Face cache or the hub].
     #[arg(long, env = "PREFIX_ROUTER_TOKENIZER_DIR")]
     pub tokenizer_dir: Option<PathBuf>,
-    /// The revision (branch, tag or commit) of a Hugging Face `--model` id.
+    /// The revision (branch, tag or commit) of a Hugging Face `--model` id
+    /// [default: main].
     #[arg(long, env = "PREFIX_ROUTER_MODEL_REVISION")]
     pub model_revision: Option<String>,
     /// Bearer token of the internal and admin routes.

@@ -1,6 +1,6 @@
 //! The value formats of docs/state.md: forward-map entries
 //! (`<idx><s|c|h|d><expiry_s>`, comma-separated) and routing-view records
-//! and fields, as lib.lua writes them.
+//! and fields, as the Lua library writes them (`lib_entries.lua`, `lib_view.lua`).
 
 use std::collections::BTreeMap;
 
@@ -40,7 +40,7 @@ impl std::fmt::Display for Entry {
 }
 
 /// A forward value split into entries: the first entry of each incarnation
-/// (the one lib.lua's `entry_of` finds), and what is wrong with the rest.
+/// (the one lib_entries.lua's `entry_of` finds), and what is wrong with the rest.
 #[derive(Debug, Default)]
 pub(crate) struct ParsedValue {
     /// Well-formed entries, one per incarnation.

@@ -35,11 +35,11 @@ pub fn binaries() -> WorkspaceBinaries {
 #[allow(dead_code)] // not every test binary runs a fleet
 pub fn tiny_runner(
     out: &std::path::Path,
-    arm: &loadtest::fleet::Arm,
+    arm: &loadtest::topology::Arm,
     sims: usize,
     calibration: usize,
 ) -> loadtest::runner::Runner {
-    use loadtest::fleet::{BalancerKind, FleetSpec, RouterCommon, SimSettings};
+    use loadtest::topology::{BalancerKind, FleetSpec, RouterCommon, SimSettings};
     use std::time::Duration;
     let bins = binaries();
     let valkey = fleet::binaries::which("valkey-server")
@@ -66,7 +66,7 @@ pub fn tiny_runner(
             valkey_cluster: false,
             balancer: BalancerKind::Builtin,
             model: "qwen3".into(),
-            tokenizer_dir: loadtest::fleet::default_tokenizer_dir(),
+            tokenizer_dir: loadtest::topology::default_tokenizer_dir(),
             dir: out.join("logs"),
             lmcache_venv: None,
         },

@@ -58,7 +58,7 @@ pub fn fill(args: &[String], ctx: &LaunchContext) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::kind::tests::ctx;
+    use crate::topology::kind::tests::ctx;
 
     #[test]
     fn kv_and_mesh_placeholders_expand() {
