@@ -92,6 +92,9 @@ pub use config::{
     OtlpSettings, ResponseCacheArgs, ResponseCacheSettings, ServeArgs, ServeConfig, StaticWorker,
     TenantConfig, TenantLimits, TenantSource,
 };
+/// Envoy's ext_proc messages and gRPC service as the endpoint picker
+/// speaks them (what a gateway, or a test, sends it and reads back).
+pub use epp::wire as ext_proc;
 pub use metrics_recorder::metrics_handle;
 pub use models::ModelConfig;
 pub use protocol::headers::WORKER_HEADER;
