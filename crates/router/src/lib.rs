@@ -8,7 +8,8 @@
 //! * `serve`: a router process: listeners, background loops (leases, gc,
 //!   load scraping), graceful shutdown.
 //! * `epp`: `prefix-router epp`, the Gateway API Inference Extension
-//!   endpoint picker: Envoy's ext_proc gRPC over the same routing path.
+//!   endpoint picker: Envoy's ext_proc gRPC over the same routing path
+//!   (its messages and service, hand-written, public as [`ext_proc`]).
 //! * `api`: HTTP handlers (thin): OpenAI routes, the worker push API,
 //!   `/admin/*`, auth, connection guards.
 //! * `proxy`: the routing path, split by what each part does: the request
@@ -92,6 +93,9 @@ pub use config::{
     OtlpSettings, ResponseCacheArgs, ResponseCacheSettings, ServeArgs, ServeConfig, StaticWorker,
     TenantConfig, TenantLimits, TenantSource,
 };
+/// Envoy's ext_proc messages and gRPC service as the endpoint picker
+/// speaks them (what a gateway, or a test, sends it and reads back).
+pub use epp::wire as ext_proc;
 pub use metrics_recorder::metrics_handle;
 pub use models::ModelConfig;
 pub use protocol::headers::WORKER_HEADER;

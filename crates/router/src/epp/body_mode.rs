@@ -1,8 +1,7 @@
 //! [`Mode`]: how a body reaches the picker in one stream, from Envoy's
 //! processing mode or, when Envoy names none, the picker's `--body-mode`.
 
-use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
-
+use super::wire::BodySendMode;
 use crate::config::BodyMode;
 
 /// How a body reaches the picker in this stream.

@@ -7,15 +7,13 @@ use std::sync::Arc;
 
 use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
-use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
-use envoy_types::pb::envoy::service::ext_proc::v3::{
-    HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
-};
 
 use super::EppContext;
 use super::body_mode::Mode;
 use super::messages::{Phase, body_pieces, destination, immediate, proceed, set_body};
 use super::metadata::{client_headers, endpoint_of, header, served, subset_hint};
+use super::wire::processing_request::Request;
+use super::wire::{HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse};
 use crate::admission::UsageTail;
 use crate::error::ApiError;
 use crate::proxy::{Endpoint, Pick, ProxyError};

@@ -3,15 +3,13 @@
 
 use std::collections::HashMap;
 
-use envoy_types::pb::envoy::config::core::v3::{HeaderValue, HeaderValueOption};
-use envoy_types::pb::envoy::service::ext_proc::v3::{
-    BodyMutation, BodyResponse, CommonResponse, HeaderMutation, HeadersResponse, ImmediateResponse,
-    ProcessingResponse, StreamedBodyResponse, TrailersResponse, body_mutation,
-    processing_response::Response,
+use super::wire::processing_response::Response;
+use super::wire::value::Kind;
+use super::wire::{
+    BodyMutation, BodyResponse, CommonResponse, HeaderMutation, HeaderValue, HeaderValueOption,
+    HeadersResponse, HttpStatus, ImmediateResponse, ProcessingResponse, StreamedBodyResponse,
+    Struct, TrailersResponse, Value, body_mutation,
 };
-use envoy_types::pb::envoy::r#type::v3::HttpStatus;
-use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
-
 use crate::error::ApiError;
 use protocol::headers::PREFILLER_HEADER;
 
@@ -137,7 +135,6 @@ pub fn body_pieces(phase: Phase, body: &[u8], end_of_stream: bool) -> Vec<Proces
                         StreamedBodyResponse {
                             body: piece.to_vec(),
                             end_of_stream: end_of_stream && i == last,
-                            ..StreamedBodyResponse::default()
                         },
                     )),
                 }),
@@ -168,7 +165,6 @@ pub fn immediate(error: &ApiError) -> ProcessingResponse {
                 remove_headers: Vec::new(),
             }),
             body: body.to_string().into_bytes(),
-            grpc_status: None,
             details: format!("prefix_router_{}", error.kind),
         })),
         ..ProcessingResponse::default()
@@ -182,7 +178,6 @@ fn header(key: &str, value: &str) -> HeaderValueOption {
             raw_value: value.as_bytes().to_vec(),
             ..HeaderValue::default()
         }),
-        ..HeaderValueOption::default()
     }
 }
 

@@ -4,11 +4,10 @@
 
 use std::collections::HashSet;
 
-use axum::http::HeaderMap as HttpHeaderMap;
-use envoy_types::pb::envoy::config::core::v3::{HeaderMap, Metadata};
-use envoy_types::pb::google::protobuf::{Value, value::Kind};
-
 use super::messages::DESTINATION_NAMESPACE;
+use super::wire::value::Kind;
+use super::wire::{HeaderMap, Metadata, Value};
+use axum::http::HeaderMap as HttpHeaderMap;
 
 /// The metadata namespace of the subset hint.
 pub const SUBSET_NAMESPACE: &str = "envoy.lb.subset_hint";

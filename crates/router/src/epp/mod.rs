@@ -10,6 +10,8 @@
 //!
 //! Layout (each uses only those above it):
 //!
+//! * `wire`: the ext_proc messages and gRPC service, hand-written for what
+//!   the picker uses (also what the tests speak to it with).
 //! * `messages`: the answers: continue, destination, body handed back,
 //!   immediate error.
 //! * `metadata`: what is read from Envoy's messages (headers, subset hint,
@@ -27,28 +29,24 @@ mod exchange;
 mod messages;
 mod metadata;
 mod tls;
+pub mod wire;
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::{
-    ExternalProcessor, ExternalProcessorServer,
-};
-use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
-use futures_util::Stream;
 use state::StateStore;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
-use tonic::{Request, Response, Status, Streaming};
+use tonic::{Status, Streaming};
 use tonic_health::ServingStatus;
 
 use crate::config::{BodyMode, GrpcTls, ServeConfig};
 use crate::proxy::Proxy;
 use exchange::{Exchange, Step};
+use wire::{ExternalProcessorServer, ProcessingRequest, Processor, ResponseStream};
 
 /// How long open streams may finish after a shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
@@ -80,14 +78,8 @@ struct Picker {
     streams: Arc<Semaphore>,
 }
 
-#[tonic::async_trait]
-impl ExternalProcessor for Picker {
-    type ProcessStream = Pin<Box<dyn Stream<Item = Result<ProcessingResponse, Status>> + Send>>;
-
-    async fn process(
-        &self,
-        request: Request<Streaming<ProcessingRequest>>,
-    ) -> Result<Response<Self::ProcessStream>, Status> {
+impl Processor for Picker {
+    fn process(&self, mut inbound: Streaming<ProcessingRequest>) -> Result<ResponseStream, Status> {
         // Each stream holds a task and up to a body's bytes: at most
         // --epp-max-streams streams at once.
         let Ok(permit) = self.streams.clone().try_acquire_owned() else {
@@ -98,7 +90,6 @@ impl ExternalProcessor for Picker {
                 self.ctx.max_streams
             )));
         };
-        let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(16);
         let ctx = self.ctx.clone();
         // The exchange (and the in-flight count it holds) lives as long as
@@ -166,7 +157,7 @@ impl ExternalProcessor for Picker {
             exchange.finish();
             drop(permit);
         });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Box::pin(ReceiverStream::new(rx)))
     }
 }
 

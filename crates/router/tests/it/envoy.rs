@@ -5,19 +5,18 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue, Metadata};
-use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
-use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
-use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
-use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
-use envoy_types::pb::envoy::service::ext_proc::v3::{
-    CommonResponse, HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
-    ProtocolConfiguration, body_mutation,
+use prefix_router::ext_proc::processing_request::Request;
+use prefix_router::ext_proc::processing_response::Response;
+use prefix_router::ext_proc::value::Kind;
+use prefix_router::ext_proc::{
+    BodySendMode, CommonResponse, HeaderMap, HeaderValue, HttpBody, HttpHeaders, ListValue,
+    Metadata, PROCESS_PATH, ProcessingRequest, ProcessingResponse, ProtocolConfiguration, Struct,
+    Value, body_mutation,
 };
-use envoy_types::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
 use serde_json::Value as Json;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::codegen::http::uri::PathAndQuery;
 
 /// The header (and `envoy.lb` metadata key) of the destination.
 pub const DESTINATION: &str = "x-gateway-destination-endpoint";
@@ -41,14 +40,10 @@ impl Envoy {
     /// A stream over `channel` (one connection carries many streams, as
     /// Envoy's do).
     pub async fn over(channel: tonic::transport::Channel) -> Envoy {
-        let mut client = ExternalProcessorClient::new(channel)
-            .max_decoding_message_size(usize::MAX)
-            .max_encoding_message_size(usize::MAX);
         let (tx, rx) = mpsc::channel(16);
-        let answers = client.process(ReceiverStream::new(rx)).await.unwrap();
         Envoy {
             tx: Some(tx),
-            rx: answers.into_inner(),
+            rx: process(channel, rx).await.unwrap(),
         }
     }
 
@@ -79,6 +74,30 @@ impl Envoy {
     }
 }
 
+/// Calls the picker's `Process` method over `channel` (Envoy's client side
+/// of the stream): sends what `rx` yields, returns the answers' stream, or
+/// the status the picker refused the stream with.
+pub async fn process(
+    channel: tonic::transport::Channel,
+    rx: mpsc::Receiver<ProcessingRequest>,
+) -> Result<tonic::Streaming<ProcessingResponse>, tonic::Status> {
+    let mut client = tonic::client::Grpc::new(channel)
+        .max_decoding_message_size(usize::MAX)
+        .max_encoding_message_size(usize::MAX);
+    client
+        .ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let answers = client
+        .streaming(
+            tonic::Request::new(ReceiverStream::new(rx)),
+            PathAndQuery::from_static(PROCESS_PATH),
+            tonic_prost::ProstCodec::<ProcessingRequest, ProcessingResponse>::default(),
+        )
+        .await?;
+    Ok(answers.into_inner())
+}
+
 pub fn headers_of(pairs: &[(&str, &str)]) -> HeaderMap {
     HeaderMap {
         headers: pairs
@@ -96,7 +115,6 @@ pub fn modes(request: BodySendMode, response: BodySendMode) -> Option<ProtocolCo
     Some(ProtocolConfiguration {
         request_body_mode: request as i32,
         response_body_mode: response as i32,
-        ..ProtocolConfiguration::default()
     })
 }
 
@@ -114,11 +132,9 @@ pub fn request_headers(
                 ("content-type", "application/json"),
             ])),
             end_of_stream,
-            ..HttpHeaders::default()
         })),
         protocol_config: config,
         metadata_context: metadata,
-        ..ProcessingRequest::default()
     }
 }
 
@@ -146,7 +162,6 @@ pub fn request_body(body: &[u8], end_of_stream: bool) -> ProcessingRequest {
         request: Some(Request::RequestBody(HttpBody {
             body: body.to_vec(),
             end_of_stream,
-            ..HttpBody::default()
         })),
         ..ProcessingRequest::default()
     }
@@ -175,7 +190,6 @@ pub fn response_body(body: &[u8], end_of_stream: bool) -> ProcessingRequest {
         request: Some(Request::ResponseBody(HttpBody {
             body: body.to_vec(),
             end_of_stream,
-            ..HttpBody::default()
         })),
         ..ProcessingRequest::default()
     }
@@ -195,7 +209,6 @@ pub fn namespace(name: &str, key: &str, value: Value) -> Metadata {
                 fields: HashMap::from([(key.to_owned(), value)]),
             },
         )]),
-        ..Metadata::default()
     }
 }
 

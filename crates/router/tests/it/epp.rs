@@ -15,16 +15,14 @@ use envoy::{
     Envoy, common, destination, handed_back, immediate, modes, request_body, request_headers,
     response_body, response_headers, subset,
 };
-use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
-use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
-use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request;
-use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
-use envoy_types::pb::envoy::service::ext_proc::v3::{HttpTrailers, ProcessingRequest};
 use fleet::{
     MODEL, completion, document, fleet, fleet_tuned, fleet_with, health, pick_duplex,
     wait_in_flight, wait_prefill, worker_of,
 };
 use prefix_router::BodyMode;
+use prefix_router::ext_proc::processing_request::Request;
+use prefix_router::ext_proc::processing_response::Response;
+use prefix_router::ext_proc::{BodySendMode, HttpTrailers, ProcessingRequest};
 use serde_json::json;
 use tonic_health::pb::health_check_response::ServingStatus;
 
@@ -475,12 +473,13 @@ async fn streams_beyond_the_cap_are_refused() {
     .await;
     let grpc = f.pickers[0].1;
     let held = [Envoy::open(grpc).await, Envoy::open(grpc).await];
-    let mut client = ExternalProcessorClient::connect(format!("http://{grpc}"))
+    let channel = tonic::transport::Channel::from_shared(format!("http://{grpc}"))
+        .unwrap()
+        .connect()
         .await
         .unwrap();
     let (_tx, rx) = tokio::sync::mpsc::channel(1);
-    let refused = client
-        .process(tokio_stream::wrappers::ReceiverStream::new(rx))
+    let refused = envoy::process(channel, rx)
         .await
         .expect_err("a third stream is refused");
     assert_eq!(refused.code(), tonic::Code::ResourceExhausted);

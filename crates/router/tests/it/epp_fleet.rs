@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::config::core::v3::Metadata;
+use prefix_router::ext_proc::Metadata;
 use prefix_router::{BodyMode, EppSettings, ServeArgs};
 use serde_json::json;
 use state::{StateStore, StateTtls, WorkerHeartbeat};

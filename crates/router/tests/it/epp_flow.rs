@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use envoy::{Envoy, destination, exchange_duplex, immediate, request_body, request_headers};
-use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
+use prefix_router::ext_proc::processing_response::Response;
 use prefix_router::{BodyMode, FlowArgs};
 use serde_json::json;
 use state::{StateTtls, WorkerHeartbeat};

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use envoy::{
     Envoy, destination, exchange_duplex, immediate, request_body, request_headers, response_headers,
 };
-use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
 use fleet::{Fleet, MODEL, completion, fleet_tuned, health_over, pick_duplex, wait_in_flight};
 use futures_util::StreamExt;
+use prefix_router::ext_proc::processing_response::Response;
 use prefix_router::{BodyMode, GrpcTls};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair,

@@ -17,8 +17,8 @@ use std::time::Duration;
 use envoy::{
     Envoy, destination, exchange_duplex, handed_back, header_set, response_body, response_headers,
 };
-use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
 use prefix_router::BodyMode;
+use prefix_router::ext_proc::processing_response::Response;
 use serde_json::json;
 use support::counts::{wait_counts, worker_counts};
 use support::{Router, Valkey, args, free_port, metrics_text, post, tokenizer_dir, worker_blocks};

@@ -18,7 +18,7 @@ use envoy::{
     Envoy, common, destination, exchange_duplex_handing_back, header_set, open_buffered,
     request_body,
 };
-use envoy_types::pb::envoy::service::ext_proc::v3::body_mutation;
+use prefix_router::ext_proc::body_mutation;
 use protocol::headers::{DESTINATION_HEADER, PREFILLER_HEADER, RESERVED};
 use serde_json::{Value, json};
 use support::fake_worker::FakeWorker;
@@ -188,10 +188,7 @@ async fn picker(valkey: &Valkey) -> (Router, SocketAddr) {
 
 /// Asserts the picker's answer removes every reserved header it does not
 /// set itself, and sets `content-length` to `len`.
-fn assert_removes_reserved(
-    answer: &envoy_types::pb::envoy::service::ext_proc::v3::ProcessingResponse,
-    len: usize,
-) {
+fn assert_removes_reserved(answer: &prefix_router::ext_proc::ProcessingResponse, len: usize) {
     for name in RESERVED {
         let (set, removed) = header_set(answer, name);
         if name == DESTINATION_HEADER {

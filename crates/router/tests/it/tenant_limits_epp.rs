@@ -10,9 +10,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use envoy::{Envoy, client_request, destination, handed_back, immediate, modes, request_body};
-use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
-use envoy_types::pb::envoy::service::ext_proc::v3::ProcessingResponse;
-use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
+use prefix_router::ext_proc::processing_response::Response;
+use prefix_router::ext_proc::{BodySendMode, ProcessingResponse};
 use prefix_router::{AdmissionArgs, BodyMode};
 use serde_json::json;
 use state::{StateTtls, WorkerHeartbeat};
