@@ -76,11 +76,11 @@ if cargo nextest --version >/dev/null 2>&1; then
   wait "$redis_pass" || redis_status=$?
   cat "$redis_log"
   rm -f "$redis_log"
-  # nextest does not run doctests; only `worker` has one (compiled, not run).
-  doc_status=0
-  phase "doctests" cargo test --doc -p worker --locked || doc_status=$?
-  if [ "$main_status" -ne 0 ] || [ "$redis_status" -ne 0 ] || [ "$doc_status" -ne 0 ]; then
-    echo "test.sh: tests failed (main run: exit $main_status, Redis 7 pass: exit $redis_status, doctests: exit $doc_status)"
+  # No doctest phase: nextest does not run doctests, and no crate has any
+  # (each says `doctest = false`; the push module's example, the last one,
+  # runs as a router test).
+  if [ "$main_status" -ne 0 ] || [ "$redis_status" -ne 0 ]; then
+    echo "test.sh: tests failed (main run: exit $main_status, Redis 7 pass: exit $redis_status)"
     exit 1
   fi
 else

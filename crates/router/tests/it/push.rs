@@ -291,3 +291,51 @@ async fn client_errors_say_what_failed_and_whether_to_retry() {
         .unwrap();
     assert!(!again.registered && again.incarnation == reply.incarnation);
 }
+
+/// The example of `worker::push`'s module documentation, run against a real
+/// router (it was a compile-only doctest): the same calls, each checked in
+/// the shared state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_push_module_example_runs_against_a_router() {
+    let valkey = Valkey::start();
+    let router = Router::start(&valkey.url(), args()).await;
+    let cache = Arc::new(Source::default());
+    let source: Arc<dyn BlockSource> = cache.clone();
+    let result: Result<(), PushError> = async {
+        let client = FleetClient::new(FleetClientConfig::new(router.url(""), Some(TOKEN.into())))?;
+        let identity = WorkerIdentity {
+            worker_id: "gpu-0".into(),
+            model: M.into(),
+            url: "http://10.0.0.5:8000".into(),
+            role: None,
+        };
+        let pusher = Pusher::start(client, PusherConfig::new(identity), source);
+        let handle = pusher.handle();
+        // A block, its prefix family (the hash of its chain's first block)
+        // and the best medium it is held on.
+        let block = FamilyBlock {
+            hash: BlockHash(0x7219_bff9_b083_37ef),
+            family: Some(BlockHash(0x0c3e_12aa_9f00_7d21)),
+            tier: protocol::Tier::Gpu,
+        };
+        // The worker's cache holds what it reports (the `BlockSource`
+        // contract: a sync sends the source's snapshot).
+        cache.set.lock().unwrap().insert(block.hash);
+        handle.stored(&[block]); // from BlockStored
+        let one = BTreeSet::from([block.hash.to_hex()]);
+        eventually("the stored block in the shared state", || {
+            held(&valkey, "gpu-0") == one
+        })
+        .await;
+        cache.set.lock().unwrap().remove(&block.hash);
+        handle.evicted(&[block]); // from BlockRemoved
+        eventually("the evicted block gone", || {
+            held(&valkey, "gpu-0").is_empty()
+        })
+        .await;
+        pusher.shutdown(true).await?; // and drain the worker
+        Ok(())
+    }
+    .await;
+    result.unwrap();
+}

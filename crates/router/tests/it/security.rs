@@ -769,6 +769,12 @@ async fn secrets_never_reach_the_logs() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("router.log");
     let w = FakeWorker::start("w0").await;
+    // The routers relay answers as streams: release the fake worker's
+    // chunks up front, so that the first answer ends at once (else it
+    // waits out the router's 30 s --stall-timeout).
+    for _ in SSE_CHUNKS {
+        w.release.send(()).unwrap();
+    }
     let urls = [
         format!("redis://:{PASSWORD}@127.0.0.1:{}", v.port),
         format!("valkey://router:{ACL_PASSWORD}@127.0.0.1:{}/0", v.port),

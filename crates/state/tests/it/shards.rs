@@ -89,6 +89,26 @@ async fn in_flight(s: &StateStore, chain: &[BlockHash], worker: &str) -> u64 {
     seen(s, chain, worker).await.map_or(0, |w| w.info.in_flight)
 }
 
+/// Waits (up to 10 s: the other parts count from the next batch) until
+/// every part of `chains` counts `want` requests in flight on `worker`.
+async fn in_flight_everywhere(s: &StateStore, chains: &[Vec<BlockHash>], worker: &str, want: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    for c in chains {
+        loop {
+            let n = in_flight(s, c, worker).await;
+            if n == want {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "part of {:?}: {n} in flight, not {want}",
+                c[0]
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
 /// Routes `chain` as a request that then completes: (chosen worker, blocks
 /// it held). The release waits for the other parts' in-flight counts.
 async fn route(s: &StateStore, chain: &[BlockHash]) -> (String, usize) {
@@ -172,17 +192,11 @@ async fn scenario(s: &StateStore, shards: usize, flush: impl Fn()) {
         .info
         .worker_id
         .clone();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    for c in &chains {
-        assert_eq!(in_flight(s, c, &held_by).await, 1, "part of {:?}", c[0]);
-    }
+    in_flight_everywhere(s, &chains, &held_by, 1).await;
     s.change_in_flight(M, &held_by, state::InFlight::requests(-1))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    for c in &chains {
-        assert_eq!(in_flight(s, c, &held_by).await, 0, "part of {:?}", c[0]);
-    }
+    in_flight_everywhere(s, &chains, &held_by, 0).await;
 
     // Anti-entropy: w1's confirmed set, digested per shard, is unchanged;
     // a missing block makes its shard differ.

@@ -13,13 +13,15 @@
 //!   lost reports, fleet outages and lease expiries by scheduling full
 //!   resyncs, with bounded memory.
 //!
-//! ```no_run
-//! # async fn demo(source: std::sync::Arc<dyn worker::push::BlockSource>)
-//! # -> Result<(), worker::push::PushError> {
+//! An example (run, against a real router, as the router's test
+//! `push::the_push_module_example_runs_against_a_router`):
+//!
+//! ```ignore
 //! use protocol::BlockHash;
 //! use protocol::family::FamilyBlock;
 //! use worker::push::*;
 //!
+//! // `source`: an `Arc<dyn BlockSource>` over the worker's cache.
 //! let client = FleetClient::new(FleetClientConfig::new(
 //!     "http://127.0.0.1:8080",
 //!     Some("change-me".into()),
@@ -42,7 +44,6 @@
 //! handle.stored(&[block]); // from BlockStored
 //! handle.evicted(&[block]); // from BlockRemoved
 //! pusher.shutdown(true).await?; // and drain the worker
-//! # Ok(()) }
 //! ```
 //!
 //! Metrics (the `metrics` crate): `prefix_router_push_total{op}` (accepted
