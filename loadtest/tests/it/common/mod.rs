@@ -50,7 +50,12 @@ pub fn tiny_runner(
             routers: RouterCommon {
                 program: bins.router,
                 token: "tiny-fleet-token".into(),
-                extra_args: vec![],
+                // The routing deadline of the router tests' support (the
+                // default 20 ms is for production): on a loaded CI machine a
+                // call past 20 ms falls back to consistent hashing, and the
+                // P/D arms then served some turns colocated, uncounted on a
+                // path (`pd_smoke` saw 9-10 of 12).
+                extra_args: vec!["--valkey-timeout".into(), "2s".into()],
                 log_level: "warn".into(),
             },
             sim_program: bins.sim,

@@ -17,10 +17,13 @@ use crate::load::{Load, LoadConfig, counts, failures};
 
 pub async fn run() {
     let mut f = Fleet::start("worker-drain", FleetSpec::default()).await;
-    // Answers of about 0.8 s (5 ms a token): SIGTERM finds some running.
+    // Answers of about 2 s (5 ms a token): SIGTERM finds some running, and
+    // the sim stays `draining` until they finish, long enough for the
+    // worker list's polls below to see it on a loaded machine (with 0.8 s
+    // answers the state came and went between two polls at load 10-30).
     let cfg = LoadConfig {
         rate: 25.0,
-        max_tokens: 160,
+        max_tokens: 400,
         ..LoadConfig::default()
     };
     let traffic = Load::start(f.url(), cfg, f.epoch);
