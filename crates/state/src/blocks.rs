@@ -118,7 +118,7 @@ impl StateStore {
             requests: 1,
             prefill_tokens: i64::try_from(prefill_tokens).unwrap_or(i64::MAX),
         };
-        self.change_in_flight_except(model, worker_id, delta, Some(&part))
+        self.count_in_other_parts(model, &part, worker_id, delta)
             .await?;
         Ok(n)
     }

@@ -1,7 +1,8 @@
 //! What every part of a sharded model must see of a request, batched: the
 //! in-flight changes of the parts that did not route it, and the load a
-//! worker reported. Also, in any model, the end of requests' prefills
-//! (their tokens taken off at the first response byte). One call per request and part would cost each primary
+//! worker reported. Also, in any model, the end of requests and of their
+//! prefills (their count and tokens taken off when the answer ends and at
+//! its first byte). One call per request and part would cost each primary
 //! about 0.2 ms per request of the whole fleet (docs/capacity.md); here
 //! each part gets one `change_in_flight.lua` and one `report_load.lua` call per
 //! [`FLUSH_EVERY`], carrying every worker's net change.
@@ -66,6 +67,9 @@ struct Batch {
 pub(crate) struct FanOut {
     batch: Mutex<Batch>,
     flushing: AtomicBool,
+    /// Wakes the flusher when something is queued: it sleeps while
+    /// nothing is (no timer ticks in an idle router).
+    queued: Arc<tokio::sync::Notify>,
     /// Held by a flush while it sends and updates the ledger, and by a
     /// router lease renewal while it reads the ledger and reconciles: a
     /// renewal never sees a batch in Valkey and not in the ledger, or the
@@ -81,7 +85,15 @@ impl FanOut {
     fn take(&self) -> Batch {
         std::mem::take(&mut *self.batch())
     }
+
+    fn is_empty(&self) -> bool {
+        let b = self.batch();
+        b.in_flight.is_empty() && b.loads.is_empty()
+    }
 }
+
+/// How often an idle flusher checks that its store still exists.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 impl StateStore {
     /// Queues an in-flight change of `worker` in `part`.
@@ -115,15 +127,27 @@ impl StateStore {
         self.start_flusher();
     }
 
-    /// Starts the flusher task once; it ends when the store is dropped.
+    /// Wakes the flusher, started once: it sends the batch
+    /// [`FLUSH_EVERY`] after something was queued, and sleeps while
+    /// nothing is; it ends when the store is dropped.
     fn start_flusher(&self) {
         let fan_out = &self.inner.fan_out;
+        fan_out.queued.notify_one();
         if fan_out.flushing.swap(true, Ordering::AcqRel) {
             return;
         }
         let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        let queued = fan_out.queued.clone();
         tokio::spawn(async move {
             loop {
+                // A wake-up left by a change queued during the last flush
+                // is taken at once.
+                let _ = tokio::time::timeout(IDLE_CHECK, queued.notified()).await;
+                match weak.upgrade() {
+                    None => return,
+                    Some(inner) if inner.fan_out.is_empty() => continue,
+                    Some(_) => {}
+                }
                 tokio::time::sleep(FLUSH_EVERY).await;
                 let Some(inner) = weak.upgrade() else { return };
                 let store = StateStore { inner };

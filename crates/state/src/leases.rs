@@ -203,84 +203,90 @@ impl StateStore {
     /// every part of the model): its requests and their prefill tokens.
     /// Returns this router's new request count (0 for a sharded model, and
     /// for a change of prefill tokens alone: both go out in the next batch,
-    /// within 10 ms).
+    /// within 10 ms). A new request's count takes this router's first lease
+    /// in a model ([`lease_if_new`](Self::lease_if_new)).
     pub async fn change_in_flight(
         &self,
         model: &str,
         worker_id: &str,
         delta: InFlight,
     ) -> Result<u64, StateError> {
-        self.change_in_flight_except(model, worker_id, delta, None)
-            .await
-    }
-
-    /// [`change_in_flight`](Self::change_in_flight) in every part but
-    /// `skip` (the part whose routing call already counted the request).
-    /// Every count of a new request passes here, so here the router takes
-    /// its first lease in a model ([`lease_if_new`](Self::lease_if_new)).
-    pub(crate) async fn change_in_flight_except(
-        &self,
-        model: &str,
-        worker_id: &str,
-        delta: InFlight,
-        skip: Option<&str>,
-    ) -> Result<u64, StateError> {
         check_name("worker_id", worker_id)?;
         let parts = self.parts(model)?;
-        let new_request = delta.requests > 0;
         // A prefill's end (tokens only, taken off at a response's first
         // byte) can wait for the next batch: one call per flush instead of
         // one per request.
         let prefill_done = delta.requests == 0 && delta.prefill_tokens < 0;
-        if parts.len() == 1 && !prefill_done {
-            // Unsharded: at once, unless the routing call already counted it.
-            let mut n = 0;
-            if Some(parts[0].as_str()) != skip {
-                n = self
-                    .change_in_flight_part(&parts[0], worker_id, delta)
-                    .await?;
+        let mut n = 0;
+        if let ([part], false) = (&parts[..], prefill_done) {
+            // Unsharded: at once, and in the ledger. A release counts at
+            // once (the request is over, whatever Valkey does with it); an
+            // increment once Valkey has it.
+            self.inner.ledger.add(part, worker_id, delta.decrease());
+            let router = self.router_id().to_owned();
+            n = self
+                .run(
+                    Lane::Bulk,
+                    ScriptName::ChangeInFlight,
+                    part,
+                    &[
+                        &router,
+                        worker_id,
+                        &delta.requests.to_string(),
+                        &delta.prefill_tokens.to_string(),
+                    ],
+                )
+                .await?;
+            self.inner.ledger.add(part, worker_id, delta.increase());
+        } else {
+            // A sharded model, or a prefill's end: batched per part
+            // (fan_out), into the ledger with its batch.
+            for part in parts.iter() {
+                self.queue_in_flight(part, worker_id, delta);
             }
-            if new_request {
-                self.lease_if_new(model).await;
-            }
-            return Ok(n);
         }
-        // A sharded model, or a prefill's end: batched per part (fan_out),
-        // into the ledger with its batch.
-        for part in parts.iter().filter(|p| Some(p.as_str()) != skip) {
-            self.queue_in_flight(part, worker_id, delta);
-        }
-        if new_request {
+        if delta.requests > 0 {
             self.lease_if_new(model).await;
         }
-        Ok(0)
+        Ok(n)
     }
 
-    /// In-flight change in one part, and in its ledger.
-    async fn change_in_flight_part(
+    /// Takes `done` (a request's count, or its prefill tokens, at its
+    /// end) off this router's in-flight gauges for a worker in the next
+    /// batch (fan_out, within 10 ms), in every part of the model: one call
+    /// per flush for every release instead of one per request. Into the
+    /// ledger with its batch (only the decreases if the batch is lost: the
+    /// requests are over, whatever Valkey does).
+    pub fn release_in_flight(
         &self,
         model: &str,
         worker_id: &str,
+        done: InFlight,
+    ) -> Result<(), StateError> {
+        check_name("worker_id", worker_id)?;
+        for part in self.parts(model)?.iter() {
+            self.queue_in_flight(part, worker_id, done.decrease());
+        }
+        Ok(())
+    }
+
+    /// A new request that the routing call in `counted` (a part of
+    /// `model`) already counted in flight with `delta`: counted in the
+    /// model's other parts too, batched (fan_out), so that their routes
+    /// weigh it a moment later; and this router's first lease in the model
+    /// taken ([`lease_if_new`](Self::lease_if_new)).
+    pub(crate) async fn count_in_other_parts(
+        &self,
+        model: &str,
+        counted: &str,
+        worker_id: &str,
         delta: InFlight,
-    ) -> Result<u64, StateError> {
-        let router = self.router_id().to_owned();
-        // A release counts at once (the request is over, whatever Valkey
-        // does with it); an increment once Valkey has it.
-        self.inner.ledger.add(model, worker_id, delta.decrease());
-        let n = self
-            .run(
-                Lane::Bulk,
-                ScriptName::ChangeInFlight,
-                model,
-                &[
-                    &router,
-                    worker_id,
-                    &delta.requests.to_string(),
-                    &delta.prefill_tokens.to_string(),
-                ],
-            )
-            .await?;
-        self.inner.ledger.add(model, worker_id, delta.increase());
-        Ok(n)
+    ) -> Result<(), StateError> {
+        let parts = self.parts(model)?;
+        for part in parts.iter().filter(|p| p.as_str() != counted) {
+            self.queue_in_flight(part, worker_id, delta);
+        }
+        self.lease_if_new(model).await;
+        Ok(())
     }
 }

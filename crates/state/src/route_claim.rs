@@ -233,7 +233,7 @@ impl StateStore {
             self.inner.ledger.add(&part, &w.info.worker_id, delta);
             // The other parts of a sharded model count it too, batched
             // (fan_out): their routes weigh this worker's load a moment later.
-            self.change_in_flight_except(model, &w.info.worker_id, delta, Some(&part))
+            self.count_in_other_parts(model, &part, &w.info.worker_id, delta)
                 .await?;
         }
         Ok(outcome)

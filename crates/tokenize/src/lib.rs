@@ -13,8 +13,8 @@
 //!   `config.json` and `tokenizer_config.json`.
 //! * [`chat`]: chat requests rendered as vLLM's OpenAI server does (message
 //!   normalization, the model's Jinja template, Python-exact filters).
-//! * `prompt`: [`PromptField`] and [`completion_prompt`], the prompt of a
-//!   completions body.
+//! * `prompt`: [`PromptField`], [`completion_prompt`] and
+//!   [`prompt_from_json`], the prompt of a completions body.
 //! * `pipeline`: [`ModelPipeline`], one model's tokenizer, chat renderer and
 //!   block hasher; [`ModelPipelines`], all of a router's models.
 //!
@@ -34,4 +34,6 @@ pub use chunk_cache::{ChunkCache, MAX_PIECE_BYTES, split_at_safe_boundaries, spl
 pub use context::context_length;
 pub use model_tokenizer::{ModelTokenizer, TokenizeError, TokenizerConfig};
 pub use pipeline::{ModelPipeline, ModelPipelines, Resolved};
-pub use prompt::{CompletionPrompt, InvalidPrompt, PromptField, cache_salt, completion_prompt};
+pub use prompt::{
+    CompletionPrompt, InvalidPrompt, PromptField, cache_salt, completion_prompt, prompt_from_json,
+};

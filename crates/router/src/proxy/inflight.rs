@@ -66,21 +66,32 @@ impl InFlightGuard {
         self.release(InFlight::prefill_tokens(tokens));
     }
 
-    /// Applies `delta` to the worker's counts, off the request path (a
-    /// release, or an addition).
+    /// Applies `delta` to the worker's counts, off the request path: a
+    /// release in the store's next batch, an addition by a task of its own.
     fn release(&self, delta: InFlight) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let _runtime = handle.enter();
+        if delta.requests <= 0 && delta.prefill_tokens <= 0 {
+            if let Err(e) = self
+                .store
+                .release_in_flight(&self.model, &self.worker_id, delta)
+            {
+                tracing::debug!(error = %e, worker = self.worker_id, "in-flight release lost; the router lease bounds it");
+            }
+            return;
+        }
         let (store, model, worker) = (
             self.store.clone(),
             self.model.clone(),
             self.worker_id.clone(),
         );
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                if let Err(e) = store.change_in_flight(&model, &worker, delta).await {
-                    tracing::debug!(error = %e, worker, "in-flight decrement lost; the router lease bounds it");
-                }
-            });
-        }
+        handle.spawn(async move {
+            if let Err(e) = store.change_in_flight(&model, &worker, delta).await {
+                tracing::debug!(error = %e, worker, "in-flight increment lost; the router lease bounds it");
+            }
+        });
     }
 }
 

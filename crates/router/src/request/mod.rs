@@ -24,7 +24,7 @@ use serde::Deserializer;
 use serde::de::{MapAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
-use tokenize::{CompletionPrompt, InvalidPrompt, PromptField};
+use tokenize::{CompletionPrompt, InvalidPrompt};
 
 /// Why a body is not a request: not a JSON object.
 #[derive(Debug, thiserror::Error)]
@@ -120,9 +120,7 @@ impl Request {
         let raw = self
             .raw("prompt")
             .ok_or_else(|| InvalidPrompt("prompt is required".into()))?;
-        serde_json::from_str::<PromptField>(raw)
-            .map_err(|e| InvalidPrompt(format!("prompt is not valid: {e}")))?
-            .0
+        tokenize::prompt_from_json(raw)
     }
 
     /// Sets `key` to `value` on the body handed on (the client's own

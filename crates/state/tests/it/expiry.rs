@@ -264,3 +264,64 @@ async fn long_chains_are_looked_up_in_chunks_with_the_same_answer() {
     assert_eq!(counts(whole.probe(M, &chain).await.unwrap()), want);
     assert_eq!(counts(chunked.probe(M, &chain).await.unwrap()), want);
 }
+
+/// A release (`release_in_flight`: a request's end, its prefill's end)
+/// goes out in the next batch: not at once, but within a few flushes, for
+/// the requests and the prefill tokens alike; and a store whose batch is
+/// empty keeps its counts (nothing flushed twice).
+#[tokio::test]
+async fn a_release_reaches_the_shared_counts_with_the_next_batch() {
+    let v = Valkey::start();
+    let long = StateTtls {
+        worker_lease: Duration::from_secs(60),
+        ..fast_ttls()
+    };
+    let r = store(&v, "rel", "router-1", long);
+    r.heartbeat(M, &hb("w")).await.unwrap();
+    r.router_lease(M, Duration::from_secs(60)).await.unwrap();
+    let counted = state::InFlight {
+        requests: 3,
+        prefill_tokens: 900,
+    };
+    r.change_in_flight(M, "w", counted).await.unwrap();
+    let counts = |l: state::PrefixProbe| {
+        (
+            l.workers[0].info.in_flight,
+            l.workers[0].info.prefill_tokens,
+        )
+    };
+    assert_eq!(counts(r.probe(M, &[]).await.unwrap()), (3, 900));
+    r.release_in_flight(M, "w", state::InFlight::prefill_tokens(-600))
+        .unwrap();
+    r.release_in_flight(M, "w", state::InFlight::requests(-2))
+        .unwrap();
+    let mut seen = (3, 900);
+    for _ in 0..100 {
+        seen = counts(r.probe(M, &[]).await.unwrap());
+        if seen == (1, 300) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(seen, (1, 300), "the batched releases reached Valkey");
+    // Idle flushes change nothing; the last request's release still goes.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(counts(r.probe(M, &[]).await.unwrap()), (1, 300));
+    r.release_in_flight(
+        M,
+        "w",
+        state::InFlight {
+            requests: -1,
+            prefill_tokens: -300,
+        },
+    )
+    .unwrap();
+    for _ in 0..100 {
+        seen = counts(r.probe(M, &[]).await.unwrap());
+        if seen == (0, 0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(seen, (0, 0));
+}

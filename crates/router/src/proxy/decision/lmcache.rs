@@ -8,9 +8,9 @@
 use std::sync::Arc;
 
 use super::candidates::Target;
-use super::{Chain, Decider, in_order};
+use super::{Chain, Decider, order};
 use crate::lmcache::{self, Held, Outcome};
-use crate::routing::{Candidate, RouteRequest};
+use crate::routing::RouteRequest;
 
 impl Decider {
     /// What each worker's LMCache holds of `chain`'s prompt, and how the
@@ -25,12 +25,16 @@ impl Decider {
     /// `targets` in the policy's order, equal costs broken by the workers'
     /// LMCache key counts (the cache-aware policy only).
     pub fn order_with_lmcache(&self, request: &RouteRequest, targets: Vec<Target>) -> Vec<Target> {
-        let candidates: Vec<Candidate> = targets.iter().map(|t| t.candidate.clone()).collect();
-        let mut ranked = self.policy.rank(request, &candidates);
-        if let (Some(lm), Some(cfg)) = (&self.lmcache, &self.atomic) {
-            lmcache::tie_break(&mut ranked, &candidates, cfg, request, &lm.key_counts());
-        }
-        in_order(targets, ranked)
+        order(
+            self.policy.as_ref(),
+            request,
+            targets,
+            |ranked, candidates| {
+                if let (Some(lm), Some(cfg)) = (&self.lmcache, &self.atomic) {
+                    lmcache::tie_break(ranked, candidates, cfg, request, &lm.key_counts());
+                }
+            },
+        )
     }
 }
 

@@ -275,7 +275,7 @@ impl Decider {
             });
         }
         let mut ranked = vec![first];
-        ranked.extend(order(self.policy.as_ref(), &request, all));
+        ranked.extend(order(self.policy.as_ref(), &request, all, |_, _| {}));
         Ok(ranked)
     }
 
@@ -303,22 +303,16 @@ impl Decider {
     }
 
     /// Takes back what the atomic step counted for `target` (the request
-    /// will not go there), off the request path.
+    /// will not go there), in the store's next batch.
     fn release(&self, model: &str, target: &Target) {
         let done = state::InFlight {
             requests: -1,
             prefill_tokens: -i64::try_from(target.prefill_tokens).unwrap_or(i64::MAX),
         };
-        let (store, model, worker) = (
-            self.store.clone(),
-            model.to_owned(),
-            target.candidate.worker_id.clone(),
-        );
-        tokio::spawn(async move {
-            if let Err(e) = store.change_in_flight(&model, &worker, done).await {
-                tracing::debug!(error = %e, worker, "in-flight release lost; the router lease bounds it");
-            }
-        });
+        let worker = &target.candidate.worker_id;
+        if let Err(e) = self.store.release_in_flight(model, worker, done) {
+            tracing::debug!(error = %e, worker, "in-flight release lost; the router lease bounds it");
+        }
     }
 
     /// The fallback ranking: consistent hashing over the workers last seen
@@ -332,27 +326,34 @@ impl Decider {
         if !known.is_empty() {
             metrics::counter!("prefix_router_fallback_routes_total").increment(1);
         }
-        order(&ConsistentHash::new(0.25), request, known)
+        order(&ConsistentHash::new(0.25), request, known, |_, _| {})
     }
 }
 
-/// `targets` in `policy`'s order. The policy ranks their candidates,
-/// moved out of the targets and back (nothing copied).
-pub fn order(policy: &dyn Policy, request: &RouteRequest, mut targets: Vec<Target>) -> Vec<Target> {
+/// `targets` in `policy`'s order: the policy ranks their candidates,
+/// moved out of the targets and back (nothing copied), and `tie_break`
+/// may reorder that ranking (indices into the candidates) before the
+/// targets are put in it.
+pub fn order(
+    policy: &dyn Policy,
+    request: &RouteRequest,
+    mut targets: Vec<Target>,
+    tie_break: impl FnOnce(&mut [usize], &[Candidate]),
+) -> Vec<Target> {
     let candidates: Vec<Candidate> = targets
         .iter_mut()
         .map(|t| std::mem::take(&mut t.candidate))
         .collect();
-    let ranked = policy.rank(request, &candidates);
-    for (t, c) in targets.iter_mut().zip(candidates) {
-        t.candidate = c;
-    }
-    in_order(targets, ranked)
-}
-
-/// `targets` in the order of `ranked` (indices into them).
-fn in_order(targets: Vec<Target>, ranked: Vec<usize>) -> Vec<Target> {
-    let mut slots: Vec<Option<Target>> = targets.into_iter().map(Some).collect();
+    let mut ranked = policy.rank(request, &candidates);
+    tie_break(&mut ranked, &candidates);
+    let mut slots: Vec<Option<Target>> = targets
+        .into_iter()
+        .zip(candidates)
+        .map(|(mut t, c)| {
+            t.candidate = c;
+            Some(t)
+        })
+        .collect();
     ranked
         .into_iter()
         .filter_map(|i| slots.get_mut(i).and_then(Option::take))

@@ -99,7 +99,12 @@ pub async fn rank_prefill(
         .filter(|_| decide.pd.prefill == PrefillPolicy::CacheAware);
     let Some(cfg) = atomic else {
         let all = planned.plan.prefill.clone();
-        return Some(order(prefill_policy(decide), &planned.request, all));
+        return Some(order(
+            prefill_policy(decide),
+            &planned.request,
+            all,
+            |_, _| {},
+        ));
     };
     if planned.lmcache_held {
         let all = planned.plan.prefill.clone();
