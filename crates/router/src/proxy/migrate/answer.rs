@@ -9,8 +9,9 @@
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use super::chunk::{Shape, View, without_ids};
+use super::chunk::{Shape, View};
 use super::eligible::Eligible;
+use super::ids::{parse_ids, scan};
 
 /// A chunk's envelope, read from the first chunk of an answer.
 #[derive(serde::Deserialize)]
@@ -51,8 +52,9 @@ pub(super) struct Answer {
     upstream: Upstream,
     /// `id`, `created` and `model` of the first chunk the client got.
     head: Option<(Value, Value, Value)>,
-    /// The prompt's ids, from the first worker's first chunk.
-    prompt: Option<Vec<u32>>,
+    /// The prompt's ids as the first worker's first chunk has them (`[…]`,
+    /// parsed only when the answer moves).
+    prompt: Option<Bytes>,
     /// Every token generated so far.
     generated: Vec<u32>,
     /// A `finish_reason` arrived.
@@ -81,8 +83,8 @@ impl Answer {
     }
 
     /// Reads one event's data; returns what the client gets.
-    pub(super) fn on_event(&mut self, data: &[u8]) -> Result<Relayed, Broken> {
-        if data == b"[DONE]" {
+    pub(super) fn on_event(&mut self, data: &Bytes) -> Result<Relayed, Broken> {
+        if data == b"[DONE]".as_slice() {
             if !self.finished {
                 return Err(Broken(
                     "the worker ended the stream before the answer".into(),
@@ -91,22 +93,31 @@ impl Answer {
             self.done = true;
             return Ok(Relayed::AsSent);
         }
-        // The fields that decide, read without building the chunk; a chunk
-        // shaped otherwise is read whole (and cannot move).
-        let view = match serde_json::from_slice::<View>(data) {
+        // The id fields found in the bytes; the rest read without building
+        // the chunk (a chunk shaped otherwise is read whole, and cannot move).
+        let Some(ids) = scan(data) else {
+            return self.on_odd_event(data);
+        };
+        // The chunk without them, as the client's event: what the client
+        // gets unless it asked for them, and what the view reads.
+        let lean = ids.any().then(|| {
+            let mut event = Vec::with_capacity(ids.kept_len(data.len()) + 8);
+            event.extend_from_slice(b"data: ");
+            ids.write_without(data, &mut event);
+            event.extend_from_slice(b"\n\n");
+            event
+        });
+        let json = lean.as_deref().and_then(event_data).unwrap_or(data);
+        let view = match serde_json::from_slice::<View>(json) {
             Ok(view) if view.error == Shape::Absent => view,
             _ => return self.on_odd_event(data),
         };
         if self.head.is_none() {
-            let head: Head = serde_json::from_slice(data)
+            let head: Head = serde_json::from_slice(json)
                 .map_err(|e| Broken(format!("the worker sent an event that is not JSON: {e}")))?;
             self.head = Some((head.id, head.created, head.model));
             if self.upstream == Upstream::Original {
-                let choice = view.choices.first();
-                self.prompt = view
-                    .prompt_token_ids
-                    .clone()
-                    .or_else(|| choice.and_then(|c| c.prompt_token_ids.clone()));
+                self.prompt = ids.prompt.clone().map(|r| data.slice(r));
                 if self.prompt.is_none() {
                     self.stuck = Some("the worker sent no prompt_token_ids");
                 }
@@ -122,8 +133,12 @@ impl Answer {
                 Shape::Absent => delta.map_or(Shape::Absent, |d| d.content),
                 t => t,
             };
-            match &c.token_ids {
-                Some(ids) => self.generated.extend_from_slice(ids),
+            match ids.generated.clone().and_then(|r| data.get(r)) {
+                Some(list) => {
+                    if parse_ids(list, &mut self.generated).is_none() {
+                        self.stuck = Some("token_ids out of range");
+                    }
+                }
                 // A chat role chunk has neither text nor ids.
                 None if text != Shape::Text => {}
                 None => self.stuck = Some("the worker sent no token_ids"),
@@ -140,17 +155,11 @@ impl Answer {
         let usage_only = choices.is_empty() && view.usage != Shape::Absent;
         // The first worker's chunks go as sent unless they carry ids the
         // client did not ask for; then without them, byte for byte.
-        let ids_sent = view.prompt_token_ids.is_some()
-            || choices
-                .iter()
-                .any(|c| c.token_ids.is_some() || c.prompt_token_ids.is_some());
-        if self.moves == 0 && (self.request.client_ids || !ids_sent) {
-            return Ok(Relayed::AsSent);
-        }
-        if self.moves == 0
-            && let Some(bytes) = without_ids(data)
-        {
-            return Ok(Relayed::Rewritten(sse_bytes(&bytes)));
+        if self.moves == 0 {
+            return Ok(match lean {
+                Some(event) if !self.request.client_ids => Relayed::Rewritten(Bytes::from(event)),
+                _ => Relayed::AsSent,
+            });
         }
         let mut v: Value = serde_json::from_slice(data)
             .map_err(|e| Broken(format!("the worker sent an event that is not JSON: {e}")))?;
@@ -241,7 +250,7 @@ impl Answer {
     /// token generated; cached tokens as the last worker found them,
     /// within the prompt.
     pub(super) fn usage(&self, last: &Value) -> Value {
-        let prompt = self.prompt.as_ref().map_or(0, Vec::len) as u64;
+        let prompt = self.prompt_ids().map_or(0, |p| p.len()) as u64;
         let completion = self.generated.len() as u64;
         let mut u = json!({
             "prompt_tokens": prompt,
@@ -261,22 +270,31 @@ impl Answer {
     pub(super) fn stuck(&self) -> Option<&'static str> {
         // Nothing reached the client yet: its request can start again.
         self.head.as_ref()?;
-        self.stuck.or(if self.prompt.is_none() {
-            Some("the worker sent no prompt_token_ids")
-        } else {
-            None
+        self.stuck.or(match (&self.prompt, self.prompt_ids()) {
+            (None, _) => Some("the worker sent no prompt_token_ids"),
+            (Some(_), None) => Some("prompt_token_ids out of range"),
+            _ => None,
         })
+    }
+
+    /// The prompt's ids (parsed from the first chunk's bytes).
+    fn prompt_ids(&self) -> Option<Vec<u32>> {
+        let raw = self.prompt.as_ref()?;
+        let mut ids = Vec::with_capacity(raw.len() / 4);
+        parse_ids(raw, &mut ids)?;
+        Some(ids)
     }
 
     /// The body for the next worker and its path: the client's request
     /// when nothing reached the client yet, else a completion from the
     /// prompt's ids and those generated. `original` is the client's body.
     pub(super) fn next_request(&self, original: &Bytes) -> Result<(bool, Bytes, Vec<u32>), Broken> {
-        let Some(prompt) = self.prompt.as_ref().filter(|_| self.head.is_some()) else {
+        if self.head.is_none() || self.prompt.is_none() {
             return Ok((false, original.clone(), Vec::new()));
-        };
-        let mut tokens = Vec::with_capacity(prompt.len() + self.generated.len());
-        tokens.extend_from_slice(prompt);
+        }
+        let mut tokens = self
+            .prompt_ids()
+            .ok_or_else(|| Broken("prompt_token_ids out of range".into()))?;
         tokens.extend_from_slice(&self.generated);
         let mut body: Map<String, Value> = serde_json::from_slice(original)
             .map_err(|e| Broken(format!("the request body: {e}")))?;
@@ -346,11 +364,7 @@ pub(super) fn sse(v: &Value) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
 }
 
-/// An event carrying the JSON `data`.
-fn sse_bytes(data: &[u8]) -> Bytes {
-    let mut out = Vec::with_capacity(data.len() + 8);
-    out.extend_from_slice(b"data: ");
-    out.extend_from_slice(data);
-    out.extend_from_slice(b"\n\n");
-    Bytes::from(out)
+/// The data of an event as this module writes them (`data: …\n\n`).
+pub(super) fn event_data(event: &[u8]) -> Option<&[u8]> {
+    event.strip_prefix(b"data: ")?.strip_suffix(b"\n\n")
 }

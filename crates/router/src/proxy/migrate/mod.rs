@@ -6,8 +6,10 @@
 //! * `eligible`: which requests can be continued exactly, read once from
 //!   the body; the router asks their workers for `return_token_ids`.
 //! * `sse`: events out of a worker's bytes.
-//! * `chunk`: the few fields of a chunk migration reads, without building
-//!   it, and its bytes without the ids the router asked for.
+//! * `ids`: the token-id fields of a chunk, found in its bytes, and the
+//!   chunk without them.
+//! * `chunk`: the few other fields of a chunk migration reads, without
+//!   building it.
 //! * `answer`: one answer across workers: the ids so far, the chunks as
 //!   the client gets them, the next worker's request.
 //! * `relay`: the stream itself: failure detection and failover.
@@ -28,6 +30,7 @@ mod assemble;
 mod chunk;
 mod drains;
 mod eligible;
+mod ids;
 mod relay;
 mod sse;
 

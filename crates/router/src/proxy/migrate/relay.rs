@@ -20,7 +20,7 @@ use axum::http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
-use super::answer::{Answer, Broken, Relayed, sse};
+use super::answer::{Answer, Broken, Relayed, event_data, sse};
 use super::assemble::{self, Assembly};
 use super::drains::Deadlines;
 use super::sse::Events;
@@ -59,6 +59,8 @@ struct Relay {
     failed: Vec<String>,
     /// The drain deadlines this router knows (`None` once unwatchable).
     drains: Option<tokio::sync::watch::Receiver<Deadlines>>,
+    /// The current worker's drain deadline, read when the marks change.
+    deadline: Option<tokio::time::Instant>,
     events: Events,
     answer: Answer,
     out: VecDeque<Bytes>,
@@ -79,9 +81,10 @@ impl Relay {
         guard: InFlightGuard,
     ) -> Self {
         let assembly = (!migration.eligible.streamed).then(|| Assembly::new(&migration.eligible));
-        Relay {
+        let mut relay = Relay {
             settings: proxy.migration,
             drains: Some(proxy.drains.subscribe()),
+            deadline: None,
             proxy,
             answer: Answer::new(migration.eligible.clone()),
             migration,
@@ -94,7 +97,17 @@ impl Relay {
             end: false,
             assembly,
             failure: None,
-        }
+        };
+        relay.read_deadline();
+        relay
+    }
+
+    /// Reads the current worker's drain deadline.
+    fn read_deadline(&mut self) {
+        self.deadline = self
+            .drains
+            .as_mut()
+            .and_then(|d| d.borrow_and_update().get(&self.url).map(|(_, at)| *at));
     }
 }
 
@@ -163,10 +176,7 @@ impl Relay {
     /// Reads the worker's next bytes (or notices it failed, or that its
     /// drain deadline passed).
     async fn pull(&mut self) {
-        let deadline = self
-            .drains
-            .as_ref()
-            .and_then(|d| d.borrow().get(&self.url).map(|(_, at)| *at));
+        let deadline = self.deadline;
         let drains = self.drains.as_mut();
         let next = tokio::select! {
             next = tokio::time::timeout(self.settings.stall_timeout, self.upstream.next()) => next,
@@ -179,6 +189,7 @@ impl Relay {
                 if changed.is_err() {
                     self.drains = None;
                 }
+                self.read_deadline();
                 return;
             }
         };
@@ -269,6 +280,7 @@ impl Relay {
                 self.upstream = Box::pin(resp.bytes_stream());
                 self.guard = Some(guard);
                 self.url = url;
+                self.read_deadline();
             }
             Err(e) => self.give_up(&broken, &e, "failed"),
         }
@@ -285,9 +297,4 @@ impl Relay {
         self.failure = Some(message);
         self.end = true;
     }
-}
-
-/// The data of an event as this module writes them (`data: …\n\n`).
-fn event_data(event: &[u8]) -> Option<&[u8]> {
-    event.strip_prefix(b"data: ")?.strip_suffix(b"\n\n")
 }

@@ -12,6 +12,9 @@ pub(super) const MAX_EVENT_BYTES: usize = 16 << 20;
 #[derive(Default)]
 pub(super) struct Events {
     buf: BytesMut,
+    /// The bytes of `buf` before this hold no event boundary: a long event
+    /// arriving in many reads is searched once, not once per read.
+    searched: usize,
 }
 
 /// A stream whose next event is too long.
@@ -22,7 +25,7 @@ impl Events {
     /// Appends a chunk of the stream.
     pub(super) fn push(&mut self, bytes: &[u8]) -> Result<(), Oversized> {
         self.buf.extend_from_slice(bytes);
-        if self.buf.len() > MAX_EVENT_BYTES && boundary(&self.buf).is_none() {
+        if self.buf.len() > MAX_EVENT_BYTES && self.boundary().is_none() {
             return Err(Oversized);
         }
         Ok(())
@@ -33,8 +36,9 @@ impl Events {
     /// events without data are skipped.
     pub(super) fn next_data(&mut self) -> Option<(Bytes, Bytes)> {
         loop {
-            let (end, sep) = boundary(&self.buf)?;
+            let (end, sep) = self.boundary()?;
             let raw = self.buf.split_to(end + sep).freeze();
+            self.searched = 0;
             let event = &raw[..end];
             // One `data:` line (vLLM's events): its bytes, not a copy.
             let lines = event
@@ -75,19 +79,35 @@ impl Events {
     /// Forgets what is buffered (the stream it came from is gone).
     pub(super) fn clear(&mut self) {
         self.buf.clear();
+        self.searched = 0;
+    }
+
+    /// Where the first event in `buf` ends, and the length of its
+    /// separator; searched from where the last search stopped.
+    fn boundary(&mut self) -> Option<(usize, usize)> {
+        let found = boundary(&self.buf, self.searched);
+        if found.is_none() {
+            // A separator may straddle the next read: its first bytes are
+            // searched again.
+            self.searched = self.buf.len().saturating_sub(3);
+        }
+        found
     }
 }
 
-/// Where the first event ends, and the length of its separator.
-fn boundary(buf: &[u8]) -> Option<(usize, usize)> {
-    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2));
-    let crlf = buf
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| (i, 4));
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
-        (a, b) => a.or(b),
+/// The first event boundary in `buf` with its `\n` at or after `from`: where
+/// the event ends and the length of its separator (`\n\n` or `\r\n\r\n`).
+fn boundary(buf: &[u8], from: usize) -> Option<(usize, usize)> {
+    let mut at = from;
+    loop {
+        at += buf.get(at..)?.iter().position(|&b| b == b'\n')?;
+        if buf.get(at + 1) == Some(&b'\n') {
+            return Some((at, 2));
+        }
+        if at > 0 && buf[at - 1] == b'\r' && buf.get(at + 1..at + 3) == Some(b"\r\n") {
+            return Some((at - 1, 4));
+        }
+        at += 1;
     }
 }
 
@@ -113,5 +133,31 @@ mod tests {
                 "cut at {cut}"
             );
         }
+    }
+
+    #[test]
+    fn a_long_event_in_many_reads_is_whole_and_separators_straddling_reads_are_found() {
+        for sep in [&b"\n\n"[..], b"\r\n\r\n"] {
+            let mut event = b"data: ".to_vec();
+            event.extend(std::iter::repeat_n(b'1', 100_000));
+            event.extend_from_slice(sep);
+            event.extend_from_slice(b"data: x\r\n\r\n");
+            for step in [1, 2, 3, 7, 4096] {
+                let mut e = Events::default();
+                let mut out = Vec::new();
+                for part in event.chunks(step) {
+                    e.push(part).unwrap();
+                    while let Some((raw, d)) = e.next_data() {
+                        out.push((raw.len(), d.len()));
+                    }
+                }
+                assert_eq!(out, vec![(100_006 + sep.len(), 100_000), (11, 1)], "{step}");
+            }
+        }
+        // A CR alone is no separator; the LF pair after it is.
+        let mut e = Events::default();
+        e.push(b"data: a\r\n\ndata: b\n\n").unwrap();
+        assert_eq!(e.next_data().map(|(_, d)| d.to_vec()), Some(b"a".to_vec()));
+        assert_eq!(e.next_data().map(|(_, d)| d.to_vec()), Some(b"b".to_vec()));
     }
 }
