@@ -66,22 +66,16 @@ impl InFlightGuard {
         self.release(InFlight::prefill_tokens(tokens));
     }
 
-    /// Applies `delta` to the worker's counts, off the request path: a
-    /// release in the store's next batch, an addition by a task of its own.
+    /// Applies `delta` to the worker's counts, off the request path (a
+    /// release, or an addition): by a task of its own, so that the shared
+    /// counts see a request's end at once (flow control hands its place to
+    /// a waiting request; a release batched with the store's next flush
+    /// let a waiting request past a busy worker under load, in
+    /// `flow_control::a_waiting_request_is_routed_when_the_worker_frees`).
     fn release(&self, delta: InFlight) {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let _runtime = handle.enter();
-        if delta.requests <= 0 && delta.prefill_tokens <= 0 {
-            if let Err(e) = self
-                .store
-                .release_in_flight(&self.model, &self.worker_id, delta)
-            {
-                tracing::debug!(error = %e, worker = self.worker_id, "in-flight release lost; the router lease bounds it");
-            }
-            return;
-        }
         let (store, model, worker) = (
             self.store.clone(),
             self.model.clone(),
@@ -89,7 +83,7 @@ impl InFlightGuard {
         );
         handle.spawn(async move {
             if let Err(e) = store.change_in_flight(&model, &worker, delta).await {
-                tracing::debug!(error = %e, worker, "in-flight increment lost; the router lease bounds it");
+                tracing::debug!(error = %e, worker, "in-flight change lost; the router lease bounds it");
             }
         });
     }
