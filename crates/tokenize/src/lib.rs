@@ -15,11 +15,13 @@
 //!   normalization, the model's Jinja template, Python-exact filters).
 //! * `prompt`: [`PromptField`], [`completion_prompt`] and
 //!   [`prompt_from_json`], the prompt of a completions body.
+//! * `token_ids`: [`read_token_ids`], a JSON list of token ids read from
+//!   its bytes (a prompt's; the ids vLLM streams back, for migration).
 //! * `pipeline`: [`ModelPipeline`], one model's tokenizer, chat renderer and
 //!   block hasher; [`ModelPipelines`], all of a router's models.
 //!
 //! Within: `pipeline` → `chat`, `context`, `model_tokenizer` →
-//! `chunk_cache`, `long_tokens`.
+//! `chunk_cache`, `long_tokens`; `prompt` → `token_ids`.
 
 pub mod chat;
 mod chunk_cache;
@@ -28,6 +30,7 @@ mod long_tokens;
 mod model_tokenizer;
 mod pipeline;
 mod prompt;
+mod token_ids;
 
 pub use chat::{ChatError, ChatRenderer, ChatRendererOptions, ChatRequest, RenderedPrompt};
 pub use chunk_cache::{ChunkCache, MAX_PIECE_BYTES, split_at_safe_boundaries, split_long};
@@ -37,3 +40,4 @@ pub use pipeline::{ModelPipeline, ModelPipelines, Resolved};
 pub use prompt::{
     CompletionPrompt, InvalidPrompt, PromptField, cache_salt, completion_prompt, prompt_from_json,
 };
+pub use token_ids::read_token_ids;

@@ -56,63 +56,17 @@ pub fn completion_prompt(body: &Value) -> Result<CompletionPrompt, InvalidPrompt
 
 /// The `prompt` whose JSON text is `text` (the value alone, as a request's
 /// entry holds it). A plain list of token ids, the common shape of a long
-/// prompt, is read by a loop over its digits (a 15k-id prompt in a few
-/// tens of µs); any other text goes through [`PromptField`], which gives
-/// the same answer for a plain list, only slower.
+/// prompt, is read by [`read_token_ids`](crate::read_token_ids) (a 15k-id prompt in a few tens of
+/// µs); any other text goes through [`PromptField`], which gives the same
+/// answer for a plain list, only slower.
 pub fn prompt_from_json(text: &str) -> Result<CompletionPrompt, InvalidPrompt> {
-    if let Some(ids) = plain_token_ids(text.as_bytes()) {
+    let mut ids = Vec::new();
+    if crate::read_token_ids(text.as_bytes(), &mut ids).is_some() && !ids.is_empty() {
         return Ok(CompletionPrompt::Tokens(ids));
     }
     serde_json::from_str::<PromptField>(text)
         .map_err(|e| invalid(format_args!("is not valid: {e}")))?
         .0
-}
-
-/// `text` read as `[id, id, …]`, each id a run of ASCII digits that fits a
-/// u32, with JSON whitespace around the brackets and separators; `None`
-/// for anything else (no ids, signs, fractions, exponents, leading zeros,
-/// strings, nesting, an id past u32): left to the parser.
-fn plain_token_ids(text: &[u8]) -> Option<Vec<u32>> {
-    let ws = |b: u8| matches!(b, b' ' | b'\n' | b'\r' | b'\t');
-    let mut i = 0;
-    let skip_ws = |i: &mut usize| {
-        while *i < text.len() && ws(text[*i]) {
-            *i += 1;
-        }
-    };
-    skip_ws(&mut i);
-    if text.get(i) != Some(&b'[') {
-        return None;
-    }
-    i += 1;
-    // Ids are at least two bytes each with their separator.
-    let mut ids = Vec::with_capacity(text.len() / 2);
-    loop {
-        skip_ws(&mut i);
-        let start = i;
-        let mut id: u64 = 0;
-        while let Some(&b) = text.get(i).filter(|b| b.is_ascii_digit()) {
-            id = id * 10 + u64::from(b - b'0');
-            i += 1;
-            if i - start > 10 {
-                return None;
-            }
-        }
-        let digits = i - start;
-        if digits == 0 || (digits > 1 && text[start] == b'0') {
-            return None;
-        }
-        ids.push(u32::try_from(id).ok()?);
-        skip_ws(&mut i);
-        match text.get(i) {
-            Some(b',') => i += 1,
-            Some(b']') => break,
-            _ => return None,
-        }
-    }
-    i += 1;
-    skip_ws(&mut i);
-    (i == text.len()).then_some(ids)
 }
 
 /// `cache_salt`, which vLLM mixes into the first block: the field's value
@@ -324,6 +278,7 @@ impl<'de> Visitor<'de> for TokenIdVisitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::read_token_ids;
     use serde_json::json;
 
     #[test]
@@ -381,7 +336,10 @@ mod tests {
             "\"text\"",
             "[1]x",
         ] {
-            let fast = plain_token_ids(text.as_bytes());
+            let mut ids = Vec::new();
+            let fast = read_token_ids(text.as_bytes(), &mut ids)
+                .map(|()| ids)
+                .filter(|ids| !ids.is_empty());
             match parsed(text) {
                 Ok(Ok(CompletionPrompt::Tokens(ids))) if !text.contains("[[") => {
                     assert_eq!(fast.as_ref(), Some(&ids), "{text}")
@@ -399,7 +357,16 @@ mod tests {
             .map(|i| i.wrapping_mul(2_654_435_761))
             .collect();
         let text = serde_json::to_string(&long).unwrap();
-        assert_eq!(plain_token_ids(text.as_bytes()), Some(long));
+        let mut ids = vec![7];
+        assert_eq!(read_token_ids(text.as_bytes(), &mut ids), Some(()));
+        assert_eq!(ids[1..], long[..]);
+        assert_eq!(read_token_ids(b" [ ] ", &mut ids), Some(()));
+        assert_eq!(read_token_ids(b"[1,x]", &mut ids), None);
+        assert_eq!(
+            ids.len(),
+            1 + long.len(),
+            "a refused list leaves out as it was"
+        );
     }
 
     #[test]

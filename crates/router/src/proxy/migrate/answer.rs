@@ -11,7 +11,8 @@ use serde_json::{Map, Value, json};
 
 use super::chunk::{Shape, View};
 use super::eligible::Eligible;
-use super::ids::{parse_ids, scan};
+use super::ids::scan;
+use tokenize::read_token_ids;
 
 /// A chunk's envelope, read from the first chunk of an answer.
 #[derive(serde::Deserialize)]
@@ -135,7 +136,7 @@ impl Answer {
             };
             match ids.generated.clone().and_then(|r| data.get(r)) {
                 Some(list) => {
-                    if parse_ids(list, &mut self.generated).is_none() {
+                    if read_token_ids(list, &mut self.generated).is_none() {
                         self.stuck = Some("token_ids out of range");
                     }
                 }
@@ -281,7 +282,7 @@ impl Answer {
     fn prompt_ids(&self) -> Option<Vec<u32>> {
         let raw = self.prompt.as_ref()?;
         let mut ids = Vec::with_capacity(raw.len() / 4);
-        parse_ids(raw, &mut ids)?;
+        read_token_ids(raw, &mut ids)?;
         Some(ids)
     }
 

@@ -8,7 +8,7 @@
 //! choice; the prompt's list is the one long thing in a stream (thousands
 //! of ids in the first chunk). The scan walks the chunk's structure (keys,
 //! strings with their escapes, nesting) and only checks that list's bytes
-//! (digits, commas, blanks); it is parsed ([`parse_ids`]) only when the
+//! (digits, commas, blanks); it is parsed ([`tokenize::read_token_ids`]) only when the
 //! answer moves. A chunk whose id fields are not lists of numbers (or
 //! `null`), or that repeats one, or that is not an object, gives `None`:
 //! the relay reads it the slow way and does not move the answer. The scan
@@ -80,52 +80,8 @@ pub(super) fn scan(json: &[u8]) -> Option<Ids> {
     Some(ids)
 }
 
-/// The ids of the list `[…]` appended to `out`; `None` (and `out` as it
-/// was) when it is not a list of `u32`s.
-pub(super) fn parse_ids(list: &[u8], out: &mut Vec<u32>) -> Option<()> {
-    let before = out.len();
-    let parsed = parse_into(list, out);
-    if parsed.is_none() {
-        out.truncate(before);
-    }
-    parsed
-}
-
-fn parse_into(list: &[u8], out: &mut Vec<u32>) -> Option<()> {
-    let inner = list.strip_prefix(b"[")?.strip_suffix(b"]")?;
-    if inner.iter().all(|&b| is_blank(b)) {
-        return Some(());
-    }
-    for item in inner.split(|&b| b == b',') {
-        let digits = trim_blank(item);
-        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-        let mut n: u32 = 0;
-        for &d in digits {
-            n = n.checked_mul(10)?.checked_add(u32::from(d - b'0'))?;
-        }
-        out.push(n);
-    }
-    Some(())
-}
-
 fn is_blank(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r')
-}
-
-fn trim_blank(mut s: &[u8]) -> &[u8] {
-    while let [first, rest @ ..] = s
-        && is_blank(*first)
-    {
-        s = rest;
-    }
-    while let [rest @ .., last] = s
-        && is_blank(*last)
-    {
-        s = rest;
-    }
-    s
 }
 
 /// The walk over a chunk's bytes.
