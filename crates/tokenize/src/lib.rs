@@ -6,6 +6,9 @@
 //!
 //! * `model_tokenizer`: [`ModelTokenizer`], `tokenizer.json` plus the
 //!   special-token rules of `tokenizer_config.json`.
+//! * `tokenizer_json`: [`load_tokenizer`], a `tokenizer.json` read once into
+//!   the tokenizer `tokenizers` would build (its BPE model by `bpe_json`),
+//!   checked, else loaded by `tokenizers` itself.
 //! * `chunk_cache`: [`ChunkCache`], token ids of text chunks already seen.
 //! * `long_tokens`: the vocabulary's long tokens, for a lower bound on a
 //!   text's tokens from its length without tokenizing it.
@@ -21,8 +24,10 @@
 //!   block hasher; [`ModelPipelines`], all of a router's models.
 //!
 //! Within: `pipeline` → `chat`, `context`, `model_tokenizer` →
-//! `chunk_cache`, `long_tokens`; `prompt` → `token_ids`.
+//! `chunk_cache`, `long_tokens`, `tokenizer_json` → `bpe_json`; `prompt` →
+//! `token_ids`.
 
+mod bpe_json;
 pub mod chat;
 mod chunk_cache;
 mod context;
@@ -31,6 +36,7 @@ mod model_tokenizer;
 mod pipeline;
 mod prompt;
 mod token_ids;
+mod tokenizer_json;
 
 pub use chat::{ChatError, ChatRenderer, ChatRendererOptions, ChatRequest, RenderedPrompt};
 pub use chunk_cache::{ChunkCache, MAX_PIECE_BYTES, split_at_safe_boundaries, split_long};
@@ -41,3 +47,4 @@ pub use prompt::{
     CompletionPrompt, InvalidPrompt, PromptField, cache_salt, completion_prompt, prompt_from_json,
 };
 pub use token_ids::read_token_ids;
+pub use tokenizer_json::{LoadedTokenizer, load_tokenizer};

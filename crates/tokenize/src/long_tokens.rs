@@ -48,6 +48,33 @@ impl LongTokens {
     }
 }
 
+/// What a vocabulary's keys say about token lengths, read once while the
+/// tokenizer loads (not from a copy of the whole vocabulary afterwards).
+pub struct VocabShape {
+    /// The most characters of any key (at least 1).
+    pub longest_chars: usize,
+    /// The keys longer than [`SHORT_TOKEN_BYTES`] characters.
+    pub long: Vec<String>,
+}
+
+impl VocabShape {
+    /// The shape of these keys (the model's and the added tokens').
+    pub fn of<'a>(keys: impl Iterator<Item = &'a str>) -> VocabShape {
+        let mut shape = VocabShape {
+            longest_chars: 1,
+            long: Vec::new(),
+        };
+        for key in keys {
+            let chars = key.chars().count();
+            shape.longest_chars = shape.longest_chars.max(chars);
+            if chars > SHORT_TOKEN_BYTES {
+                shape.long.push(key.to_owned());
+            }
+        }
+        shape
+    }
+}
+
 /// The bytes a byte-level vocabulary key stands for: GPT-2's printable
 /// bytes are themselves, the others were shifted to U+0100 and up, in
 /// order; any other character (an added token's) is its UTF-8.

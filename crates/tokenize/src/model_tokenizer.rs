@@ -8,6 +8,7 @@ use tokenizers::Tokenizer;
 
 use super::chunk_cache::{DEFAULT_CHUNK_BYTES, MAX_PIECE_BYTES, split_long};
 use super::long_tokens::LongTokens;
+use super::tokenizer_json::load_tokenizer;
 use super::{ChunkCache, split_at_safe_boundaries};
 
 /// Why a tokenizer could not be loaded or used.
@@ -134,8 +135,8 @@ impl ModelTokenizer {
             path: tok_path.clone(),
             source,
         })?;
-        let tokenizer =
-            Tokenizer::from_bytes(&bytes).map_err(|e| TokenizeError::Tokenizer(e.to_string()))?;
+        let loaded = load_tokenizer(&bytes)?;
+        let (tokenizer, shape) = (loaded.tokenizer, loaded.shape);
         let cfg_path = dir.join("tokenizer_config.json");
         let mut config: TokenizerConfig = match std::fs::read(&cfg_path) {
             Ok(b) => serde_json::from_slice(&b).map_err(|source| TokenizeError::Config {
@@ -182,15 +183,9 @@ impl ModelTokenizer {
             .values()
             .any(|t| t.content.contains(' '));
         // Byte-level vocabularies spell each byte as one character.
-        let vocab = tokenizer.get_vocab(true);
-        let max_token_bytes = vocab
-            .keys()
-            .map(|k| k.chars().count())
-            .max()
-            .unwrap_or(1)
-            .max(1);
+        let max_token_bytes = shape.longest_chars;
         let long_tokens = if chunkable {
-            LongTokens::new(vocab.keys().map(String::as_str))
+            LongTokens::new(shape.long.iter().map(String::as_str))
         } else {
             LongTokens::new(std::iter::empty())
         };
