@@ -112,7 +112,7 @@ impl<'de> Visitor<'de> for BpeVisitor {
                     }
                     typed = true;
                 }
-                "vocab" => vocab = Some(map.next_value::<Vocab>()?),
+                "vocab" => vocab = Some(map.next_value::<VocabList>()?.into_vocab()),
                 "merges" => merges = Some(map.next_value::<MergeList>()?.0),
                 "dropout" => set(&mut bpe.dropout, map.next_value()?),
                 "unk_token" => set(&mut bpe.unk_token, map.next_value()?),
@@ -139,6 +139,44 @@ impl<'de> Visitor<'de> for BpeVisitor {
             }
             _ => Err(de::Error::custom("the BPE model lacks its vocab or merges")),
         }
+    }
+}
+
+/// The vocabulary's entries in file order, gathered before the map is
+/// built so that it is built at its size (no rehashing as it grows).
+struct VocabList(Vec<(String, u32)>);
+
+impl VocabList {
+    /// The map; a token given twice keeps its later id, as in a map read
+    /// directly.
+    fn into_vocab(self) -> Vocab {
+        let mut vocab = Vocab::with_capacity(self.0.len());
+        vocab.extend(self.0);
+        vocab
+    }
+}
+
+impl<'de> Deserialize<'de> for VocabList {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(VocabVisitor)
+    }
+}
+
+struct VocabVisitor;
+
+impl<'de> Visitor<'de> for VocabVisitor {
+    type Value = VocabList;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a vocabulary: token to id")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<VocabList, A::Error> {
+        let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0));
+        while let Some(entry) = map.next_entry::<String, u32>()? {
+            entries.push(entry);
+        }
+        Ok(VocabList(entries))
     }
 }
 

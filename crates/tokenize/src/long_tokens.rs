@@ -65,6 +65,11 @@ impl VocabShape {
             long: Vec::new(),
         };
         for key in keys {
+            // A key has at most as many characters as bytes: one no longer
+            // than the longest so far nor long is not counted (most keys).
+            if key.len() <= shape.longest_chars.min(SHORT_TOKEN_BYTES) {
+                continue;
+            }
             let chars = key.chars().count();
             shape.longest_chars = shape.longest_chars.max(chars);
             if chars > SHORT_TOKEN_BYTES {
@@ -114,6 +119,23 @@ mod tests {
         assert_eq!(token_bytes("Ċ"), b"\n");
         assert_eq!(token_bytes("<|im_start|>"), b"<|im_start|>");
         assert_eq!(token_bytes("Ã©"), "é".as_bytes());
+    }
+
+    #[test]
+    fn the_shape_counts_characters() {
+        let spaces = "Ġ".repeat(40);
+        for keys in [
+            ["a", "abcdefghij", "ĠĠĠ", spaces.as_str()],
+            [spaces.as_str(), "ĠĠĠ", "abcdefghij", "a"],
+        ] {
+            let shape = VocabShape::of(keys.into_iter());
+            assert_eq!(shape.longest_chars, 40);
+            assert_eq!(shape.long, vec![spaces.clone()]);
+        }
+        let short = VocabShape::of(["ab", "ĠĠĠ", "abcdefghij"].into_iter());
+        assert_eq!(short.longest_chars, 10);
+        assert!(short.long.is_empty());
+        assert_eq!(VocabShape::of(std::iter::empty()).longest_chars, 1);
     }
 
     #[test]

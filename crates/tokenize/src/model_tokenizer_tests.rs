@@ -41,3 +41,21 @@ fn only_byte_level_without_added_text_is_chunked() {
     let replace = r#"{"type":"Sequence","normalizers":[{"type":"Replace","pattern":{"String":" "},"content":"▁"}]}"#;
     assert!(!is_byte_level(&tokenizer(replace, BYTE_LEVEL)));
 }
+
+#[test]
+fn the_shape_read_while_loading_is_the_whole_vocabularys() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/tokenizers/qwen3/tokenizer.json");
+    let loaded = crate::load_tokenizer(&std::fs::read(path).unwrap()).unwrap();
+    assert!(loaded.fast);
+    let vocab = loaded.tokenizer.get_vocab(true);
+    let whole = crate::long_tokens::VocabShape::of(vocab.keys().map(String::as_str));
+    assert_eq!(loaded.shape.longest_chars, whole.longest_chars);
+    assert!(whole.longest_chars > crate::long_tokens::SHORT_TOKEN_BYTES);
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    assert!(!whole.long.is_empty());
+    assert_eq!(sorted(loaded.shape.long), sorted(whole.long));
+}
