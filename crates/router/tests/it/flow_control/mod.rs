@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use prefix_router::{AdmissionArgs, FlowArgs, ServeArgs};
 use serde_json::{Value, json};
-use state::{BatchLimits, ConnectionSettings, SaturationThresholds, StateStore, StateTtls};
+use state::{BatchLimits, SaturationThresholds, StateTtls};
 use support::fake_worker::FakeWorker;
 use support::{Router, Valkey, http};
 
