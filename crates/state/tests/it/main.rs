@@ -12,6 +12,8 @@ mod drain;
 mod expiry;
 mod flow_store;
 mod response_cache_store;
+mod route;
+mod route_helpers;
 mod shards;
 mod state_model;
 mod sync;

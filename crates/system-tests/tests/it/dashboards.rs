@@ -30,7 +30,7 @@ const FAILURE_ONLY: [&str; 4] = [
     "prefix_router_kv_events_unknown_total", // a newer engine's fields
 ];
 
-/// Metrics only `prefix-router epp` records; tests/epp.rs finds them on a
+/// Metrics only `prefix-router epp` records; tests/it/epp/ finds them on a
 /// picker's page.
 const EPP_ONLY: [&str; 3] = [
     "prefix_router_epp_picks_total",
@@ -39,7 +39,7 @@ const EPP_ONLY: [&str; 3] = [
 ];
 
 /// Metrics only a router with flow control records, most of them only
-/// while its workers are saturated; tests/flow_control.rs finds them on
+/// while its workers are saturated; tests/it/flow_control/ finds them on
 /// such a router's page.
 const FLOW_ONLY: [&str; 7] = [
     "prefix_router_flow_waiting",

@@ -3,7 +3,7 @@
 //! (`prefix-router serve` child processes) behind HAProxy in TCP mode with
 //! health checks, `sim-worker`s reporting through the balancer — sends a
 //! steady client load through HAProxy, injects one fault, and asserts that
-//! no client request failed (see `faults/load.rs` for what the client
+//! no client request failed (see `faults/load/` for what the client
 //! retries) and that the shared state converged back to the workers'
 //! caches (`prefix-router inspect --check` clean, and every worker's
 //! confirmed blocks in Valkey equal to its `/sim/state`).
@@ -31,9 +31,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test panics on the unexpected
 
-#[path = "faults/fleet.rs"]
+#[path = "faults/fleet/mod.rs"]
 pub mod fleet;
-#[path = "faults/load.rs"]
+#[path = "faults/load/mod.rs"]
 pub mod load;
 #[path = "faults/lost_evictions.rs"]
 mod lost_evictions;
