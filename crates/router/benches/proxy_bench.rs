@@ -21,9 +21,12 @@ use state::{BatchLimits, ConnectionSettings, StateStore, StateTtls, WorkerHeartb
 
 const MODEL: &str = "bench";
 const RUNS: usize = 300;
+/// A completion streamed as vLLM streams one: two tokens, the second with
+/// its `finish_reason` (the router's relay reads it: an answer that ends
+/// without one is a broken answer, moved or failed), then `[DONE]`.
 const SSE: [&str; 3] = [
-    "data: {\"text\":\"a\"}\n\n",
-    "data: {\"text\":\"b\"}\n\n",
+    "data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1,\"model\":\"bench\",\"choices\":[{\"index\":0,\"text\":\"a\",\"finish_reason\":null}]}\n\n",
+    "data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1,\"model\":\"bench\",\"choices\":[{\"index\":0,\"text\":\"b\",\"finish_reason\":\"length\"}]}\n\n",
     "data: [DONE]\n\n",
 ];
 
