@@ -38,11 +38,6 @@ impl DrainWatch {
         self.tx.subscribe()
     }
 
-    /// The drain deadline of the worker at `url`, if it drains.
-    pub(in crate::proxy) fn deadline(&self, url: &str) -> Option<Instant> {
-        self.tx.borrow().get(url).map(|(_, at)| *at)
-    }
-
     /// Reads the draining workers of `models` from the shared state; the
     /// marks of the other models stay as they were.
     pub async fn refresh(&self, store: &StateStore, models: &[String]) -> Result<(), StateError> {

@@ -12,7 +12,6 @@
 //! JSON answer at the end, or a 502 error when it could not move.
 
 use std::collections::VecDeque;
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,33 +25,12 @@ use tokio::time::Instant;
 
 use super::answer::{Answer, Broken, Relayed, event_data, sse};
 use super::assemble::{self, Assembly};
-use super::drains::Deadlines;
+use super::drains::{DRAIN_REFRESH, Deadlines};
 use super::sse::Events;
 use super::{Migration, MigrationSettings, Moved};
 use crate::proxy::{InFlightGuard, Proxy};
 
 type Upstream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
-
-/// The next change of the drain marks, owning the receiver it watches
-/// (made once, and again after each change: not once per read).
-type DrainChange = Pin<Box<dyn Future<Output = (bool, watch::Receiver<Deadlines>)> + Send>>;
-
-/// Resolves at the next change of the drain marks with the receiver, and
-/// whether the sender is still there.
-fn next_change(mut rx: watch::Receiver<Deadlines>) -> DrainChange {
-    Box::pin(async move {
-        let open = rx.changed().await.is_ok();
-        (open, rx)
-    })
-}
-
-/// The next change of the drain marks; never when not watched.
-async fn drain_change(drains: &mut Option<DrainChange>) -> (bool, watch::Receiver<Deadlines>) {
-    match drains {
-        Some(change) => change.await,
-        None => std::future::pending().await,
-    }
-}
 
 /// `d` from now (a time past `Instant`'s range: in 30 years).
 fn after(d: Duration) -> Instant {
@@ -71,14 +49,15 @@ struct Relay {
     /// The current worker's URL, and those that failed this answer.
     url: String,
     failed: Vec<String>,
-    /// The next change of the drain deadlines this router knows (`None`
-    /// once unwatchable).
-    drains: Option<DrainChange>,
+    /// The drain deadlines this router knows (`None` once unwatchable),
+    /// checked for a change when the timer fires.
+    drains: Option<watch::Receiver<Deadlines>>,
     /// The current worker's drain deadline, read when the marks change.
     deadline: Option<Instant>,
-    /// One timer for the stall timeout and the drain deadline: armed at
-    /// the earlier of the two, and re-armed only when it fires (a read
-    /// does not touch the timer wheel).
+    /// One timer for the stall timeout, the drain deadline and the check
+    /// of the drain marks ([`DRAIN_REFRESH`]): re-armed only when it
+    /// fires, so that a read touches neither the timer wheel nor the
+    /// drain marks' notification.
     timer: Pin<Box<tokio::time::Sleep>>,
     events: Events,
     answer: Answer,
@@ -102,9 +81,11 @@ impl Relay {
         let assembly = (!migration.eligible.streamed).then(|| Assembly::new(&migration.eligible));
         let mut relay = Relay {
             settings: proxy.migration,
-            drains: Some(next_change(proxy.drains.subscribe())),
+            drains: Some(proxy.drains.subscribe()),
             deadline: None,
-            timer: Box::pin(tokio::time::sleep(proxy.migration.stall_timeout)),
+            timer: Box::pin(tokio::time::sleep(
+                proxy.migration.stall_timeout.min(DRAIN_REFRESH),
+            )),
             proxy,
             answer: Answer::new(migration.eligible.clone()),
             migration,
@@ -125,7 +106,10 @@ impl Relay {
     /// Reads the current worker's drain deadline; the timer fires at it
     /// if it comes before the timer's time.
     fn read_deadline(&mut self) {
-        self.deadline = self.proxy.drains.deadline(&self.url);
+        self.deadline = self
+            .drains
+            .as_mut()
+            .and_then(|d| d.borrow_and_update().get(&self.url).map(|(_, at)| *at));
         if let Some(at) = self.deadline
             && at < self.timer.deadline()
         {
@@ -206,6 +190,11 @@ impl Relay {
             tokio::select! {
                 next = self.upstream.next() => break next,
                 () = self.timer.as_mut() => {
+                    match self.drains.as_ref().map(watch::Receiver::has_changed) {
+                        Some(Ok(true)) => self.read_deadline(),
+                        Some(Err(_)) => self.drains = None,
+                        _ => {}
+                    }
                     let now = Instant::now();
                     if self.deadline.is_some_and(|at| at <= now) {
                         return self
@@ -219,12 +208,11 @@ impl Relay {
                         ));
                         return self.failover(broken).await;
                     }
-                    let at = self.deadline.map_or(stall, |d| d.min(stall));
+                    let mut at = self.deadline.map_or(stall, |d| d.min(stall));
+                    if self.drains.is_some() {
+                        at = at.min(now + DRAIN_REFRESH);
+                    }
                     self.timer.as_mut().reset(at);
-                }
-                (open, rx) = drain_change(&mut self.drains) => {
-                    self.drains = open.then(|| next_change(rx));
-                    self.read_deadline();
                 }
             }
         };
