@@ -70,12 +70,15 @@ pub(super) struct Answer {
 
 impl Answer {
     pub(super) fn new(request: Eligible) -> Self {
+        // Room for every id the answer may have (within reason): the ids
+        // are added one chunk at a time.
+        let room = request.max_tokens.map_or(0, |m| m.min(4096) as usize);
         Answer {
+            generated: Vec::with_capacity(room),
             request,
             upstream: Upstream::Original,
             head: None,
             prompt: None,
-            generated: Vec::new(),
             finished: false,
             done: false,
             moves: 0,
@@ -125,10 +128,10 @@ impl Answer {
             }
         }
         let choices = &view.choices;
-        if choices.len() > 1 || choices.iter().any(|c| c.index.unwrap_or(0) != 0) {
+        if choices.several {
             self.stuck = Some("several choices");
         }
-        if let Some(c) = choices.first() {
+        if let Some(c) = &choices.first {
             let delta = c.delta.as_ref();
             let text = match c.text {
                 Shape::Absent => delta.map_or(Shape::Absent, |d| d.content),
@@ -153,7 +156,7 @@ impl Answer {
                 self.stuck = Some("tool-call or reasoning parsing");
             }
         }
-        let usage_only = choices.is_empty() && view.usage != Shape::Absent;
+        let usage_only = choices.first.is_none() && view.usage != Shape::Absent;
         // The first worker's chunks go as sent unless they carry ids the
         // client did not ask for; then without them, byte for byte.
         if self.moves == 0 {

@@ -89,9 +89,43 @@ pub(super) struct View {
     #[serde(default)]
     pub(super) error: Shape,
     #[serde(default)]
-    pub(super) choices: Vec<ChoiceView>,
+    pub(super) choices: Choices,
     #[serde(default)]
     pub(super) usage: Shape,
+}
+
+/// A chunk's `choices` as migration reads them: the first, and whether
+/// there are others or one whose `index` is not 0 (read without building
+/// a list).
+#[derive(Default)]
+pub(super) struct Choices {
+    pub(super) first: Option<ChoiceView>,
+    /// More than one choice, or a choice of another index.
+    pub(super) several: bool,
+}
+
+impl<'de> Deserialize<'de> for Choices {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_seq(ChoicesVisitor)
+    }
+}
+
+struct ChoicesVisitor;
+
+impl<'de> Visitor<'de> for ChoicesVisitor {
+    type Value = Choices;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of choices")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Choices, A::Error> {
+        let first: Option<ChoiceView> = seq.next_element()?;
+        let mut several = first.as_ref().is_some_and(|c| c.index.unwrap_or(0) != 0);
+        while seq.next_element::<ChoiceView>()?.is_some() {
+            several = true;
+        }
+        Ok(Choices { first, several })
+    }
 }
 
 /// The fields of a chunk's choice migration reads.
@@ -132,10 +166,27 @@ mod tests {
         .unwrap();
         assert_eq!(v.usage, Shape::Null);
         assert_eq!(v.error, Shape::Absent);
-        let c = &v.choices[0];
+        let c = v.choices.first.as_ref().unwrap();
+        assert!(!v.choices.several);
         assert!(!c.finish_reason.filled());
         let d = c.delta.as_ref().unwrap();
         assert_eq!(d.content, Shape::EmptyText);
         assert!(!d.tool_calls.filled());
+    }
+
+    #[test]
+    fn choices_say_when_there_are_several_or_another_index() {
+        let read = |json: &str| serde_json::from_str::<View>(json).unwrap().choices;
+        let one = read(r#"{"choices":[{"index":0,"text":"a"}]}"#);
+        assert!(!one.several);
+        assert_eq!(one.first.unwrap().text, Shape::Text);
+        assert!(read(r#"{"choices":[{"index":0},{"index":1}]}"#).several);
+        assert!(read(r#"{"choices":[{"index":1,"text":""}]}"#).several);
+        let none = read(r#"{"choices":[]}"#);
+        assert!(none.first.is_none() && !none.several);
+        assert!(read(r#"{"usage":null}"#).first.is_none());
+        // Not a list, or a choice that is not one: the chunk is not read.
+        assert!(serde_json::from_str::<View>(r#"{"choices":null}"#).is_err());
+        assert!(serde_json::from_str::<View>(r#"{"choices":[{"index":0},3]}"#).is_err());
     }
 }

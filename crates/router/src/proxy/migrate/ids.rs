@@ -25,7 +25,35 @@ pub(super) struct Ids {
     /// The first choice's generated ids, `[…]`.
     pub(super) generated: Option<Range<usize>>,
     /// The byte ranges of every id field with its separator, in order.
-    cuts: Vec<Range<usize>>,
+    cuts: Cuts,
+}
+
+/// The byte ranges cut out of a chunk, in order: a chunk has one or two
+/// (the generated ids, the prompt's), kept without an allocation; more
+/// go to `more`.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Cuts {
+    first: [Range<usize>; 2],
+    len: usize,
+    more: Vec<Range<usize>>,
+}
+
+impl Cuts {
+    fn push(&mut self, cut: Range<usize>) {
+        match self.first.get_mut(self.len) {
+            Some(slot) => *slot = cut,
+            None => self.more.push(cut),
+        }
+        self.len += 1;
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Range<usize>> {
+        self.first.iter().take(self.len).chain(&self.more)
+    }
 }
 
 impl Ids {
@@ -43,7 +71,7 @@ impl Ids {
     /// Appends `json` (the chunk scanned) without its id fields to `out`.
     pub(super) fn write_without(&self, json: &[u8], out: &mut Vec<u8>) {
         let mut from = 0;
-        for cut in &self.cuts {
+        for cut in self.cuts.iter() {
             out.extend_from_slice(json.get(from..cut.start).unwrap_or_default());
             from = cut.end;
         }

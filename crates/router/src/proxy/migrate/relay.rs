@@ -14,37 +14,29 @@
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::HeaderValue;
 use axum::http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
+use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::answer::{Answer, Broken, Relayed, event_data, sse};
 use super::assemble::{self, Assembly};
-use super::drains::Deadlines;
+use super::drains::{DRAIN_REFRESH, Deadlines};
 use super::sse::Events;
 use super::{Migration, MigrationSettings, Moved};
 use crate::proxy::{InFlightGuard, Proxy};
 
 type Upstream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
 
-/// Resolves at `deadline`; never without one.
-async fn until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The next change of the drain deadlines; never when not watched.
-async fn watch_changed(
-    drains: Option<&mut tokio::sync::watch::Receiver<Deadlines>>,
-) -> Result<(), tokio::sync::watch::error::RecvError> {
-    match drains {
-        Some(d) => d.changed().await,
-        None => std::future::pending().await,
-    }
+/// `d` from now (a time past `Instant`'s range: in 30 years).
+fn after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 86_400))
 }
 
 /// One stream being relayed.
@@ -57,10 +49,16 @@ struct Relay {
     /// The current worker's URL, and those that failed this answer.
     url: String,
     failed: Vec<String>,
-    /// The drain deadlines this router knows (`None` once unwatchable).
-    drains: Option<tokio::sync::watch::Receiver<Deadlines>>,
+    /// The drain deadlines this router knows (`None` once unwatchable),
+    /// checked for a change when the timer fires.
+    drains: Option<watch::Receiver<Deadlines>>,
     /// The current worker's drain deadline, read when the marks change.
-    deadline: Option<tokio::time::Instant>,
+    deadline: Option<Instant>,
+    /// One timer for the stall timeout, the drain deadline and the check
+    /// of the drain marks ([`DRAIN_REFRESH`]): re-armed only when it
+    /// fires, so that a read touches neither the timer wheel nor the
+    /// drain marks' notification.
+    timer: Pin<Box<tokio::time::Sleep>>,
     events: Events,
     answer: Answer,
     out: VecDeque<Bytes>,
@@ -85,6 +83,9 @@ impl Relay {
             settings: proxy.migration,
             drains: Some(proxy.drains.subscribe()),
             deadline: None,
+            timer: Box::pin(tokio::time::sleep(
+                proxy.migration.stall_timeout.min(DRAIN_REFRESH),
+            )),
             proxy,
             answer: Answer::new(migration.eligible.clone()),
             migration,
@@ -102,12 +103,18 @@ impl Relay {
         relay
     }
 
-    /// Reads the current worker's drain deadline.
+    /// Reads the current worker's drain deadline; the timer fires at it
+    /// if it comes before the timer's time.
     fn read_deadline(&mut self) {
         self.deadline = self
             .drains
             .as_mut()
             .and_then(|d| d.borrow_and_update().get(&self.url).map(|(_, at)| *at));
+        if let Some(at) = self.deadline
+            && at < self.timer.deadline()
+        {
+            self.timer.as_mut().reset(at);
+        }
     }
 }
 
@@ -176,51 +183,63 @@ impl Relay {
     /// Reads the worker's next bytes (or notices it failed, or that its
     /// drain deadline passed).
     async fn pull(&mut self) {
-        let deadline = self.deadline;
-        let drains = self.drains.as_mut();
-        let next = tokio::select! {
-            next = tokio::time::timeout(self.settings.stall_timeout, self.upstream.next()) => next,
-            () = until(deadline) => {
-                return self
-                    .failover(Broken("the worker's drain deadline passed".into()))
-                    .await;
-            }
-            changed = watch_changed(drains) => {
-                if changed.is_err() {
-                    self.drains = None;
+        // The stall timeout counts from here: the relay waits for the
+        // worker only once the client took what it had.
+        let stall = after(self.settings.stall_timeout);
+        let next = loop {
+            tokio::select! {
+                next = self.upstream.next() => break next,
+                () = self.timer.as_mut() => {
+                    match self.drains.as_ref().map(watch::Receiver::has_changed) {
+                        Some(Ok(true)) => self.read_deadline(),
+                        Some(Err(_)) => self.drains = None,
+                        _ => {}
+                    }
+                    let now = Instant::now();
+                    if self.deadline.is_some_and(|at| at <= now) {
+                        return self
+                            .failover(Broken("the worker's drain deadline passed".into()))
+                            .await;
+                    }
+                    if stall <= now {
+                        let broken = Broken(format!(
+                            "no chunk for {:?} (--stall-timeout)",
+                            self.settings.stall_timeout
+                        ));
+                        return self.failover(broken).await;
+                    }
+                    let mut at = self.deadline.map_or(stall, |d| d.min(stall));
+                    if self.drains.is_some() {
+                        at = at.min(now + DRAIN_REFRESH);
+                    }
+                    self.timer.as_mut().reset(at);
                 }
-                self.read_deadline();
-                return;
             }
         };
         let broken = match next {
-            Ok(Some(Ok(bytes))) => {
+            Some(Ok(bytes)) => {
                 if !bytes.is_empty()
                     && let Some(g) = self.guard.as_mut()
                 {
                     g.first_byte();
                 }
-                match self.read(&bytes) {
+                match self.read(bytes) {
                     Ok(()) => return,
                     Err(b) => b,
                 }
             }
-            Ok(Some(Err(e))) => Broken(format!("the stream broke: {e}")),
-            Ok(None) if self.answer.done => {
+            Some(Err(e)) => Broken(format!("the stream broke: {e}")),
+            None if self.answer.done => {
                 self.end = true;
                 return;
             }
-            Ok(None) => Broken("the worker closed the stream before the answer ended".into()),
-            Err(_) => Broken(format!(
-                "no chunk for {:?} (--stall-timeout)",
-                self.settings.stall_timeout
-            )),
+            None => Broken("the worker closed the stream before the answer ended".into()),
         };
         self.failover(broken).await;
     }
 
     /// Splits `bytes` into events and relays them.
-    fn read(&mut self, bytes: &[u8]) -> Result<(), Broken> {
+    fn read(&mut self, bytes: Bytes) -> Result<(), Broken> {
         self.events
             .push(bytes)
             .map_err(|_| Broken("an event over 16 MiB".into()))?;

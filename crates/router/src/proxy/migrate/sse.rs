@@ -11,8 +11,13 @@ pub(super) const MAX_EVENT_BYTES: usize = 16 << 20;
 /// The bytes of a stream not yet split into events.
 #[derive(Default)]
 pub(super) struct Events {
+    /// A read that came while nothing was held: its events are sliced out
+    /// of it, not copied; what is left of it when a read follows moves to
+    /// `buf`.
+    fresh: Bytes,
+    /// The bytes held across reads (an event not yet whole).
     buf: BytesMut,
-    /// The bytes of `buf` before this hold no event boundary: a long event
+    /// The bytes held before this hold no event boundary: a long event
     /// arriving in many reads is searched once, not once per read.
     searched: usize,
 }
@@ -23,12 +28,37 @@ pub(super) struct Oversized;
 
 impl Events {
     /// Appends a chunk of the stream.
-    pub(super) fn push(&mut self, bytes: &[u8]) -> Result<(), Oversized> {
-        self.buf.extend_from_slice(bytes);
-        if self.buf.len() > MAX_EVENT_BYTES && self.boundary().is_none() {
+    pub(super) fn push(&mut self, bytes: Bytes) -> Result<(), Oversized> {
+        if self.buf.is_empty() && self.fresh.is_empty() {
+            self.fresh = bytes;
+        } else {
+            if !self.fresh.is_empty() {
+                self.buf.extend_from_slice(&std::mem::take(&mut self.fresh));
+            }
+            self.buf.extend_from_slice(&bytes);
+        }
+        if self.held().len() > MAX_EVENT_BYTES && self.boundary().is_none() {
             return Err(Oversized);
         }
         Ok(())
+    }
+
+    /// The bytes held.
+    fn held(&self) -> &[u8] {
+        if self.fresh.is_empty() {
+            &self.buf
+        } else {
+            &self.fresh
+        }
+    }
+
+    /// The first `len` bytes held, taken out.
+    fn take(&mut self, len: usize) -> Bytes {
+        if self.fresh.is_empty() {
+            self.buf.split_to(len).freeze()
+        } else {
+            self.fresh.split_to(len)
+        }
     }
 
     /// The next complete event, as sent (its separator included), and its
@@ -37,7 +67,7 @@ impl Events {
     pub(super) fn next_data(&mut self) -> Option<(Bytes, Bytes)> {
         loop {
             let (end, sep) = self.boundary()?;
-            let raw = self.buf.split_to(end + sep).freeze();
+            let raw = self.take(end + sep);
             self.searched = 0;
             let event = &raw[..end];
             // One `data:` line (vLLM's events): its bytes, not a copy.
@@ -78,18 +108,20 @@ impl Events {
 
     /// Forgets what is buffered (the stream it came from is gone).
     pub(super) fn clear(&mut self) {
+        self.fresh = Bytes::new();
         self.buf.clear();
         self.searched = 0;
     }
 
-    /// Where the first event in `buf` ends, and the length of its
+    /// Where the first event held ends, and the length of its
     /// separator; searched from where the last search stopped.
     fn boundary(&mut self) -> Option<(usize, usize)> {
-        let found = boundary(&self.buf, self.searched);
+        let held = self.held();
+        let found = boundary(held, self.searched);
         if found.is_none() {
             // A separator may straddle the next read: its first bytes are
             // searched again.
-            self.searched = self.buf.len().saturating_sub(3);
+            self.searched = held.len().saturating_sub(3);
         }
         found
     }
@@ -122,7 +154,7 @@ mod tests {
             let mut e = Events::default();
             let mut out = Vec::new();
             for part in [&stream[..cut], &stream[cut..]] {
-                e.push(part).unwrap();
+                e.push(Bytes::copy_from_slice(part)).unwrap();
                 while let Some((_, d)) = e.next_data() {
                     out.push(d.to_vec());
                 }
@@ -146,7 +178,7 @@ mod tests {
                 let mut e = Events::default();
                 let mut out = Vec::new();
                 for part in event.chunks(step) {
-                    e.push(part).unwrap();
+                    e.push(Bytes::copy_from_slice(part)).unwrap();
                     while let Some((raw, d)) = e.next_data() {
                         out.push((raw.len(), d.len()));
                     }
@@ -156,7 +188,8 @@ mod tests {
         }
         // A CR alone is no separator; the LF pair after it is.
         let mut e = Events::default();
-        e.push(b"data: a\r\n\ndata: b\n\n").unwrap();
+        e.push(Bytes::from_static(b"data: a\r\n\ndata: b\n\n"))
+            .unwrap();
         assert_eq!(e.next_data().map(|(_, d)| d.to_vec()), Some(b"a".to_vec()));
         assert_eq!(e.next_data().map(|(_, d)| d.to_vec()), Some(b"b".to_vec()));
     }
