@@ -5,7 +5,9 @@
 //! its first byte). One call per request and part would cost each primary
 //! about 0.2 ms per request of the whole fleet (docs/capacity.md); here
 //! each part gets one `change_in_flight.lua` and one `report_load.lua` call per
-//! [`FLUSH_EVERY`], carrying every worker's net change.
+//! [`FLUSH_EVERY`], carrying every worker's net change. A worker's change
+//! sent at once in an unsharded model (a request's end) takes that
+//! worker's queued changes with it (`take_queued_in_flight`).
 //!
 //! The part that routed a request counts it atomically in its routing call,
 //! so the herd of routers racing for one new prefix still serialises
@@ -50,9 +52,23 @@ impl LoadReport {
 /// requests are over whatever Valkey does, and the next router lease
 /// renewal lowers the gauges to the ledger).
 #[derive(Debug, Default, Clone, Copy)]
-struct Queued {
-    net: InFlight,
-    decreases: InFlight,
+pub(crate) struct Queued {
+    pub(crate) net: InFlight,
+    pub(crate) decreases: InFlight,
+}
+
+impl Queued {
+    /// The sum of the queued changes' increases (what the ledger takes
+    /// only once Valkey has them).
+    pub(crate) fn increases(&self) -> InFlight {
+        InFlight {
+            requests: self.net.requests.saturating_sub(self.decreases.requests),
+            prefill_tokens: self
+                .net
+                .prefill_tokens
+                .saturating_sub(self.decreases.prefill_tokens),
+        }
+    }
 }
 
 /// Per part, per worker: the queued in-flight changes and the latest load.
@@ -110,6 +126,19 @@ impl StateStore {
             n.decreases = n.decreases.plus(delta.decrease());
         }
         self.start_flusher();
+    }
+
+    /// Takes `worker`'s queued in-flight changes in `part` out of the
+    /// batch: a change about to go at once carries them (they reach
+    /// Valkey sooner, in one call instead of that call and a flush).
+    pub(crate) fn take_queued_in_flight(&self, part: &str, worker: &str) -> Option<Queued> {
+        let mut b = self.inner.fan_out.batch();
+        let workers = b.in_flight.get_mut(part)?;
+        let queued = workers.remove(worker);
+        if workers.is_empty() {
+            b.in_flight.remove(part);
+        }
+        queued
     }
 
     /// Queues a load report of `worker` in `part`.

@@ -203,8 +203,10 @@ impl StateStore {
     /// every part of the model): its requests and their prefill tokens.
     /// Returns this router's new request count (0 for a sharded model, and
     /// for a change of prefill tokens alone: both go out in the next batch,
-    /// within 10 ms). A new request's count takes this router's first lease
-    /// in a model ([`lease_if_new`](Self::lease_if_new)).
+    /// within 10 ms). A change sent at once carries the worker's changes
+    /// queued in its part (see [`release_in_flight`](Self::release_in_flight)).
+    /// A new request's count takes this router's first lease in a model
+    /// ([`lease_if_new`](Self::lease_if_new)).
     pub async fn change_in_flight(
         &self,
         model: &str,
@@ -221,8 +223,17 @@ impl StateStore {
         if let ([part], false) = (&parts[..], prefill_done) {
             // Unsharded: at once, and in the ledger. A release counts at
             // once (the request is over, whatever Valkey does with it); an
-            // increment once Valkey has it.
+            // increment once Valkey has it. The worker's changes queued in
+            // this part (a short answer's prefill end, taken off at its
+            // first byte) go with it rather than in the next batch: one
+            // call instead of two, and into the ledger as a flush takes
+            // them (their decreases now, the rest once Valkey has it).
+            let queued = self.take_queued_in_flight(part, worker_id);
+            let sent = queued.map_or(delta, |q| delta.plus(q.net));
             self.inner.ledger.add(part, worker_id, delta.decrease());
+            if let Some(q) = &queued {
+                self.inner.ledger.add(part, worker_id, q.decreases);
+            }
             let router = self.router_id().to_owned();
             n = self
                 .run(
@@ -232,12 +243,15 @@ impl StateStore {
                     &[
                         &router,
                         worker_id,
-                        &delta.requests.to_string(),
-                        &delta.prefill_tokens.to_string(),
+                        &sent.requests.to_string(),
+                        &sent.prefill_tokens.to_string(),
                     ],
                 )
                 .await?;
             self.inner.ledger.add(part, worker_id, delta.increase());
+            if let Some(q) = &queued {
+                self.inner.ledger.add(part, worker_id, q.increases());
+            }
         } else {
             // A sharded model, or a prefill's end: batched per part
             // (fan_out), into the ledger with its batch.
@@ -253,8 +267,11 @@ impl StateStore {
 
     /// Takes `done` (a request's count, or its prefill tokens, at its
     /// end) off this router's in-flight gauges for a worker in the next
-    /// batch (fan_out, within 10 ms), in every part of the model: one call
-    /// per flush for every release instead of one per request. Into the
+    /// batch (fan_out, within 10 ms), or sooner with the worker's next
+    /// change sent at once ([`change_in_flight`](Self::change_in_flight)
+    /// of an unsharded model: a request's end carries its prefill's end),
+    /// in every part of the model: one call per flush for every release
+    /// instead of one per request. Into the
     /// ledger with its batch (only the decreases if the batch is lost: the
     /// requests are over, whatever Valkey does).
     pub fn release_in_flight(

@@ -48,7 +48,19 @@ impl InFlightGuard {
             return;
         }
         let tokens = std::mem::take(&mut counted.prefill_tokens);
-        self.release(InFlight::prefill_tokens(-tokens));
+        // A prefill's end goes out with the store's next batch, or with
+        // this request's end if that comes first (`change_in_flight`):
+        // queued here, without a task of its own.
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let done = InFlight::prefill_tokens(-tokens);
+        if let Err(e) = self
+            .store
+            .release_in_flight(&self.model, &self.worker_id, done)
+        {
+            tracing::debug!(error = %e, worker = self.worker_id, "prefill end lost; the router lease bounds it");
+        }
     }
 
     /// The worker now prefills `tokens` more than were counted (a decode

@@ -325,3 +325,49 @@ async fn a_release_reaches_the_shared_counts_with_the_next_batch() {
     }
     assert_eq!(seen, (0, 0));
 }
+
+/// A request's end, sent at once, carries its prefill's end queued at the
+/// first byte: the shared counts are right when the call returns, in one
+/// `change_in_flight` call rather than that call and a batch's.
+#[tokio::test]
+async fn a_requests_end_carries_its_queued_prefill_end() {
+    let v = Valkey::start();
+    let long = StateTtls {
+        worker_lease: Duration::from_secs(60),
+        ..fast_ttls()
+    };
+    let r = store(&v, "carry", "router-1", long);
+    r.heartbeat(M, &hb("w")).await.unwrap();
+    r.router_lease(M, Duration::from_secs(60)).await.unwrap();
+    let counted = state::InFlight {
+        requests: 1,
+        prefill_tokens: 500,
+    };
+    r.change_in_flight(M, "w", counted).await.unwrap();
+    let fcalls = || {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut v.conn())
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_fcall:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse::<u64>().unwrap())
+    };
+    let before = fcalls();
+    r.change_in_flight(M, "w", state::InFlight::prefill_tokens(-500))
+        .await
+        .unwrap();
+    r.change_in_flight(M, "w", state::InFlight::requests(-1))
+        .await
+        .unwrap();
+    let l = r.probe(M, &[]).await.unwrap();
+    let counts = (
+        l.workers[0].info.in_flight,
+        l.workers[0].info.prefill_tokens,
+    );
+    assert_eq!(counts, (0, 0), "both ends are in Valkey at once");
+    // Well past a flush: nothing was left for the batch.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(fcalls() - before, 1, "one change_in_flight call");
+}
