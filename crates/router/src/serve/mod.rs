@@ -7,7 +7,7 @@
 
 mod duties;
 
-use duties::{drain_loop, end_router_leases, gc_loop, lease_loop};
+use duties::{ModelList, drain_loop, end_router_leases, gc_loop, lease_loop};
 
 use std::time::Duration;
 
@@ -195,15 +195,22 @@ pub async fn serve_with(
         ),
     };
     let admission = app.proxy.admission().clone();
+    let (models_tx, models) = ModelList::new();
     let mut tasks = vec![
         tokio::spawn(lease_loop(
             store.clone(),
             cfg.clone(),
             admission.clone(),
+            models_tx,
             stop.clone(),
         )),
         tokio::spawn(admission.lease_loop(stop.clone())),
-        tokio::spawn(gc_loop(store.clone(), cfg.gc_interval, stop.clone())),
+        tokio::spawn(gc_loop(
+            store.clone(),
+            cfg.gc_interval,
+            models.clone(),
+            stop.clone(),
+        )),
     ];
     if let Some(lm) = app.proxy.lmcache() {
         tasks.push(tokio::spawn(lm.poll_loop(stop.clone())));
@@ -213,6 +220,7 @@ pub async fn serve_with(
     tasks.push(tokio::spawn(drain_loop(
         store.clone(),
         app.proxy.clone(),
+        models,
         stop.clone(),
     )));
     if let Some(interval) = cfg.scrape_metrics_interval {
