@@ -19,7 +19,8 @@
 //! * `prompt`: [`PromptField`], [`completion_prompt`] and
 //!   [`prompt_from_json`], the prompt of a completions body.
 //! * `token_ids`: [`read_token_ids`], a JSON list of token ids read from
-//!   its bytes (a prompt's; the ids vLLM streams back, for migration).
+//!   its bytes (a prompt's; the ids vLLM streams back, for migration), and
+//!   [`read_token_ids_prefix`], one at the start of a longer text.
 //! * `pipeline`: [`ModelPipeline`], one model's tokenizer, chat renderer and
 //!   block hasher; [`ModelPipelines`], all of a router's models.
 //!
@@ -46,5 +47,5 @@ pub use pipeline::{ModelPipeline, ModelPipelines, Resolved};
 pub use prompt::{
     CompletionPrompt, InvalidPrompt, PromptField, cache_salt, completion_prompt, prompt_from_json,
 };
-pub use token_ids::read_token_ids;
+pub use token_ids::{read_token_ids, read_token_ids_prefix};
 pub use tokenizer_json::{LoadedTokenizer, load_tokenizer};

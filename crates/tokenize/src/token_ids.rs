@@ -11,6 +11,23 @@
 /// (`token_ids`, `prompt_token_ids`) in the router's migration relay.
 pub fn read_token_ids(text: &[u8], out: &mut Vec<u32>) -> Option<()> {
     let before = out.len();
+    let end = read_token_ids_prefix(text, out)?;
+    if text[end..].iter().all(|&b| is_ws(b)) {
+        Some(())
+    } else {
+        out.truncate(before);
+        None
+    }
+}
+
+/// The JSON list of token ids at the start of `text` (after JSON
+/// whitespace), as [`read_token_ids`] reads one, appended to `out`; what
+/// follows its `]` is left unread. `Some` with the length of the text up to
+/// and with the `]`; `None`, with `out` as it was, when the text does not
+/// start with such a list. A request's scan reads its prompt so, typing
+/// the ids while it finds where the entry ends.
+pub fn read_token_ids_prefix(text: &[u8], out: &mut Vec<u32>) -> Option<usize> {
+    let before = out.len();
     let read = read_into(text, out);
     if read.is_none() {
         out.truncate(before);
@@ -18,11 +35,14 @@ pub fn read_token_ids(text: &[u8], out: &mut Vec<u32>) -> Option<()> {
     read
 }
 
-fn read_into(text: &[u8], out: &mut Vec<u32>) -> Option<()> {
-    let ws = |b: u8| matches!(b, b' ' | b'\n' | b'\r' | b'\t');
+fn is_ws(b: u8) -> bool {
+    matches!(b, b' ' | b'\n' | b'\r' | b'\t')
+}
+
+fn read_into(text: &[u8], out: &mut Vec<u32>) -> Option<usize> {
     let mut i = 0;
     let skip_ws = |i: &mut usize| {
-        while *i < text.len() && ws(text[*i]) {
+        while *i < text.len() && is_ws(text[*i]) {
             *i += 1;
         }
     };
@@ -33,9 +53,7 @@ fn read_into(text: &[u8], out: &mut Vec<u32>) -> Option<()> {
     i += 1;
     skip_ws(&mut i);
     if text.get(i) == Some(&b']') {
-        i += 1;
-        skip_ws(&mut i);
-        return (i == text.len()).then_some(());
+        return Some(i + 1);
     }
     // Ids are at least two bytes each with their separator.
     out.reserve(text.len() / 2);
@@ -62,9 +80,7 @@ fn read_into(text: &[u8], out: &mut Vec<u32>) -> Option<()> {
             _ => return None,
         }
     }
-    i += 1;
-    skip_ws(&mut i);
-    (i == text.len()).then_some(())
+    Some(i + 1)
 }
 
 #[cfg(test)]
@@ -90,5 +106,19 @@ mod tests {
             assert_eq!(read_token_ids(bad, &mut out), None, "{bad:?}");
             assert_eq!(out.len(), 5, "left as it was");
         }
+        assert_eq!(read_token_ids(b"[1] x", &mut out), None);
+        assert_eq!(out.len(), 5, "left as it was");
+    }
+
+    #[test]
+    fn a_prefix_list_ends_at_its_bracket() {
+        let mut out = Vec::new();
+        let text = b" [7, 8]  ,\"model\":\"m\"}";
+        assert_eq!(read_token_ids_prefix(text, &mut out), Some(7));
+        assert_eq!(out, vec![7, 8]);
+        assert_eq!(read_token_ids_prefix(b"[]}", &mut out), Some(2));
+        assert_eq!(read_token_ids_prefix(b"[1,2}", &mut out), None);
+        assert_eq!(read_token_ids_prefix(b"\"a\"", &mut out), None);
+        assert_eq!(out, vec![7, 8], "left as it was");
     }
 }

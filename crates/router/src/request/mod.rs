@@ -6,13 +6,15 @@
 //! and the bodies handed on (`body`: the fields only the router sets taken
 //! out, the router's own set, the prefill and decode bodies of P/D).
 //!
-//! One scan of the body checks it is a JSON object and records where each
-//! entry's value lies, borrowing it (no copy); the small fields are typed
-//! from their entries, the prompt is read from its entry by the one stage
-//! that needs it.
+//! One scan of the body (`scan`) checks it is a JSON object and records
+//! where each entry's value lies, borrowing it (no copy); a `prompt` of
+//! token ids is typed by that scan, so its ids are read once. The small
+//! fields are typed from their entries; any other prompt is read from its
+//! entry by the one stage that needs it.
 
 mod body;
 mod fields;
+mod scan;
 
 pub use fields::{Fields, ROUTER_FIELDS};
 
@@ -20,16 +22,13 @@ use std::fmt;
 use std::ops::Range;
 
 use bytes::Bytes;
-use serde::Deserializer;
-use serde::de::{MapAccess, Visitor};
 use serde_json::Value;
-use serde_json::value::RawValue;
 use tokenize::{CompletionPrompt, InvalidPrompt};
 
 /// Why a body is not a request: not a JSON object.
 #[derive(Debug, thiserror::Error)]
 #[error("invalid JSON body: {0}")]
-pub struct InvalidBody(String);
+pub struct InvalidBody(pub(crate) String);
 
 /// One top-level entry: its key and where its value lies in the body.
 #[derive(Debug)]
@@ -51,38 +50,33 @@ pub struct Request {
     /// Fields the router sets on the body it hands on (its own value
     /// replaces the client's).
     set: Vec<(&'static str, Value)>,
+    /// The `prompt`'s ids, typed by the scan when it was a plain list of
+    /// them; taken by the first [`completion_prompt`](Self::completion_prompt).
+    prompt_ids: Option<Vec<u32>>,
 }
 
 impl Request {
     /// Reads `sent`: a JSON object, else [`InvalidBody`]. A repeated key's
     /// last value counts, as in the engine's parser.
     pub fn parse(sent: Bytes) -> Result<Request, InvalidBody> {
-        let scanned = {
-            let mut de = serde_json::Deserializer::from_slice(&sent);
-            let scan = de.deserialize_map(ScanVisitor).map_err(invalid)?;
-            de.end().map_err(invalid)?;
-            scan
-        };
-        let base = sent.as_ptr() as usize;
+        let scanned = scan::scan(&sent)?;
         let mut request = Request {
-            entries: Vec::with_capacity(scanned.len()),
+            entries: Vec::with_capacity(scanned.entries.len()),
             fields: Fields::default(),
             router_only: false,
             set: Vec::new(),
-            sent: sent.clone(),
+            prompt_ids: scanned.prompt_ids,
+            sent,
         };
-        for (key, raw) in scanned {
+        for (key, value) in scanned.entries {
             if ROUTER_FIELDS.contains(&key.as_str()) {
                 request.router_only = true;
                 continue;
             }
-            let text = raw.get();
+            // The scan checked the value's text is UTF-8.
+            let text = std::str::from_utf8(&request.sent[value.clone()]).unwrap_or_default();
             request.fields.read(&key, text).map_err(invalid)?;
-            let start = text.as_ptr() as usize - base;
-            request.entries.push(Entry {
-                key,
-                value: start..start + text.len(),
-            });
+            request.entries.push(Entry { key, value });
         }
         Ok(request)
     }
@@ -115,8 +109,12 @@ impl Request {
     }
 
     /// The completions `prompt` (its first prompt when a batch), or why it
-    /// is not one vLLM accepts.
-    pub fn completion_prompt(&self) -> Result<CompletionPrompt, InvalidPrompt> {
+    /// is not one vLLM accepts. The ids the scan typed are handed over (not
+    /// copied) by the first call; a later call reads the entry again.
+    pub fn completion_prompt(&mut self) -> Result<CompletionPrompt, InvalidPrompt> {
+        if let Some(ids) = self.prompt_ids.take() {
+            return Ok(CompletionPrompt::Tokens(ids));
+        }
         let raw = self
             .raw("prompt")
             .ok_or_else(|| InvalidPrompt("prompt is required".into()))?;
@@ -138,24 +136,4 @@ impl Request {
 
 fn invalid(e: impl fmt::Display) -> InvalidBody {
     InvalidBody(e.to_string())
-}
-
-/// The top-level scan: each key and its value's text, borrowed.
-struct ScanVisitor;
-
-impl<'de> Visitor<'de> for ScanVisitor {
-    type Value = Vec<(String, &'de RawValue)>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(8));
-        while let Some(key) = map.next_key::<String>()? {
-            let value: &'de RawValue = map.next_value()?;
-            entries.push((key, value));
-        }
-        Ok(entries)
-    }
 }

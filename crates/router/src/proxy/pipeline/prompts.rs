@@ -132,15 +132,16 @@ impl Prompts {
     }
 
     /// The routed model and the prompt's chain of `request`.
-    pub fn parse(&self, endpoint: Endpoint, request: Request) -> Result<Parsed, ProxyError> {
+    pub fn parse(&self, endpoint: Endpoint, mut request: Request) -> Result<Parsed, ProxyError> {
+        // Owned: the chain takes the prompt's typed ids out of the request.
         let model = match &request.fields().model {
-            Value::String(m) => m.as_str(),
+            Value::String(m) => m.clone(),
             _ => return Err(ProxyError::InvalidRequest("\"model\" is required".into())),
         };
-        protocol::check_name("model", model)
+        protocol::check_name("model", &model)
             .map_err(|e| ProxyError::InvalidRequest(e.to_string()))?;
-        let resolved = self.pipelines.resolve(model);
-        let chain = self.chain(endpoint, &resolved, &request)?;
+        let resolved = self.pipelines.resolve(&model);
+        let chain = self.chain(endpoint, &resolved, &mut request)?;
         Ok(Parsed {
             model: resolved.route_model.to_owned(),
             chain,
@@ -154,7 +155,7 @@ impl Prompts {
         &self,
         endpoint: Endpoint,
         resolved: &Resolved<'_>,
-        request: &Request,
+        request: &mut Request,
     ) -> Result<Chain, ProxyError> {
         let block_size = resolved.pipeline.map_or(16, |p| p.hasher.block_size());
         let none = Chain {
