@@ -83,9 +83,14 @@ struct Batch {
 pub(crate) struct FanOut {
     batch: Mutex<Batch>,
     flushing: AtomicBool,
-    /// Wakes the flusher when something is queued: it sleeps while
-    /// nothing is (no timer ticks in an idle router).
+    /// Wakes the flusher when something is queued, or the store ends: it
+    /// sleeps while nothing is (no timer ticks in an idle router).
     queued: Arc<tokio::sync::Notify>,
+    /// Wakes a flusher waiting out [`FLUSH_EVERY`] when a change sent at
+    /// once took the last queued one (`take_queued_in_flight`): it goes
+    /// back to sleep then, rather than wake a thread for an empty batch
+    /// when its timer ends (with short answers, once per request).
+    emptied: Arc<tokio::sync::Notify>,
     /// Held by a flush while it sends and updates the ledger, and by a
     /// router lease renewal while it reads the ledger and reconciles: a
     /// renewal never sees a batch in Valkey and not in the ledger, or the
@@ -108,8 +113,12 @@ impl FanOut {
     }
 }
 
-/// How often an idle flusher checks that its store still exists.
-const IDLE_CHECK: Duration = Duration::from_secs(1);
+impl Drop for FanOut {
+    /// Wakes the flusher, which then finds its store gone and ends.
+    fn drop(&mut self) {
+        self.queued.notify_one();
+    }
+}
 
 impl StateStore {
     /// Queues an in-flight change of `worker` in `part`.
@@ -132,11 +141,17 @@ impl StateStore {
     /// batch: a change about to go at once carries them (they reach
     /// Valkey sooner, in one call instead of that call and a flush).
     pub(crate) fn take_queued_in_flight(&self, part: &str, worker: &str) -> Option<Queued> {
-        let mut b = self.inner.fan_out.batch();
-        let workers = b.in_flight.get_mut(part)?;
-        let queued = workers.remove(worker);
-        if workers.is_empty() {
-            b.in_flight.remove(part);
+        let (queued, emptied) = {
+            let mut b = self.inner.fan_out.batch();
+            let workers = b.in_flight.get_mut(part)?;
+            let queued = workers.remove(worker);
+            if workers.is_empty() {
+                b.in_flight.remove(part);
+            }
+            (queued, b.in_flight.is_empty() && b.loads.is_empty())
+        };
+        if queued.is_some() && emptied {
+            self.inner.fan_out.emptied.notify_waiters();
         }
         queued
     }
@@ -167,17 +182,25 @@ impl StateStore {
         }
         let weak: Weak<Inner> = Arc::downgrade(&self.inner);
         let queued = fan_out.queued.clone();
+        let emptied = fan_out.emptied.clone();
         tokio::spawn(async move {
             loop {
                 // A wake-up left by a change queued during the last flush
-                // is taken at once.
-                let _ = tokio::time::timeout(IDLE_CHECK, queued.notified()).await;
+                // is taken at once; the store's end wakes it too (`Drop`).
+                queued.notified().await;
+                // Made before the check: an emptying after it is seen.
+                let emptied = emptied.notified();
                 match weak.upgrade() {
                     None => return,
                     Some(inner) if inner.fan_out.is_empty() => continue,
                     Some(_) => {}
                 }
-                tokio::time::sleep(FLUSH_EVERY).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(FLUSH_EVERY) => {}
+                    // Nothing left to send; a change queued since has left
+                    // its wake-up in `queued`.
+                    _ = emptied => continue,
+                }
                 let Some(inner) = weak.upgrade() else { return };
                 let store = StateStore { inner };
                 store.flush_fan_out().await;

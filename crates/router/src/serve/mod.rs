@@ -2,12 +2,12 @@
 //!
 //! * this module: the store, pipelines and proxy built from the config, the
 //!   listeners, graceful shutdown.
-//! * `duties`: the loops a router runs until shutdown (its leases and the
+//! * `duties`: the one loop a router runs its duties in until shutdown (its leases and the
 //!   static workers', gc, the drain marks) and the leases' end.
 
 mod duties;
 
-use duties::{ModelList, drain_loop, end_router_leases, gc_loop, lease_loop};
+use duties::{Duties, duties_loop, end_router_leases};
 
 use std::time::Duration;
 
@@ -195,34 +195,22 @@ pub async fn serve_with(
         ),
     };
     let admission = app.proxy.admission().clone();
-    let (models_tx, models) = ModelList::new();
+    // Leases, gc and the drain marks (relays move answers at a drain's
+    // deadline, and the fallback, Valkey away, skips draining workers,
+    // migration on or off).
+    let duties = Duties {
+        store: store.clone(),
+        cfg: cfg.clone(),
+        admission: admission.clone(),
+        proxy: app.proxy.clone(),
+    };
     let mut tasks = vec![
-        tokio::spawn(lease_loop(
-            store.clone(),
-            cfg.clone(),
-            admission.clone(),
-            models_tx,
-            stop.clone(),
-        )),
+        tokio::spawn(duties_loop(duties, stop.clone())),
         tokio::spawn(admission.lease_loop(stop.clone())),
-        tokio::spawn(gc_loop(
-            store.clone(),
-            cfg.gc_interval,
-            models.clone(),
-            stop.clone(),
-        )),
     ];
     if let Some(lm) = app.proxy.lmcache() {
         tasks.push(tokio::spawn(lm.poll_loop(stop.clone())));
     }
-    // Drain marks: relays move answers at a drain's deadline, and the
-    // fallback (Valkey away) skips draining workers, migration on or off.
-    tasks.push(tokio::spawn(drain_loop(
-        store.clone(),
-        app.proxy.clone(),
-        models,
-        stop.clone(),
-    )));
     if let Some(interval) = cfg.scrape_metrics_interval {
         let settings = ScrapeSettings::every(interval);
         tasks.push(tokio::spawn(scrape_loop(
