@@ -72,10 +72,10 @@ pub(super) async fn duties_loop(duties: Duties, mut stop: ShutdownSignal) {
     let mut models: Vec<String> = Vec::new();
     loop {
         let now = Instant::now();
-        if lease.take(now) {
-            if let Some(read) = renew_leases(&duties).await {
-                models = read;
-            }
+        if lease.take(now)
+            && let Some(read) = renew_leases(&duties).await
+        {
+            models = read;
         }
         if drains.take(now) {
             refresh_drains(&duties, &models).await;
