@@ -32,6 +32,13 @@ phase "format" cargo fmt --all -- --check
 # (the dependency graph and query caches it writes for the next build): off
 # here, as on most CI systems. A developer's `cargo test` keeps it.
 export CARGO_INCREMENTAL=0
+# Nor does it keep line tables for the workspace's crates (the dev
+# profile's `debug = "line-tables-only"`, which a developer's build keeps):
+# a failing test still prints its panic's file and line, and a backtrace
+# still names the functions. Less to generate and link: ≈ 12 % of the
+# workspace's compile CPU (docs/results/2026-11-28-test-command/journal.md,
+# "Session 7").
+export CARGO_PROFILE_DEV_DEBUG=false
 
 # proptest draws its inputs with XorShift rather than its default ChaCha
 # (the same cases, from a generator a debug build runs ~7× faster: proptest
