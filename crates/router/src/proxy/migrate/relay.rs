@@ -23,7 +23,7 @@ use futures_util::{Stream, StreamExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::answer::{Answer, Broken, Relayed, event_data, sse};
+use super::answer::{Answer, Broken, event_data, sse};
 use super::assemble::{self, Assembly};
 use super::drains::{DRAIN_REFRESH, Deadlines};
 use super::sse::Events;
@@ -238,19 +238,31 @@ impl Relay {
         self.failover(broken).await;
     }
 
-    /// Splits `bytes` into events and relays them.
+    /// Splits `bytes` into events and relays them: what the client gets of
+    /// the events of one read leaves as one frame.
     fn read(&mut self, bytes: Bytes) -> Result<(), Broken> {
         self.events
             .push(bytes)
             .map_err(|_| Broken("an event over 16 MiB".into()))?;
+        let mut out = Vec::new();
+        let read = self.read_events(&mut out);
+        if !out.is_empty() {
+            self.out.push_back(Bytes::from(out));
+        }
+        read
+    }
+
+    /// Relays the complete events held, into `out` (or the assembly).
+    fn read_events(&mut self, out: &mut Vec<u8>) -> Result<(), Broken> {
         while let Some((raw, data)) = self.events.next_data() {
-            let out = match self.answer.on_event(&data)? {
-                Relayed::AsSent => raw,
-                Relayed::Rewritten(out) => out,
-            };
-            match self.assembly.as_mut() {
-                Some(a) => a.add(event_data(&out).unwrap_or(&data)),
-                None => self.out.push_back(out),
+            if out.capacity() == 0 {
+                out.reserve(raw.len() + self.events.held_len());
+            }
+            let start = out.len();
+            self.answer.on_event(&raw, &data, out)?;
+            if let Some(a) = self.assembly.as_mut() {
+                a.add(out.get(start..).and_then(event_data).unwrap_or(&data));
+                out.truncate(start);
             }
             if self.answer.done {
                 // The answer is whole: what follows is not the client's.
