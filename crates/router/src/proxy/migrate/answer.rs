@@ -6,7 +6,7 @@
 //! completion chunks reshaped as chat chunks for a chat request, and the
 //! usage of the whole answer.
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::{Map, Value, json};
 
 use super::chunk::{Shape, View};
@@ -89,7 +89,7 @@ impl Answer {
         &mut self,
         raw: &[u8],
         data: &Bytes,
-        out: &mut Vec<u8>,
+        out: &mut BytesMut,
     ) -> Result<(), Broken> {
         if data == b"[DONE]".as_slice() {
             if !self.finished {
@@ -192,7 +192,7 @@ impl Answer {
     /// An event [`View`] cannot read: an error event (the worker failed),
     /// one that is not JSON (likewise), or a chunk shaped otherwise than
     /// vLLM's, relayed without the ids but not continued.
-    fn on_odd_event(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), Broken> {
+    fn on_odd_event(&mut self, data: &[u8], out: &mut BytesMut) -> Result<(), Broken> {
         let mut v: Value = serde_json::from_slice(data)
             .map_err(|e| Broken(format!("the worker sent an event that is not JSON: {e}")))?;
         if let Some(err) = v.get("error") {
@@ -378,24 +378,24 @@ const CHAT_ONLY: [&str; 14] = [
 
 /// An event carrying `v`.
 pub(super) fn sse(v: &Value) -> Bytes {
-    let mut out = Vec::new();
+    let mut out = BytesMut::new();
     write_sse(v, &mut out);
-    Bytes::from(out)
+    out.freeze()
 }
 
 /// Appends an event carrying `v` to `out`.
-fn write_sse(v: &Value, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"data: ");
-    // Writing a `Value` to a `Vec` cannot fail.
-    let _ = serde_json::to_writer(&mut *out, v);
-    out.extend_from_slice(b"\n\n");
+fn write_sse(v: &Value, out: &mut BytesMut) {
+    out.put_slice(b"data: ");
+    // Writing a `Value` to memory cannot fail.
+    let _ = serde_json::to_writer(out.writer(), v);
+    out.put_slice(b"\n\n");
 }
 
 /// Appends the event of the chunk `json` without its id fields to `out`.
-fn write_event(ids: &Ids, json: &[u8], out: &mut Vec<u8>) {
-    out.extend_from_slice(b"data: ");
+fn write_event(ids: &Ids, json: &[u8], out: &mut impl BufMut) {
+    out.put_slice(b"data: ");
     ids.write_without(json, out);
-    out.extend_from_slice(b"\n\n");
+    out.put_slice(b"\n\n");
 }
 
 /// The data of an event as this module writes them (`data: …\n\n`).

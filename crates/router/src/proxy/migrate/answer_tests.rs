@@ -33,14 +33,14 @@ const SEEN: &str = concat!(
 /// and the answer after it (or why the worker failed).
 fn relay(answer: &mut Answer, parts: &[&[u8]]) -> Result<Vec<u8>, Broken> {
     let mut events = Events::default();
-    let mut out = Vec::new();
+    let mut out = BytesMut::new();
     for part in parts {
         events.push(Bytes::copy_from_slice(part)).unwrap();
         while let Some((raw, data)) = events.next_data() {
             answer.on_event(&raw, &data, &mut out)?;
         }
     }
-    Ok(out)
+    Ok(out.to_vec())
 }
 
 #[test]

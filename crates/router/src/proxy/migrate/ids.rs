@@ -23,6 +23,8 @@
 
 use std::ops::Range;
 
+use bytes::BufMut;
+
 use super::chunk::{ChoiceView, Choices, DeltaView, Shape, View};
 use super::walk::Walk;
 
@@ -82,13 +84,13 @@ impl Ids {
     }
 
     /// Appends `json` (the chunk scanned) without its id fields to `out`.
-    pub(super) fn write_without(&self, json: &[u8], out: &mut Vec<u8>) {
+    pub(super) fn write_without(&self, json: &[u8], out: &mut impl BufMut) {
         let mut from = 0;
         for cut in self.cuts.iter() {
-            out.extend_from_slice(json.get(from..cut.start).unwrap_or_default());
+            out.put_slice(json.get(from..cut.start).unwrap_or_default());
             from = cut.end;
         }
-        out.extend_from_slice(json.get(from..).unwrap_or_default());
+        out.put_slice(json.get(from..).unwrap_or_default());
     }
 }
 

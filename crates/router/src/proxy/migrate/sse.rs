@@ -47,11 +47,6 @@ impl Events {
         Ok(())
     }
 
-    /// The number of bytes held.
-    pub(super) fn held_len(&self) -> usize {
-        self.held().len()
-    }
-
     /// The bytes held.
     fn held(&self) -> &[u8] {
         if self.fresh.is_empty() {
