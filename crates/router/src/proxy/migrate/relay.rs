@@ -263,7 +263,11 @@ impl Relay {
     /// Relays the complete events held, into `scratch` (or the assembly).
     fn read_events(&mut self) -> Result<(), Broken> {
         while let Some((raw, data)) = self.events.next_data() {
-            self.scratch.reserve(raw.len().max(SCRATCH));
+            // Room when this event may not fit (`reserve` reclaims the
+            // buffer in place once the frames split off it are written).
+            if self.scratch.capacity() - self.scratch.len() < raw.len() {
+                self.scratch.reserve(raw.len().max(SCRATCH));
+            }
             let start = self.scratch.len();
             self.answer.on_event(&raw, &data, &mut self.scratch)?;
             if let Some(a) = self.assembly.as_mut() {
