@@ -6,12 +6,12 @@
 //! completion chunks reshaped as chat chunks for a chat request, and the
 //! usage of the whole answer.
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::{Map, Value, json};
 
 use super::chunk::{Shape, View};
 use super::eligible::Eligible;
-use super::ids::scan;
+use super::ids::{Ids, scan};
 use tokenize::read_token_ids;
 
 /// A chunk's envelope, read from the first chunk of an answer.
@@ -23,14 +23,6 @@ struct Head {
     created: Value,
     #[serde(default)]
     model: Value,
-}
-
-/// What the client gets of one event.
-pub(super) enum Relayed {
-    /// The event as the worker sent it.
-    AsSent,
-    /// This instead.
-    Rewritten(Bytes),
 }
 
 /// Why the current worker's stream cannot go on.
@@ -86,8 +78,19 @@ impl Answer {
         }
     }
 
-    /// Reads one event's data; returns what the client gets.
-    pub(super) fn on_event(&mut self, data: &Bytes) -> Result<Relayed, Broken> {
+    /// Reads one event (`raw` as sent, `data` its data) and appends what
+    /// the client gets of it to `out`.
+    ///
+    /// The first worker's chunks are read without serde (`ids::scan`
+    /// vouches for almost all) and go to the client as sent, or without
+    /// the id fields the client did not ask for, byte for byte; a moved
+    /// answer's chunks are rebuilt.
+    pub(super) fn on_event(
+        &mut self,
+        raw: &[u8],
+        data: &Bytes,
+        out: &mut BytesMut,
+    ) -> Result<(), Broken> {
         if data == b"[DONE]".as_slice() {
             if !self.finished {
                 return Err(Broken(
@@ -95,27 +98,33 @@ impl Answer {
                 ));
             }
             self.done = true;
-            return Ok(Relayed::AsSent);
+            out.extend_from_slice(raw);
+            return Ok(());
         }
         // The id fields found in the bytes; the rest read without building
         // the chunk (a chunk shaped otherwise is read whole, and cannot move).
-        let Some(ids) = scan(data) else {
-            return self.on_odd_event(data);
+        let Some(mut ids) = scan(data) else {
+            return self.on_odd_event(data, out);
         };
-        // The chunk without them, as the client's event: what the client
-        // gets unless it asked for them, and what the view reads.
-        let lean = ids.any().then(|| {
+        // The chunk without them, as the client's event, when serde must
+        // read it (the scan could not vouch for it; the first chunk's
+        // envelope).
+        let lean = (ids.any() && (ids.view.is_none() || self.head.is_none())).then(|| {
             let mut event = Vec::with_capacity(ids.kept_len(data.len()) + 8);
-            event.extend_from_slice(b"data: ");
-            ids.write_without(data, &mut event);
-            event.extend_from_slice(b"\n\n");
+            write_event(&ids, data, &mut event);
             event
         });
         let json = lean.as_deref().and_then(event_data).unwrap_or(data);
-        let view = match serde_json::from_slice::<View>(json) {
-            Ok(view) if view.error == Shape::Absent => view,
-            _ => return self.on_odd_event(data),
+        let view = match ids.view.take() {
+            Some(view) => view,
+            None => match serde_json::from_slice::<View>(json) {
+                Ok(view) => view,
+                Err(_) => return self.on_odd_event(data, out),
+            },
         };
+        if view.error != Shape::Absent {
+            return self.on_odd_event(data, out);
+        }
         if self.head.is_none() {
             let head: Head = serde_json::from_slice(json)
                 .map_err(|e| Broken(format!("the worker sent an event that is not JSON: {e}")))?;
@@ -160,27 +169,30 @@ impl Answer {
         // The first worker's chunks go as sent unless they carry ids the
         // client did not ask for; then without them, byte for byte.
         if self.moves == 0 {
-            return Ok(match lean {
-                Some(event) if !self.request.client_ids => Relayed::Rewritten(Bytes::from(event)),
-                _ => Relayed::AsSent,
-            });
+            match lean {
+                _ if !ids.any() || self.request.client_ids => out.extend_from_slice(raw),
+                Some(event) => out.extend_from_slice(&event),
+                None => write_event(&ids, data, out),
+            }
+            return Ok(());
         }
         let mut v: Value = serde_json::from_slice(data)
             .map_err(|e| Broken(format!("the worker sent an event that is not JSON: {e}")))?;
-        let out = match (self.upstream, self.request.chat) {
+        let rebuilt = match (self.upstream, self.request.chat) {
             (Upstream::Continuation, true) if !usage_only => self.as_chat_chunk(&v),
             _ => {
                 self.rewrite(&mut v, usage_only);
                 v
             }
         };
-        Ok(Relayed::Rewritten(sse(&out)))
+        write_sse(&rebuilt, out);
+        Ok(())
     }
 
     /// An event [`View`] cannot read: an error event (the worker failed),
     /// one that is not JSON (likewise), or a chunk shaped otherwise than
     /// vLLM's, relayed without the ids but not continued.
-    fn on_odd_event(&mut self, data: &[u8]) -> Result<Relayed, Broken> {
+    fn on_odd_event(&mut self, data: &[u8], out: &mut BytesMut) -> Result<(), Broken> {
         let mut v: Value = serde_json::from_slice(data)
             .map_err(|e| Broken(format!("the worker sent an event that is not JSON: {e}")))?;
         if let Some(err) = v.get("error") {
@@ -195,7 +207,8 @@ impl Answer {
             self.head = Some((v["id"].clone(), v["created"].clone(), v["model"].clone()));
         }
         self.rewrite(&mut v, false);
-        Ok(Relayed::Rewritten(sse(&v)))
+        write_sse(&v, out);
+        Ok(())
     }
 
     /// The chunk `v` of this answer as the client gets it: the first
@@ -365,10 +378,31 @@ const CHAT_ONLY: [&str; 14] = [
 
 /// An event carrying `v`.
 pub(super) fn sse(v: &Value) -> Bytes {
-    Bytes::from(format!("data: {v}\n\n"))
+    let mut out = BytesMut::new();
+    write_sse(v, &mut out);
+    out.freeze()
+}
+
+/// Appends an event carrying `v` to `out`.
+fn write_sse(v: &Value, out: &mut BytesMut) {
+    out.put_slice(b"data: ");
+    // Writing a `Value` to memory cannot fail.
+    let _ = serde_json::to_writer(out.writer(), v);
+    out.put_slice(b"\n\n");
+}
+
+/// Appends the event of the chunk `json` without its id fields to `out`.
+fn write_event(ids: &Ids, json: &[u8], out: &mut impl BufMut) {
+    out.put_slice(b"data: ");
+    ids.write_without(json, out);
+    out.put_slice(b"\n\n");
 }
 
 /// The data of an event as this module writes them (`data: …\n\n`).
 pub(super) fn event_data(event: &[u8]) -> Option<&[u8]> {
     event.strip_prefix(b"data: ")?.strip_suffix(b"\n\n")
 }
+
+#[cfg(test)]
+#[path = "answer_tests.rs"]
+mod tests;

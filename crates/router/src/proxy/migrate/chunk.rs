@@ -1,9 +1,10 @@
 //! A worker's chunk as the relay reads it, without building it: [`View`]
-//! deserializes only the fields migration needs (the finish, whether text
-//! or a parser's output is there, the usage, an error) and skips the
-//! rest. It reads the chunk without its id fields (`ids`, which finds
-//! them in the bytes). A chunk it cannot read is read the slow way
-//! (`serde_json::Value`).
+//! holds only the fields migration needs (the finish, whether text or a
+//! parser's output is there, the usage, an error). `ids`' walk over the
+//! chunk's bytes fills it when it can vouch for the chunk (almost every
+//! chunk); else serde deserializes it here from the chunk without its id
+//! fields, skipping the rest. A chunk neither can read is read the slow
+//! way (`serde_json::Value`).
 
 use std::fmt;
 
@@ -84,7 +85,7 @@ impl<'de> Visitor<'de> for ShapeVisitor {
 }
 
 /// The fields of a chunk migration reads.
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Eq, Deserialize)]
 pub(super) struct View {
     #[serde(default)]
     pub(super) error: Shape,
@@ -97,7 +98,7 @@ pub(super) struct View {
 /// A chunk's `choices` as migration reads them: the first, and whether
 /// there are others or one whose `index` is not 0 (read without building
 /// a list).
-#[derive(Default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub(super) struct Choices {
     pub(super) first: Option<ChoiceView>,
     /// More than one choice, or a choice of another index.
@@ -129,7 +130,7 @@ impl<'de> Visitor<'de> for ChoicesVisitor {
 }
 
 /// The fields of a chunk's choice migration reads.
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Eq, Deserialize)]
 pub(super) struct ChoiceView {
     #[serde(default)]
     pub(super) index: Option<u64>,
@@ -142,7 +143,7 @@ pub(super) struct ChoiceView {
 }
 
 /// A chat choice's `delta`, as far as migration reads it.
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Eq, Deserialize)]
 pub(super) struct DeltaView {
     #[serde(default)]
     pub(super) content: Shape,

@@ -13,8 +13,20 @@
 //! `null`), or that repeats one, or that is not an object, gives `None`:
 //! the relay reads it the slow way and does not move the answer. The scan
 //! never panics and never recurses (nesting depth costs nothing).
+//!
+//! The same walk reads the fields [`View`] holds (the top level's `error`,
+//! `usage` and `choices`; each choice's `index`, `text`, `delta`,
+//! `finish_reason`; a delta's `content` and parser fields) and checks the
+//! rest as strictly as serde would read it (`walk`): when it vouches for
+//! the chunk, [`Ids::view`] is what serde would have read of the chunk
+//! without its id fields, and the relay reads no chunk with serde.
 
 use std::ops::Range;
+
+use bytes::BufMut;
+
+use super::chunk::{ChoiceView, Choices, DeltaView, Shape, View};
+use super::walk::Walk;
 
 /// Where a chunk's id fields are; see the module docs.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -26,6 +38,9 @@ pub(super) struct Ids {
     pub(super) generated: Option<Range<usize>>,
     /// The byte ranges of every id field with its separator, in order.
     cuts: Cuts,
+    /// What [`View`] reads of the chunk without its id fields, when the
+    /// walk vouches for it (`walk`'s strict reading); else serde is asked.
+    pub(super) view: Option<View>,
 }
 
 /// The byte ranges cut out of a chunk, in order: a chunk has one or two
@@ -69,13 +84,13 @@ impl Ids {
     }
 
     /// Appends `json` (the chunk scanned) without its id fields to `out`.
-    pub(super) fn write_without(&self, json: &[u8], out: &mut Vec<u8>) {
+    pub(super) fn write_without(&self, json: &[u8], out: &mut impl BufMut) {
         let mut from = 0;
         for cut in self.cuts.iter() {
-            out.extend_from_slice(json.get(from..cut.start).unwrap_or_default());
+            out.put_slice(json.get(from..cut.start).unwrap_or_default());
             from = cut.end;
         }
-        out.extend_from_slice(json.get(from..).unwrap_or_default());
+        out.put_slice(json.get(from..).unwrap_or_default());
     }
 }
 
@@ -85,147 +100,113 @@ enum Level {
     Top,
     /// The n-th element of `choices`.
     Choice(usize),
+    /// A choice's `delta`.
+    Delta,
 }
 
-/// The id fields of the JSON object `json`; see the module docs.
+/// The id fields of the JSON object `json`, and what [`View`] reads of it
+/// when the walk can tell; see the module docs.
 pub(super) fn scan(json: &[u8]) -> Option<Ids> {
-    let mut w = Walk {
-        b: json,
-        i: 0,
+    let mut w = Scan {
+        w: Walk::new(json),
         ids: Ids::default(),
         choice_prompt: None,
     };
-    w.blank();
-    w.object(Level::Top)?;
-    w.blank();
-    if w.i != json.len() {
+    w.w.blank();
+    let seen = w.object(Level::Top)?;
+    w.w.blank();
+    if w.w.i != json.len() {
         return None;
     }
     let mut ids = w.ids;
     if ids.prompt.is_none() {
         ids.prompt = w.choice_prompt;
     }
+    if w.w.sure {
+        ids.view = Some(View {
+            error: seen.shapes[0],
+            choices: seen.choices,
+            usage: seen.shapes[1],
+        });
+    }
     Some(ids)
 }
 
-fn is_blank(b: u8) -> bool {
-    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
-}
-
-/// The walk over a chunk's bytes.
-struct Walk<'a> {
-    b: &'a [u8],
-    i: usize,
+/// The walk over a chunk's structure.
+struct Scan<'a> {
+    w: Walk<'a>,
     ids: Ids,
     /// The first choice's `prompt_token_ids` (completions).
     choice_prompt: Option<Range<usize>>,
 }
 
-impl Walk<'_> {
-    fn peek(&self) -> Option<u8> {
-        self.b.get(self.i).copied()
-    }
+/// The fields [`View`] reads, as found in one object of the chunk.
+#[derive(Default)]
+struct Seen {
+    /// The fields met (a repeated one: serde refuses the chunk).
+    met: u8,
+    /// Top: `error`, `usage`; a choice: `text`, `finish_reason`; a delta:
+    /// `content`, `tool_calls`, `reasoning_content`, `reasoning`.
+    shapes: [Shape; 4],
+    choices: Choices,
+    index: Option<u64>,
+    delta: Option<DeltaView>,
+}
 
-    fn blank(&mut self) {
-        while self.peek().is_some_and(is_blank) {
-            self.i += 1;
-        }
-    }
+/// A field [`View`] reads: its slot in [`Seen::shapes`], or what else.
+#[derive(Clone, Copy)]
+enum Known {
+    Shape(usize),
+    Choices,
+    Index,
+    Delta,
+}
 
-    fn expect(&mut self, byte: u8) -> Option<()> {
-        (self.peek()? == byte).then(|| self.i += 1)
-    }
+/// The field named `name` at `level`, if [`View`] reads it, and its bit
+/// in [`Seen::met`].
+fn known(level: Level, name: &[u8]) -> Option<(Known, u8)> {
+    let k = match (level, name) {
+        (Level::Top, b"error") => (Known::Shape(0), 0),
+        (Level::Top, b"usage") => (Known::Shape(1), 1),
+        (Level::Top, b"choices") => (Known::Choices, 2),
+        (Level::Choice(_), b"text") => (Known::Shape(0), 0),
+        (Level::Choice(_), b"finish_reason") => (Known::Shape(1), 1),
+        (Level::Choice(_), b"index") => (Known::Index, 2),
+        (Level::Choice(_), b"delta") => (Known::Delta, 3),
+        (Level::Delta, b"content") => (Known::Shape(0), 0),
+        (Level::Delta, b"tool_calls") => (Known::Shape(1), 1),
+        (Level::Delta, b"reasoning_content") => (Known::Shape(2), 2),
+        (Level::Delta, b"reasoning") => (Known::Shape(3), 3),
+        _ => return None,
+    };
+    Some((k.0, 1 << k.1))
+}
 
-    /// The string at `i` (its opening quote); returns its raw content.
-    fn string(&mut self) -> Option<Range<usize>> {
-        self.expect(b'"')?;
-        let start = self.i;
-        loop {
-            match self.peek()? {
-                b'"' => {
-                    self.i += 1;
-                    return Some(start..self.i - 1);
-                }
-                b'\\' => self.i += 2,
-                _ => self.i += 1,
-            }
-        }
-    }
-
-    /// Skips any value (nested ones by counting, not recursing).
-    fn skip_value(&mut self) -> Option<()> {
-        let mut depth = 0usize;
-        loop {
-            match self.peek()? {
-                b'"' => {
-                    self.string()?;
-                }
-                b'{' | b'[' => {
-                    depth += 1;
-                    self.i += 1;
-                }
-                b'}' | b']' => {
-                    depth = depth.checked_sub(1)?;
-                    self.i += 1;
-                }
-                b',' | b':' if depth > 0 => self.i += 1,
-                b if is_blank(b) => self.i += 1,
-                // A number or a literal.
-                _ => {
-                    let rest = self.b.get(self.i..)?;
-                    let len = rest
-                        .iter()
-                        .position(|&b| matches!(b, b',' | b'}' | b']' | b':') || is_blank(b))
-                        .unwrap_or(rest.len());
-                    if len == 0 {
-                        return None;
-                    }
-                    self.i += len;
-                }
-            }
-            if depth == 0 {
-                return Some(());
-            }
-        }
-    }
-
-    /// An id field's value at `i`: a list of digits, commas and blanks, or
-    /// `null`. Returns the list's range (`None` for `null`).
-    fn id_list(&mut self) -> Option<Option<Range<usize>>> {
-        let start = self.i;
-        if self.b.get(start..)?.starts_with(b"null") {
-            self.i += 4;
-            return Some(None);
-        }
-        self.expect(b'[')?;
-        let rest = self.b.get(self.i..)?;
-        let len = rest
-            .iter()
-            .position(|&b| !(b.is_ascii_digit() || b == b',' || is_blank(b)))?;
-        self.i += len;
-        self.expect(b']')?;
-        Some(Some(start..self.i))
-    }
-
+impl Scan<'_> {
     /// The object at `i`, at `level`.
-    fn object(&mut self, level: Level) -> Option<()> {
-        self.expect(b'{')?;
+    fn object(&mut self, level: Level) -> Option<Seen> {
+        let mut seen = Seen::default();
+        self.w.expect(b'{')?;
         // A member is kept before this one (else a cut takes the comma
         // after it, not the one before).
         let mut kept = false;
         let mut comma: Option<usize> = None;
         loop {
-            self.blank();
-            if self.peek()? == b'}' && comma.is_none() {
-                self.i += 1;
-                return Some(());
+            self.w.blank();
+            if self.w.peek()? == b'}' && comma.is_none() {
+                self.w.i += 1;
+                return Some(seen);
             }
-            let start = self.i;
-            let key = self.string()?;
-            self.blank();
-            self.expect(b':')?;
-            self.blank();
-            let name = self.b.get(key)?;
+            let start = self.w.i;
+            let key = self.w.string()?;
+            self.w.blank();
+            self.w.expect(b':')?;
+            self.w.blank();
+            let name = self.w.b.get(key)?;
+            if name.contains(&b'\\') {
+                // serde reads the key unescaped.
+                self.w.sure = false;
+            }
             let field = match (level, name) {
                 (Level::Top, b"prompt_token_ids") => Some(Field::Prompt),
                 (Level::Choice(n), b"prompt_token_ids") => Some(Field::ChoicePrompt(n)),
@@ -234,69 +215,144 @@ impl Walk<'_> {
             };
             let cut_first = match field {
                 Some(field) => {
-                    let list = self.id_list()?;
+                    let list = self.w.id_list()?;
                     self.record(field, list)?;
                     match (kept, comma) {
                         (true, Some(c)) => {
-                            self.ids.cuts.push(c..self.i);
+                            self.ids.cuts.push(c..self.w.i);
                             None
                         }
                         _ => Some(start),
                     }
                 }
                 None => {
-                    match (level, name) {
-                        (Level::Top, b"choices") if self.peek() == Some(b'[') => self.choices()?,
-                        _ => self.skip_value()?,
+                    match known(level, name) {
+                        Some((k, bit)) => {
+                            if seen.met & bit != 0 {
+                                self.w.sure = false;
+                            }
+                            seen.met |= bit;
+                            self.read(k, &mut seen)?;
+                        }
+                        None => {
+                            self.w.shape()?;
+                        }
                     }
                     kept = true;
                     None
                 }
             };
-            let end = self.i;
-            self.blank();
-            match self.peek()? {
+            let end = self.w.i;
+            self.w.blank();
+            match self.w.peek()? {
                 b',' => {
-                    comma = Some(self.i);
-                    self.i += 1;
-                    self.blank();
+                    comma = Some(self.w.i);
+                    self.w.i += 1;
+                    self.w.blank();
                     if let Some(s) = cut_first {
-                        self.ids.cuts.push(s..self.i);
+                        self.ids.cuts.push(s..self.w.i);
                     }
                 }
                 b'}' => {
                     if let Some(s) = cut_first {
                         self.ids.cuts.push(s..end);
                     }
-                    self.i += 1;
-                    return Some(());
+                    self.w.i += 1;
+                    return Some(seen);
                 }
                 _ => return None,
             }
         }
     }
 
+    /// The value of the field `k` at `i`, into `seen`.
+    fn read(&mut self, k: Known, seen: &mut Seen) -> Option<()> {
+        let w = &mut self.w;
+        match k {
+            Known::Shape(slot) => {
+                let shape = w.shape()?;
+                if let Some(s) = seen.shapes.get_mut(slot) {
+                    *s = shape;
+                }
+            }
+            Known::Choices if w.peek() == Some(b'[') => seen.choices = self.choices()?,
+            Known::Index => {
+                let start = w.i;
+                if !w.literal(b"null") {
+                    seen.index = w
+                        .number()
+                        .flatten()
+                        .filter(|d| d.len() <= 19)
+                        .and_then(|d| std::str::from_utf8(w.b.get(d)?).ok()?.parse().ok());
+                    if seen.index.is_none() {
+                        // Not a `u64` as serde reads one.
+                        w.sure = false;
+                        w.i = start;
+                        w.skip_value()?;
+                    }
+                }
+            }
+            Known::Delta if w.peek() == Some(b'{') => {
+                let d = self.object(Level::Delta)?;
+                let [content, tool_calls, reasoning_content, reasoning] = d.shapes;
+                seen.delta = Some(DeltaView {
+                    content,
+                    tool_calls,
+                    reasoning_content,
+                    reasoning,
+                });
+            }
+            Known::Delta if w.literal(b"null") => {}
+            // A `choices` that is no list, a `delta` that is no object:
+            // serde refuses them.
+            Known::Choices | Known::Delta => {
+                w.sure = false;
+                w.skip_value()?;
+            }
+        }
+        Some(())
+    }
+
     /// The `choices` list at `i`.
-    fn choices(&mut self) -> Option<()> {
-        self.expect(b'[')?;
+    fn choices(&mut self) -> Option<Choices> {
+        let mut choices = Choices::default();
+        self.w.expect(b'[')?;
         let mut n = 0;
         loop {
-            self.blank();
-            match self.peek()? {
+            self.w.blank();
+            match self.w.peek()? {
                 b']' if n == 0 => {
-                    self.i += 1;
-                    return Some(());
+                    self.w.i += 1;
+                    return Some(choices);
                 }
-                b'{' => self.object(Level::Choice(n))?,
-                _ => self.skip_value()?,
+                b'{' => {
+                    let c = self.object(Level::Choice(n))?;
+                    let [text, finish_reason, ..] = c.shapes;
+                    if n == 0 {
+                        choices.several = c.index.unwrap_or(0) != 0;
+                        choices.first = Some(ChoiceView {
+                            index: c.index,
+                            text,
+                            delta: c.delta,
+                            finish_reason,
+                        });
+                    } else {
+                        choices.several = true;
+                    }
+                }
+                _ => {
+                    // A choice that is no object: serde refuses it.
+                    self.w.sure = false;
+                    self.w.skip_value()?;
+                }
             }
             n += 1;
-            self.blank();
-            match self.peek()? {
-                b',' => self.i += 1,
+            self.w.blank();
+            match self.w.peek()? {
+                b',' => self.w.i += 1,
                 b']' => {
-                    self.i += 1;
-                    return Some(());
+                    self.w.i += 1;
+                    return Some(choices);
                 }
                 _ => return None,
             }

@@ -6,8 +6,9 @@
 //! * `eligible`: which requests can be continued exactly, read once from
 //!   the body; the router asks their workers for `return_token_ids`.
 //! * `sse`: events out of a worker's bytes.
-//! * `ids`: the token-id fields of a chunk, found in its bytes, and the
-//!   chunk without them.
+//! * `ids`: the token-id fields of a chunk, found in its bytes, the chunk
+//!   without them, and the few other fields the relay reads (`walk`: the
+//!   walk over the bytes, checked as strictly as serde reads them).
 //! * `chunk`: the few other fields of a chunk migration reads, without
 //!   building it.
 //! * `answer`: one answer across workers: the ids so far, the chunks as
@@ -33,6 +34,7 @@ mod eligible;
 mod ids;
 mod relay;
 mod sse;
+mod walk;
 
 use std::sync::Arc;
 

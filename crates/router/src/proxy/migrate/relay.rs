@@ -18,12 +18,12 @@ use std::time::Duration;
 
 use axum::http::HeaderValue;
 use axum::http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::answer::{Answer, Broken, Relayed, event_data, sse};
+use super::answer::{Answer, Broken, event_data, sse};
 use super::assemble::{self, Assembly};
 use super::drains::{DRAIN_REFRESH, Deadlines};
 use super::sse::Events;
@@ -31,6 +31,10 @@ use super::{Migration, MigrationSettings, Moved};
 use crate::proxy::{InFlightGuard, Proxy};
 
 type Upstream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
+
+/// Room made in the output buffer at a time (an answer's events are a
+/// few hundred bytes each).
+const SCRATCH: usize = 4096;
 
 /// `d` from now (a time past `Instant`'s range: in 30 years).
 fn after(d: Duration) -> Instant {
@@ -61,6 +65,10 @@ struct Relay {
     timer: Pin<Box<tokio::time::Sleep>>,
     events: Events,
     answer: Answer,
+    /// What the client gets of the events of the current read, written
+    /// once and split off as one frame; its allocation is reused once the
+    /// client's frames are written.
+    scratch: BytesMut,
     out: VecDeque<Bytes>,
     /// After `out`, the body ends.
     end: bool,
@@ -94,6 +102,7 @@ impl Relay {
             url: url.to_owned(),
             failed: Vec::new(),
             events: Events::default(),
+            scratch: BytesMut::new(),
             out: VecDeque::new(),
             end: false,
             assembly,
@@ -238,19 +247,33 @@ impl Relay {
         self.failover(broken).await;
     }
 
-    /// Splits `bytes` into events and relays them.
+    /// Splits `bytes` into events and relays them: what the client gets of
+    /// the events of one read leaves as one frame.
     fn read(&mut self, bytes: Bytes) -> Result<(), Broken> {
         self.events
             .push(bytes)
             .map_err(|_| Broken("an event over 16 MiB".into()))?;
+        let read = self.read_events();
+        if !self.scratch.is_empty() {
+            self.out.push_back(self.scratch.split().freeze());
+        }
+        read
+    }
+
+    /// Relays the complete events held, into `scratch` (or the assembly).
+    fn read_events(&mut self) -> Result<(), Broken> {
         while let Some((raw, data)) = self.events.next_data() {
-            let out = match self.answer.on_event(&data)? {
-                Relayed::AsSent => raw,
-                Relayed::Rewritten(out) => out,
-            };
-            match self.assembly.as_mut() {
-                Some(a) => a.add(event_data(&out).unwrap_or(&data)),
-                None => self.out.push_back(out),
+            // Room when this event may not fit (`reserve` reclaims the
+            // buffer in place once the frames split off it are written).
+            if self.scratch.capacity() - self.scratch.len() < raw.len() {
+                self.scratch.reserve(raw.len().max(SCRATCH));
+            }
+            let start = self.scratch.len();
+            self.answer.on_event(&raw, &data, &mut self.scratch)?;
+            if let Some(a) = self.assembly.as_mut() {
+                let out = self.scratch.get(start..);
+                a.add(out.and_then(event_data).unwrap_or(&data));
+                self.scratch.truncate(start);
             }
             if self.answer.done {
                 // The answer is whole: what follows is not the client's.

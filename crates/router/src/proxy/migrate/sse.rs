@@ -20,6 +20,10 @@ pub(super) struct Events {
     /// The bytes held before this hold no event boundary: a long event
     /// arriving in many reads is searched once, not once per read.
     searched: usize,
+    /// The search passed a line break inside the first event held (else
+    /// the event is one line, and its data is sliced out without a
+    /// second pass).
+    lines: bool,
 }
 
 /// A stream whose next event is too long.
@@ -69,7 +73,14 @@ impl Events {
             let (end, sep) = self.boundary()?;
             let raw = self.take(end + sep);
             self.searched = 0;
+            let one_line = !std::mem::take(&mut self.lines);
             let event = &raw[..end];
+            if one_line && let Some(rest) = event.strip_prefix(b"data:") {
+                let rest = rest.strip_prefix(b" ").unwrap_or(rest);
+                let rest = rest.strip_suffix(b"\r").unwrap_or(rest);
+                let data = raw.slice_ref(rest);
+                return Some((raw, data));
+            }
             // One `data:` line (vLLM's events): its bytes, not a copy.
             let lines = event
                 .split(|&b| b == b'\n')
@@ -111,34 +122,47 @@ impl Events {
         self.fresh = Bytes::new();
         self.buf.clear();
         self.searched = 0;
+        self.lines = false;
     }
 
     /// Where the first event held ends, and the length of its
     /// separator; searched from where the last search stopped.
     fn boundary(&mut self) -> Option<(usize, usize)> {
         let held = self.held();
-        let found = boundary(held, self.searched);
+        let len = held.len();
+        let (found, lines) = boundary(held, self.searched);
+        self.lines |= lines;
         if found.is_none() {
             // A separator may straddle the next read: its first bytes are
             // searched again.
-            self.searched = held.len().saturating_sub(3);
+            self.searched = len.saturating_sub(3);
         }
         found
     }
 }
 
 /// The first event boundary in `buf` with its `\n` at or after `from`: where
-/// the event ends and the length of its separator (`\n\n` or `\r\n\r\n`).
-fn boundary(buf: &[u8], from: usize) -> Option<(usize, usize)> {
+/// the event ends and the length of its separator (`\n\n` or `\r\n\r\n`);
+/// and whether a line break was passed before it (one that the next
+/// search, from three bytes before the end, will not look at again).
+fn boundary(buf: &[u8], from: usize) -> (Option<(usize, usize)>, bool) {
+    let mut lines = false;
     let mut at = from;
     loop {
-        at += buf.get(at..)?.iter().position(|&b| b == b'\n')?;
+        let Some(next) = buf
+            .get(at..)
+            .and_then(|r| r.iter().position(|&b| b == b'\n'))
+        else {
+            return (None, lines);
+        };
+        at += next;
         if buf.get(at + 1) == Some(&b'\n') {
-            return Some((at, 2));
+            return (Some((at, 2)), lines);
         }
         if at > 0 && buf[at - 1] == b'\r' && buf.get(at + 1..at + 3) == Some(b"\r\n") {
-            return Some((at - 1, 4));
+            return (Some((at - 1, 4)), lines);
         }
+        lines |= at + 3 < buf.len();
         at += 1;
     }
 }
@@ -149,7 +173,7 @@ mod tests {
 
     #[test]
     fn events_are_whole_however_the_bytes_are_split() {
-        let stream = b"data: {\"a\":1}\n\n: ping\n\ndata: a\ndata:b\n\ndata: [DONE]\r\n\r\n";
+        let stream = b"data: {\"a\":1}\n\n: ping\n\ndata: a\ndata:b\n\ndata: c\r\ndata: d\r\n\r\ndata: e\r\n\ndata:\n\n: x\ndata: f\n\ndata: [DONE]\r\n\r\n";
         for cut in 0..stream.len() {
             let mut e = Events::default();
             let mut out = Vec::new();
@@ -161,7 +185,15 @@ mod tests {
             }
             assert_eq!(
                 out,
-                vec![b"{\"a\":1}".to_vec(), b"a\nb".to_vec(), b"[DONE]".to_vec()],
+                vec![
+                    b"{\"a\":1}".to_vec(),
+                    b"a\nb".to_vec(),
+                    b"c\nd".to_vec(),
+                    b"e".to_vec(),
+                    b"".to_vec(),
+                    b"f".to_vec(),
+                    b"[DONE]".to_vec()
+                ],
                 "cut at {cut}"
             );
         }
