@@ -6,12 +6,13 @@
 //! completion chunks reshaped as chat chunks for a chat request, and the
 //! usage of the whole answer.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use serde_json::{Map, Value, json};
 
 use super::chunk::{Shape, View};
 use super::eligible::Eligible;
-use super::ids::{Ids, scan};
+use super::ids::scan;
+use super::sse::{event_data, write_event, write_sse};
 use tokenize::read_token_ids;
 
 /// A chunk's envelope, read from the first chunk of an answer.
@@ -375,33 +376,6 @@ const CHAT_ONLY: [&str; 14] = [
     "reasoning_effort",
     "include_reasoning",
 ];
-
-/// An event carrying `v`.
-pub(super) fn sse(v: &Value) -> Bytes {
-    let mut out = BytesMut::new();
-    write_sse(v, &mut out);
-    out.freeze()
-}
-
-/// Appends an event carrying `v` to `out`.
-fn write_sse(v: &Value, out: &mut BytesMut) {
-    out.put_slice(b"data: ");
-    // Writing a `Value` to memory cannot fail.
-    let _ = serde_json::to_writer(out.writer(), v);
-    out.put_slice(b"\n\n");
-}
-
-/// Appends the event of the chunk `json` without its id fields to `out`.
-fn write_event(ids: &Ids, json: &[u8], out: &mut impl BufMut) {
-    out.put_slice(b"data: ");
-    ids.write_without(json, out);
-    out.put_slice(b"\n\n");
-}
-
-/// The data of an event as this module writes them (`data: …\n\n`).
-pub(super) fn event_data(event: &[u8]) -> Option<&[u8]> {
-    event.strip_prefix(b"data: ")?.strip_suffix(b"\n\n")
-}
 
 #[cfg(test)]
 #[path = "answer_tests.rs"]

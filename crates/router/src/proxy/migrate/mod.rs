@@ -5,7 +5,7 @@
 //!
 //! * `eligible`: which requests can be continued exactly, read once from
 //!   the body; the router asks their workers for `return_token_ids`.
-//! * `sse`: events out of a worker's bytes.
+//! * `sse`: events out of a worker's bytes, and the events the relay writes.
 //! * `ids`: the token-id fields of a chunk, found in its bytes, the chunk
 //!   without them, and the few other fields the relay reads (`walk`: the
 //!   walk over the bytes, checked as strictly as serde reads them).

@@ -23,10 +23,11 @@ use futures_util::{Stream, StreamExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::answer::{Answer, Broken, event_data, sse};
+use super::answer::{Answer, Broken};
 use super::assemble::{self, Assembly};
 use super::drains::{DRAIN_REFRESH, Deadlines};
 use super::sse::Events;
+use super::sse::{event_data, sse};
 use super::{Migration, MigrationSettings, Moved};
 use crate::proxy::{InFlightGuard, Proxy};
 

@@ -1,8 +1,12 @@
 //! Server-sent events out of a worker's byte stream: [`Events`] buffers
 //! the bytes and hands out each complete event's `data`, however the
-//! bytes were split into chunks.
+//! bytes were split into chunks; and the events the relay writes
+//! ([`sse`], [`write_sse`], [`write_event`]) and their data ([`event_data`]).
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
+use serde_json::Value;
+
+use super::ids::Ids;
 
 /// Longest event held while waiting for its end: a worker that sends more
 /// without an event boundary has failed (memory stays bounded).
@@ -165,6 +169,33 @@ fn boundary(buf: &[u8], from: usize) -> (Option<(usize, usize)>, bool) {
         lines |= at + 3 < buf.len();
         at += 1;
     }
+}
+
+/// An event carrying `v`.
+pub(super) fn sse(v: &Value) -> Bytes {
+    let mut out = BytesMut::new();
+    write_sse(v, &mut out);
+    out.freeze()
+}
+
+/// Appends an event carrying `v` to `out`.
+pub(super) fn write_sse(v: &Value, out: &mut BytesMut) {
+    out.put_slice(b"data: ");
+    // Writing a `Value` to memory cannot fail.
+    let _ = serde_json::to_writer(out.writer(), v);
+    out.put_slice(b"\n\n");
+}
+
+/// Appends the event of the chunk `json` without its id fields to `out`.
+pub(super) fn write_event(ids: &Ids, json: &[u8], out: &mut impl BufMut) {
+    out.put_slice(b"data: ");
+    ids.write_without(json, out);
+    out.put_slice(b"\n\n");
+}
+
+/// The data of an event as this module writes them (`data: …\n\n`).
+pub(super) fn event_data(event: &[u8]) -> Option<&[u8]> {
+    event.strip_prefix(b"data: ")?.strip_suffix(b"\n\n")
 }
 
 #[cfg(test)]
