@@ -5,8 +5,10 @@
 //!
 //! Layout, top down (each layer uses only those below it):
 //!
-//! * `serve`: a router process: listeners, background loops (leases, gc,
-//!   load scraping), graceful shutdown.
+//! * `serve`: a router process: one single-threaded runtime per serving
+//!   thread, each accepting on the same listeners with its own connections
+//!   (thread per core); background loops (leases, gc, load scraping) once
+//!   per router; graceful shutdown.
 //! * `epp`: `prefix-router epp`, the Gateway API Inference Extension
 //!   endpoint picker: Envoy's ext_proc gRPC over the same routing path
 //!   (its messages and service, hand-written, public as [`ext_proc`]).
@@ -100,5 +102,5 @@ pub use metrics_recorder::metrics_handle;
 pub use models::ModelConfig;
 pub use protocol::headers::WORKER_HEADER;
 pub use response_cache::CACHE_HEADER;
-pub use serve::{run, runtime, serve_on, serve_with, wait_for_signal};
+pub use serve::{run, serve_on, serve_with, wait_for_signal};
 pub use telemetry::{TelemetryGuard, init as init_telemetry};

@@ -1,6 +1,5 @@
 //! The `prefix-router` binary.
 
-use anyhow::Context;
 use clap::{Parser, Subcommand};
 use prefix_router::{EppArgs, ServeArgs, ServeConfig};
 use state::inspect::InspectArgs;
@@ -38,18 +37,8 @@ fn main() -> anyhow::Result<()> {
     let _telemetry = prefix_router::init_telemetry(otlp.as_ref())?;
     let _ = rustls::crypto::ring::default_provider().install_default();
     match cli.command {
-        Command::Serve(args) => {
-            let cfg = ServeConfig::resolve(*args)?;
-            prefix_router::runtime(&cfg)
-                .context("starting the async runtime")?
-                .block_on(prefix_router::run(cfg))
-        }
-        Command::Epp(args) => {
-            let cfg = ServeConfig::resolve_epp(*args)?;
-            prefix_router::runtime(&cfg)
-                .context("starting the async runtime")?
-                .block_on(prefix_router::run(cfg))
-        }
+        Command::Serve(args) => prefix_router::run(ServeConfig::resolve(*args)?),
+        Command::Epp(args) => prefix_router::run(ServeConfig::resolve_epp(*args)?),
         Command::Reporter(args) => {
             let runtime = tokio::runtime::Runtime::new()?;
             let cfg = args.into_config().map_err(anyhow::Error::msg)?;

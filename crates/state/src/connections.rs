@@ -3,6 +3,10 @@
 //! reconnection.
 //! Given several seed URLs, both lanes are Valkey Cluster connections
 //! instead (each multiplexed, following slot moves and failovers).
+//! A router serving on several threads (one runtime each) has both lanes
+//! once per thread ([`crate::serving_thread`]): a connection's driver task
+//! runs on the runtime that connected it, so a reply wakes only the thread
+//! that waits for it.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -28,8 +32,11 @@ pub struct ConnectionSettings {
     /// Deadline of one bulk-lane call.
     pub bulk_timeout: Duration,
     /// Multiplexed connections of the bulk lane (so that one large call,
-    /// a sync's snapshot, does not hold up the others on its socket).
+    /// a sync's snapshot, does not hold up the others on its socket),
+    /// shared out among the serving threads (at least one each).
     pub pool_size: usize,
+    /// Serving threads, each with its own connections of both lanes.
+    pub serving_threads: usize,
 }
 
 impl ConnectionSettings {
@@ -42,6 +49,7 @@ impl ConnectionSettings {
             hot_timeout: Duration::from_millis(20),
             bulk_timeout: Duration::from_secs(5),
             pool_size: 8,
+            serving_threads: 1,
         }
     }
 }
@@ -139,16 +147,15 @@ fn cluster_seeds(url: &str) -> Result<Option<Vec<String>>, StateError> {
     Ok(Some(seeds))
 }
 
-/// Both lanes to a cluster: connected lazily, like the single routing lane.
-struct ClusterLanes {
-    hot_client: redis::cluster::ClusterClient,
-    bulk_client: redis::cluster::ClusterClient,
-    hot: RwLock<Option<ClusterConnection>>,
-    bulk: RwLock<Option<ClusterConnection>>,
+/// The clients of both lanes to a cluster.
+struct ClusterClients {
+    hot: redis::cluster::ClusterClient,
+    bulk: redis::cluster::ClusterClient,
 }
 
-pub(super) struct Connections {
-    client: redis::Client,
+/// One serving thread's connections of both lanes, connected lazily (from
+/// that thread, so that their driver tasks run on its runtime).
+struct Slot {
     hot: RwLock<Option<ConnectionManager>>,
     connecting: Arc<Mutex<()>>,
     /// The bulk lane to one server: multiplexed connections, connected
@@ -156,7 +163,28 @@ pub(super) struct Connections {
     /// cost a PING round trip per call.)
     bulk: Vec<OnceCell<ConnectionManager>>,
     next_bulk: AtomicUsize,
-    cluster: Option<ClusterLanes>,
+    cluster_hot: RwLock<Option<ClusterConnection>>,
+    cluster_bulk: RwLock<Option<ClusterConnection>>,
+}
+
+impl Slot {
+    fn new(bulk: usize) -> Self {
+        Slot {
+            hot: RwLock::new(None),
+            connecting: Arc::new(Mutex::new(())),
+            bulk: (0..bulk.max(1)).map(|_| OnceCell::new()).collect(),
+            next_bulk: AtomicUsize::new(0),
+            cluster_hot: RwLock::new(None),
+            cluster_bulk: RwLock::new(None),
+        }
+    }
+}
+
+pub(super) struct Connections {
+    client: redis::Client,
+    cluster: Option<ClusterClients>,
+    /// One per serving thread.
+    slots: Vec<Slot>,
     settings: ConnectionSettings,
 }
 
@@ -178,11 +206,9 @@ impl Connections {
                         .build()
                         .map_err(|e| invalid(&e))
                 };
-                Some(ClusterLanes {
-                    hot_client: client(settings.hot_timeout)?,
-                    bulk_client: client(settings.bulk_timeout)?,
-                    hot: RwLock::new(None),
-                    bulk: RwLock::new(None),
+                Some(ClusterClients {
+                    hot: client(settings.hot_timeout)?,
+                    bulk: client(settings.bulk_timeout)?,
                 })
             }
         };
@@ -193,17 +219,20 @@ impl Connections {
             None => normalize_url(&settings.url)?,
         };
         let client = redis::Client::open(url.as_str()).map_err(|e| invalid(&e))?;
+        let threads = settings.serving_threads.max(1);
+        let bulk = settings.pool_size.div_ceil(threads);
         Ok(Connections {
             client,
-            hot: RwLock::new(None),
-            connecting: Arc::new(Mutex::new(())),
-            bulk: (0..settings.pool_size.max(1))
-                .map(|_| OnceCell::new())
-                .collect(),
-            next_bulk: AtomicUsize::new(0),
             cluster,
+            slots: (0..threads).map(|_| Slot::new(bulk)).collect(),
             settings,
         })
+    }
+
+    /// The current serving thread's connections.
+    fn slot(&self) -> Result<&Slot, StateError> {
+        crate::serving_slot(&self.slots)
+            .ok_or_else(|| StateError::Unavailable("no connection slot".into()))
     }
 
     /// A cluster lane's connection, connecting it (within `wait`) if needed.
@@ -236,7 +265,8 @@ impl Connections {
         if let Some(c) = self.connected_hot().await {
             return Ok(c);
         }
-        if let Ok(guard) = self.connecting.clone().try_lock_owned() {
+        let connecting = self.slot()?.connecting.clone();
+        if let Ok(guard) = connecting.clone().try_lock_owned() {
             let this = self.clone();
             tokio::spawn(async move {
                 let _guard = guard;
@@ -246,7 +276,7 @@ impl Connections {
             });
         }
         // The attempt holds the lock until it is done.
-        let _ = tokio::time::timeout(self.settings.hot_timeout, self.connecting.lock()).await;
+        let _ = tokio::time::timeout(self.settings.hot_timeout, connecting.lock()).await;
         self.connected_hot()
             .await
             .ok_or_else(|| StateError::Unavailable("routing lane connecting".into()))
@@ -254,20 +284,22 @@ impl Connections {
 
     /// The routing connection, if it is established.
     async fn connected_hot(&self) -> Option<Conn> {
+        let slot = self.slot().ok()?;
         match &self.cluster {
-            Some(lanes) => lanes.hot.read().await.clone().map(Conn::Cluster),
-            None => self.hot.read().await.clone().map(Conn::Single),
+            Some(_) => slot.cluster_hot.read().await.clone().map(Conn::Cluster),
+            None => slot.hot.read().await.clone().map(Conn::Single),
         }
     }
 
     /// Connects the routing lane, waiting up to the bulk deadline.
     pub(super) async fn connect_hot(&self) -> Result<(), StateError> {
-        if let Some(lanes) = &self.cluster {
+        let slot = self.slot()?;
+        if let Some(clients) = &self.cluster {
             let wait = self.settings.bulk_timeout;
-            Self::cluster_connection(&lanes.hot, &lanes.hot_client, wait).await?;
+            Self::cluster_connection(&slot.cluster_hot, &clients.hot, wait).await?;
             return Ok(());
         }
-        if self.hot.read().await.is_some() {
+        if slot.hot.read().await.is_some() {
             return Ok(());
         }
         let t = self.settings.hot_timeout;
@@ -284,7 +316,7 @@ impl Connections {
         .map_err(|_| StateError::Timeout(self.settings.bulk_timeout))?
         .map_err(|e| StateError::Unavailable(e.to_string()))?;
         tracing::info!("connected routing lane to valkey");
-        *self.hot.write().await = Some(manager);
+        *slot.hot.write().await = Some(manager);
         Ok(())
     }
 
@@ -315,8 +347,8 @@ impl Connections {
         let t = self.settings.bulk_timeout;
         tokio::time::timeout(t, async {
             let conn = match &self.cluster {
-                Some(lanes) => Conn::Cluster(
-                    Self::cluster_connection(&lanes.bulk, &lanes.bulk_client, t).await?,
+                Some(clients) => Conn::Cluster(
+                    Self::cluster_connection(&self.slot()?.cluster_bulk, &clients.bulk, t).await?,
                 ),
                 None => Conn::Bulk(self.bulk_connection().await?),
             };
@@ -328,8 +360,9 @@ impl Connections {
 
     /// The next bulk connection to one server, connecting it if needed.
     async fn bulk_connection(&self) -> Result<ConnectionManager, StateError> {
-        let n = self.next_bulk.fetch_add(1, Ordering::Relaxed) % self.bulk.len();
-        let cell = self
+        let slot = self.slot()?;
+        let n = slot.next_bulk.fetch_add(1, Ordering::Relaxed) % slot.bulk.len();
+        let cell = slot
             .bulk
             .get(n)
             .ok_or_else(|| StateError::Unavailable("no bulk connection".into()))?;

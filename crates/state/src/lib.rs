@@ -14,6 +14,8 @@
 //!   (`protocol::family`), one hash tag each, for a Valkey Cluster.
 //! * `connections`: the routing lane and the bulk lane, or cluster
 //!   connections given several seeds ([`ConnectionSettings`]).
+//! * `serving_thread`: which serving thread (one runtime per core) the
+//!   current thread is, so that each has its own connections.
 //! * `scripts`: the Lua library, loaded and called by name ([`ScriptName`]).
 //! * `ttl`: [`StateTtls`] and [`BatchLimits`].
 //! * `leases`: worker heartbeats (with their prefill/decode role), drains
@@ -80,6 +82,7 @@ mod response_cache;
 mod route_claim;
 mod router_lease;
 mod scripts;
+mod serving_thread;
 mod shards;
 mod sync;
 mod sync_check;
@@ -104,6 +107,8 @@ pub use route_claim::{
     DEFAULT_LOAD_SLACK, ROUTE_CLAIM, ROUTE_HEAD, RouteOutcome, RouteParams, STALE_LOAD,
 };
 pub use scripts::{ScriptName, ScriptSet};
+use serving_thread::serving_slot;
+pub use serving_thread::{serving_thread, set_serving_thread};
 pub use shards::{Sharding, key_slot, part_model, part_names};
 pub use sync::SyncOutcome;
 pub use tenant_limits::{Gcra, LimitCheck, LimitReason, LimitVerdict};

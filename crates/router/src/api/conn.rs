@@ -1,6 +1,7 @@
 //! Slow and idle clients, and too many of them: a deadline on each
 //! request's head and on each idle keep-alive wait, enforced at the socket,
-//! and a cap on open connections per listener.
+//! and a cap on open connections per listener (shared by the serving
+//! threads that accept on it).
 //!
 //! Past the cap, a new connection gets a 503 JSON answer and is closed at
 //! once, so that the process keeps file descriptors for its workers and its
@@ -79,6 +80,14 @@ impl GuardedListener {
             open: Arc::default(),
         }
     }
+
+    /// Counts its connections in `open`, with the other listeners that
+    /// accept on the same socket (one per serving thread): the cap is the
+    /// socket's.
+    pub fn counting_in(mut self, open: Arc<AtomicUsize>) -> Self {
+        self.open = open;
+        self
+    }
 }
 
 /// What a connection past the cap is told before it is closed.
@@ -103,6 +112,9 @@ impl Listener for GuardedListener {
                         refuse(tcp);
                         continue;
                     }
+                    let thread = state::serving_thread().to_string();
+                    metrics::counter!("prefix_router_accepted_connections_total", "thread" => thread)
+                        .increment(1);
                     if let Err(e) = tcp.set_nodelay(true) {
                         tracing::debug!(error = %e, "TCP_NODELAY not set");
                     }

@@ -32,22 +32,34 @@ fn forwardable(name: &HeaderName) -> bool {
 }
 
 /// A pooled, keep-alive HTTP client with TCP_NODELAY, so streamed tokens
-/// are not held back by Nagle's algorithm.
+/// are not held back by Nagle's algorithm; one per serving thread
+/// ([`state::serving_thread`]): a pooled connection's task runs on the
+/// runtime that dialed it, so each thread relays over its own.
 #[derive(Clone)]
 pub struct Upstream {
-    client: reqwest::Client,
+    clients: std::sync::Arc<[reqwest::Client]>,
 }
 
 impl Upstream {
-    /// A client whose connection attempts give up after `connect_timeout`.
-    pub fn new(connect_timeout: Duration) -> Result<Self, reqwest::Error> {
-        let client = reqwest::Client::builder()
-            .tcp_nodelay(true)
-            .connect_timeout(connect_timeout)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(64)
-            .build()?;
-        Ok(Upstream { client })
+    /// Clients for `threads` serving threads whose connection attempts
+    /// give up after `connect_timeout`.
+    pub fn new(connect_timeout: Duration, threads: usize) -> Result<Self, reqwest::Error> {
+        let clients = (0..threads.max(1))
+            .map(|_| {
+                reqwest::Client::builder()
+                    .tcp_nodelay(true)
+                    .connect_timeout(connect_timeout)
+                    .pool_idle_timeout(Duration::from_secs(90))
+                    .pool_max_idle_per_host(64)
+                    .build()
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Upstream { clients })
+    }
+
+    /// The current serving thread's client (`new` makes at least one).
+    fn client(&self) -> &reqwest::Client {
+        &self.clients[state::serving_thread() % self.clients.len()]
     }
 
     /// Sends the request to `base_url` + `path_and_query`; resolves when the
@@ -63,7 +75,7 @@ impl Upstream {
         body: Bytes,
     ) -> Result<reqwest::Response, reqwest::Error> {
         let url = format!("{}{}", base_url.trim_end_matches('/'), path_and_query);
-        let mut req = self.client.request(method.clone(), url).body(body);
+        let mut req = self.client().request(method.clone(), url).body(body);
         for (name, value) in headers {
             if forwardable(name)
                 && name != header::CONTENT_LENGTH
