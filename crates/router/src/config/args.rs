@@ -215,6 +215,12 @@ pub struct ExposureArgs {
     /// request gets a 503 `tokenizer_busy` at once [default: 64].
     #[arg(long, env = "PREFIX_ROUTER_TOKENIZE_QUEUE")]
     pub tokenize_queue: Option<usize>,
+    /// Request bodies up to this size are parsed, tokenized and hashed on
+    /// the serving thread itself rather than handed to a tokenizing thread
+    /// and back (two thread wake-ups); 0 hands every one over
+    /// [default: 4096].
+    #[arg(long, env = "PREFIX_ROUTER_TOKENIZE_INLINE_BYTES")]
+    pub tokenize_inline_bytes: Option<usize>,
     /// Longest wait for the next request on a kept-alive client connection;
     /// idle connections are closed after it [default: 60s].
     #[arg(long, env = "PREFIX_ROUTER_IDLE_TIMEOUT", value_parser = parse_duration)]

@@ -41,6 +41,7 @@ pub(super) struct FileConfig {
     pub(super) async_threads: Option<usize>,
     pub(super) tokenize_threads: Option<usize>,
     pub(super) tokenize_queue: Option<usize>,
+    pub(super) tokenize_inline_bytes: Option<usize>,
     pub(super) max_connections: Option<usize>,
     pub(super) max_prompt_tokens: Option<u64>,
     pub(super) policy: Option<String>,

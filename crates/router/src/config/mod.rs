@@ -83,12 +83,14 @@ pub struct ServeConfig {
     pub client_timeout: Duration,
     /// Longest idle wait between a client's requests.
     pub idle_timeout: Duration,
-    /// Threads that serve connections (the async runtime's workers).
+    /// Threads that serve connections, each a single-threaded runtime.
     pub async_threads: usize,
     /// Threads that tokenize and hash prompts.
     pub tokenize_threads: usize,
     /// Prompts that may wait for a tokenizing thread.
     pub tokenize_queue: usize,
+    /// Bodies up to this size are tokenized on the serving thread.
+    pub tokenize_inline_bytes: usize,
     /// Most client connections open at once, per listener.
     pub max_connections: usize,
     /// Longest prompt routed, in tokens; `None`: each model's context
@@ -343,6 +345,11 @@ impl ServeConfig {
                 .tokenize_queue
                 .or(file.tokenize_queue)
                 .unwrap_or(64),
+            tokenize_inline_bytes: args
+                .exposure
+                .tokenize_inline_bytes
+                .or(file.tokenize_inline_bytes)
+                .unwrap_or(4 << 10),
             max_prompt_tokens,
             forward_paths,
             policy: args
