@@ -70,8 +70,10 @@ pub(super) fn build_proxy(cfg: &ServeConfig, store: StateStore) -> anyhow::Resul
         None => proxy,
     };
     Ok(proxy
-        .with_cpu_pool(CpuPool::new(cfg.tokenize_threads, cfg.tokenize_queue)
-            .inline_up_to(cfg.tokenize_inline_bytes))
+        .with_cpu_pool(
+            CpuPool::new(cfg.tokenize_threads, cfg.tokenize_queue)
+                .inline_up_to(cfg.tokenize_inline_bytes),
+        )
         .with_known_for(cfg.ttls.worker_lease)
         .with_pd_skip_prefill_share(cfg.pd_skip_prefill_share)
         .with_pd_prefill_policy(cfg.pd_prefill_policy)

@@ -50,6 +50,7 @@ mod restart;
 mod route_script;
 mod router_only_fields;
 mod security;
+mod serving_threads;
 mod sync_abort;
 mod tenant_limits;
 mod tenant_limits_epp;

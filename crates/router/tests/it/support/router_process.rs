@@ -110,8 +110,10 @@ impl RouterProcess {
 
     /// SIGTERM, as an orchestrator stops it, then waits for its exit (at
     /// most 10 s, then SIGKILL): its last log lines are written by then.
-    pub fn terminate(&mut self) {
+    /// How it exited (`None`: not yet reaped after the SIGKILL).
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
         self.child.terminate(Duration::from_secs(10));
+        self.child.exited()
     }
 
     /// POSTs JSON with the internal token; returns (status, JSON or Null).
