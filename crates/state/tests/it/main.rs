@@ -14,6 +14,7 @@ mod flow_store;
 mod response_cache_store;
 mod route;
 mod route_helpers;
+mod serving_threads;
 mod shards;
 mod state_model;
 mod sync;
