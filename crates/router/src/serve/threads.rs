@@ -31,7 +31,7 @@ pub fn run(mut cfg: ServeConfig) -> anyhow::Result<()> {
     cfg.valkey.serving_threads = threads;
     let public = bind(cfg.listen)?;
     let internal = cfg.internal_listen.map(bind).transpose()?;
-    let runtime = single_threaded().context("starting the async runtime")?;
+    let runtime = single_threaded(0).context("starting the async runtime")?;
     let (result, others) = runtime.block_on(serve_threads(cfg, public, internal, threads));
     for handle in others {
         if handle.join().is_err() {
@@ -41,9 +41,11 @@ pub fn run(mut cfg: ServeConfig) -> anyhow::Result<()> {
     result
 }
 
-/// A runtime for one serving thread.
-fn single_threaded() -> std::io::Result<tokio::runtime::Runtime> {
+/// A runtime for serving thread `index` (its blocking threads, where the
+/// CPU pool's jobs run, named after it).
+fn single_threaded(index: usize) -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
+        .thread_name(format!("blocking-{index}"))
         .enable_all()
         .build()
 }
@@ -151,7 +153,7 @@ async fn serve_threads(
 /// accept loops, until shutdown; then it waits for the router to finish.
 fn serve_thread(part: ThreadPart) {
     state::set_serving_thread(part.index);
-    let runtime = match single_threaded() {
+    let runtime = match single_threaded(part.index) {
         Ok(rt) => rt,
         Err(e) => {
             let _ = part
