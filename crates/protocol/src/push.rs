@@ -16,6 +16,10 @@ use crate::load::WorkerLoad;
 use crate::role::WorkerRole;
 use crate::tier::Tier;
 
+mod events;
+
+pub use events::{BlockEvents, EventKind, EventsBody, EventsReply};
+
 /// `POST /internal/heartbeat`: register, or renew the lease and load.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HeartbeatBody<'a> {

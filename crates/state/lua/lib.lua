@@ -1,8 +1,8 @@
 -- lib.lua: what every script shares: the KEYS contract, the call's entry
 -- (`enter`), key names and argument checks. The loader
 -- (crates/state/src/scripts.rs) builds one Valkey function library: this
--- file, lib_sync.lua, lib_entries.lua, lib_view.lua, lib_leases.lua,
--- lib_routing.lua, then each script's body as a local function, each
+-- file, lib_sync.lua, lib_entries.lua, lib_blocks.lua, lib_view.lua,
+-- lib_leases.lua, lib_routing.lua, then each script's body as a local function, each
 -- registered as a function (FUNCTION LOAD, FCALL). So the helpers are
 -- defined once per load, not once per call, and a later file uses the
 -- locals of the earlier ones.
@@ -94,13 +94,14 @@ local function check_hashes(first)
   return nil
 end
 
--- ARGV[first..], each hash once (in first-seen order). Scripts that probe
--- the sync target once per batch (stored, evict) need it: a hash listed
--- twice would be judged twice against the same stale probe, and its
--- digest term toggled twice (in and straight back out).
-local function unique_args(first)
+-- ARGV[first..last] (last: the end), each hash once (in first-seen order).
+-- Scripts that probe the sync target once per batch (stored, evict,
+-- apply_events) need it: a hash listed twice would be judged twice against
+-- the same stale probe, and its digest term toggled twice (in and straight
+-- back out).
+local function unique_args(first, last)
   local out, seen = {}, {}
-  for i = first, #ARGV do
+  for i = first, last or #ARGV do
     local h = ARGV[i]
     if not seen[h] then
       seen[h] = true

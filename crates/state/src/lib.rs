@@ -32,7 +32,8 @@
 //!   router's ledger of them, which each router lease renewal reconciles
 //!   the shared gauges with.
 //! * `blocks`: stored blocks (on their KV tier: GPU, CPU, disk), evictions,
-//!   claims of blocks on routing.
+//!   claims of blocks on routing; `events`: one flush's stored and evicted
+//!   blocks in the worker's order ([`BlockEvent`], `apply_events.lua`).
 //! * `sync`: destructive snapshots, whole or staged in chunks, with their
 //!   blocks' tiers; `sync_check`: the digest check before one (equal: the
 //!   entries renewed, nothing sent).
@@ -68,6 +69,7 @@ mod blocks;
 mod connections;
 mod drain;
 mod error;
+mod events;
 mod fan_out;
 mod flow;
 mod gc;
@@ -95,6 +97,7 @@ pub use blocks::StoredOutcome;
 pub use connections::{ConnectionSettings, normalize_url};
 pub use drain::{Draining, MAX_DRAIN_DEADLINE};
 pub use error::StateError;
+pub use events::{BlockEvent, EventsOutcome};
 pub use flow::{Arrival, FlowArrival, FlowDispatch, SaturationThresholds, flow_member};
 pub use gc::GcReport;
 pub use in_flight::InFlight;

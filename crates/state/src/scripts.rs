@@ -2,7 +2,7 @@
 //! library (`FUNCTION LOAD`) and called with `FCALL`.
 //!
 //! A library defines the helpers (`lib.lua`, `lib_sync.lua`,
-//! `lib_entries.lua`, `lib_view.lua`, `lib_leases.lua`, `lib_routing.lua`,
+//! `lib_entries.lua`, `lib_blocks.lua`, `lib_view.lua`, `lib_leases.lua`, `lib_routing.lua`,
 //! concatenated in that order: each uses the locals of those before it) once per
 //! load rather than once per call (an `EVALSHA` script runs its whole
 //! prelude on every call), and it
@@ -25,6 +25,8 @@ const PRELUDE: &str = concat!(
     include_str!("../lua/lib_sync.lua"),
     "\n",
     include_str!("../lua/lib_entries.lua"),
+    "\n",
+    include_str!("../lua/lib_blocks.lua"),
     "\n",
     include_str!("../lua/lib_view.lua"),
     "\n",
@@ -50,6 +52,8 @@ pub enum ScriptName {
     Stored,
     /// Eviction batch.
     Evict,
+    /// One flush's stored and evicted blocks, in order.
+    ApplyEvents,
     /// Stage a chunk of a full snapshot.
     SyncStage,
     /// Swap a staged snapshot in.
@@ -94,7 +98,7 @@ pub enum ScriptName {
 
 impl ScriptName {
     /// Every script, in a fixed order.
-    pub const ALL: [ScriptName; 27] = [
+    pub const ALL: [ScriptName; 28] = [
         ScriptName::Heartbeat,
         ScriptName::Deregister,
         ScriptName::Drain,
@@ -102,6 +106,7 @@ impl ScriptName {
         ScriptName::Claim,
         ScriptName::Stored,
         ScriptName::Evict,
+        ScriptName::ApplyEvents,
         ScriptName::SyncStage,
         ScriptName::SyncCommit,
         ScriptName::SyncAbort,
@@ -134,6 +139,7 @@ impl ScriptName {
             ScriptName::Claim => "claim.lua",
             ScriptName::Stored => "stored.lua",
             ScriptName::Evict => "evict.lua",
+            ScriptName::ApplyEvents => "apply_events.lua",
             ScriptName::SyncStage => "sync_stage.lua",
             ScriptName::SyncCommit => "sync_commit.lua",
             ScriptName::SyncAbort => "sync_abort.lua",
@@ -166,6 +172,7 @@ impl ScriptName {
             ScriptName::Claim => include_str!("../lua/claim.lua"),
             ScriptName::Stored => include_str!("../lua/stored.lua"),
             ScriptName::Evict => include_str!("../lua/evict.lua"),
+            ScriptName::ApplyEvents => include_str!("../lua/apply_events.lua"),
             ScriptName::SyncStage => include_str!("../lua/sync_stage.lua"),
             ScriptName::SyncCommit => include_str!("../lua/sync_commit.lua"),
             ScriptName::SyncAbort => include_str!("../lua/sync_abort.lua"),

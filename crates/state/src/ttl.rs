@@ -35,7 +35,7 @@ impl Default for StateTtls {
 /// Chunk sizes (each script call stays near 1 ms of server time) and caps.
 #[derive(Debug, Clone)]
 pub struct BatchLimits {
-    /// Hashes per claim / stored / evict call.
+    /// Hashes per claim / stored / evict / apply_events call.
     pub hashes_per_call: usize,
     /// Hashes per lookup call (cheaper per hash than writes).
     pub lookup_per_call: usize,
@@ -45,7 +45,8 @@ pub struct BatchLimits {
     pub step_budget: usize,
     /// Hashes visited per gc sweep or purge step (each touches the forward map).
     pub sweep_budget: usize,
-    /// Most hashes in one stored or eviction request.
+    /// Most hashes in one stored, eviction or events request (an events
+    /// request's groups together).
     pub max_batch_hashes: usize,
     /// Most hashes in one worker's snapshot (all chunks together).
     pub max_sync_hashes: usize,

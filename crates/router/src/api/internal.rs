@@ -1,4 +1,5 @@
-//! The worker push API: heartbeats, stored blocks, evictions, syncs, drain.
+//! The worker push API: heartbeats, stored blocks, evictions (one flush of
+//! both in one `events` request, or one request each), syncs, drain.
 
 use std::borrow::Cow;
 
@@ -12,10 +13,11 @@ use serde::Deserialize;
 use super::{ApiError, AppState, JsonBody};
 use protocol::check_name;
 use protocol::push::{
-    DeregisterReply, EvictionBody, EvictionReply, HeartbeatBody, HeartbeatReply, StoredBody,
-    StoredReply, SyncBody, SyncCheckBody, SyncCheckReply, SyncRepairBody, SyncReply,
+    DeregisterReply, EventKind, EventsBody, EventsReply, EvictionBody, EvictionReply,
+    HeartbeatBody, HeartbeatReply, StoredBody, StoredReply, SyncBody, SyncCheckBody,
+    SyncCheckReply, SyncRepairBody, SyncReply,
 };
-use state::{StateError, WorkerHeartbeat};
+use state::{BlockEvent, StateError, WorkerHeartbeat};
 
 /// `?model=` on routes without a body.
 #[derive(Deserialize)]
@@ -155,6 +157,48 @@ pub async fn eviction(
         )
         .await?;
     Ok(Json(EvictionReply { removed }))
+}
+
+/// One flush's stored and evicted blocks, applied in the worker's order
+/// (each event as `stored` or `eviction` would). The whole body is checked
+/// before anything is written.
+pub async fn events(
+    State(app): State<AppState>,
+    JsonBody(b): JsonBody<EventsBody<'static>>,
+) -> Result<Json<EventsReply>, ApiError> {
+    let model = resolve_model(&app, b.model.map(Cow::into_owned), &b.worker_id).await?;
+    let mut events = Vec::with_capacity(b.events.len());
+    for (i, e) in b.events.iter().enumerate() {
+        let stored_on = match (e.kind, e.medium) {
+            (EventKind::Stored, medium) => Some(medium.unwrap_or_default()),
+            (EventKind::Evicted, None) => None,
+            (EventKind::Evicted, Some(_)) => {
+                return Err(ApiError::bad_request(format!(
+                    "events[{i}]: an evicted event takes no \"medium\""
+                )));
+            }
+        };
+        let families =
+            families(e.families.as_deref(), e.block_hashes.len()).map_err(|mut err| {
+                err.message = format!("events[{i}]: {}", err.message);
+                err
+            })?;
+        events.push(BlockEvent {
+            stored_on,
+            hashes: &e.block_hashes,
+            families,
+        });
+    }
+    let out = app
+        .store
+        .apply_events(&model, &b.worker_id, &events)
+        .await?;
+    Ok(Json(EventsReply {
+        inserted: out.stored.inserted,
+        promoted: out.stored.promoted,
+        refreshed: out.stored.refreshed,
+        removed: out.removed,
+    }))
 }
 
 /// Destructive sync: the worker's block set becomes exactly its snapshot.

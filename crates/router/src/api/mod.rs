@@ -82,6 +82,7 @@ pub fn router(app: AppState, auth: InternalAuth, limits: HttpLimits, surface: Su
             .route("/internal/heartbeat", post(internal::heartbeat))
             .route("/internal/stored", post(internal::stored))
             .route("/internal/eviction", post(internal::eviction))
+            .route("/internal/events", post(internal::events))
             .route("/internal/sync", post(internal::sync))
             .route("/internal/sync/check", post(internal::sync_check))
             .route("/internal/sync/repair", post(internal::sync_repair))

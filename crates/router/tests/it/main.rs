@@ -45,6 +45,7 @@ mod prefill_count;
 mod probes;
 mod proxy;
 mod push;
+mod push_events;
 mod response_cache;
 mod restart;
 mod route_script;

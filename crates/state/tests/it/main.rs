@@ -9,6 +9,7 @@
 mod support;
 
 mod drain;
+mod events;
 mod expiry;
 mod flow_store;
 mod response_cache_store;

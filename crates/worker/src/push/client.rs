@@ -10,7 +10,8 @@
 //! but the answer was lost, a retry would commit an empty staging set, so it
 //! is retried only when the request surely never left (connect error).
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use reqwest::{Method, Url};
 
@@ -26,7 +27,8 @@ use protocol::push::{
 };
 use protocol::{Tier, WorkerLoad, WorkerRole};
 
-/// The most hashes the fleet accepts in one `stored`/`eviction` request.
+/// The most hashes the fleet accepts in one `stored`/`eviction`/`events`
+/// request.
 pub const FLEET_MAX_BATCH: usize = 65_536;
 
 /// Who a worker is to the fleet: the same on every call.
@@ -64,7 +66,8 @@ pub struct FleetClientConfig {
     pub attempts: u32,
     /// Delays between attempts.
     pub backoff: Backoff,
-    /// Hashes per `stored`/`eviction` request; larger batches are split.
+    /// Hashes per `stored`/`eviction`/`events` request; larger batches are
+    /// split.
     pub max_batch: usize,
     /// Hashes per sync chunk; a larger snapshot goes as `sync_id` chunks.
     pub sync_chunk: usize,
@@ -98,6 +101,9 @@ pub struct FleetClient {
     pub(super) http: reqwest::Client,
     pub(super) base: Url,
     pub(super) config: FleetClientConfig,
+    /// When the fleet last answered that it has no `/internal/events`
+    /// (`events`), shared by the clones.
+    pub(super) events_refused: Arc<Mutex<Option<Instant>>>,
 }
 
 impl FleetClient {
@@ -126,7 +132,12 @@ impl FleetClient {
             .pool_idle_timeout(Duration::from_secs(30))
             .build()
             .map_err(PushError::Client)?;
-        Ok(FleetClient { http, base, config })
+        Ok(FleetClient {
+            http,
+            base,
+            config,
+            events_refused: Arc::default(),
+        })
     }
 
     /// The configuration.
@@ -304,7 +315,7 @@ impl FleetClient {
         self.send(call).await.map(|_| ())
     }
 
-    fn batch(&self) -> usize {
+    pub(super) fn batch(&self) -> usize {
         self.config.max_batch.clamp(1, FLEET_MAX_BATCH)
     }
 }

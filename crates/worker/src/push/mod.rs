@@ -3,9 +3,10 @@
 //! its prefix cache holds.
 //!
 //! * [`FleetClient`]: the HTTP calls of `/internal/*` (heartbeat, stored,
-//!   eviction, chunked sync, deregister in `client`; the sync check and
-//!   the repair of differing buckets in `check`), each sent by `call`
-//!   with bearer token, deadline and retries;
+//!   eviction, chunked sync, deregister in `client`; a flush's reports in
+//!   one `events` request, or the two older ones for a fleet without it, in
+//!   `events`; the sync check and the repair of differing buckets in
+//!   `check`), each sent by `call` with bearer token, deadline and retries;
 //! * [`Pusher`]: a background task over a [`FleetClient`] that heartbeats
 //!   every second with the worker's load, flushes the reports fed to its
 //!   [`PusherHandle`] every 100 ms, and sends a full snapshot from a
@@ -61,6 +62,7 @@ mod check;
 mod client;
 mod config;
 mod error;
+mod events;
 mod handle;
 mod pending;
 mod pusher;
@@ -70,6 +72,7 @@ mod wire;
 pub use client::{FLEET_MAX_BATCH, FleetClient, FleetClientConfig, SyncReport, WorkerIdentity};
 pub use config::{BlockSource, PusherConfig};
 pub use error::PushError;
+pub use events::RETRY_EVENTS_AFTER;
 pub use handle::{PusherHandle, PusherStatus};
 pub use pending::{Batch, Pending, ResyncReason};
 pub use pusher::Pusher;

@@ -3,8 +3,8 @@
 //!
 //! Only the last report of a hash in a window matters: stored then evicted
 //! is sent as an eviction, evicted then stored as a store. Within one flush
-//! every hash is sent once, so the order of the two requests does not
-//! matter. Reports are idempotent on the fleet's side, so a hash reported
+//! every hash is sent once, so the order of its events (one `events`
+//! request, or the two older requests) does not matter. Reports are idempotent on the fleet's side, so a hash reported
 //! again after a snapshot that already reflected it changes nothing.
 
 use std::collections::HashMap;

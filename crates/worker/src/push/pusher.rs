@@ -338,11 +338,7 @@ impl Worker {
         }
         let who = &self.config.identity;
         let started = std::time::Instant::now();
-        let sent = async {
-            self.client.evicted(who, &batch.evicted).await?;
-            self.client.stored(who, &batch.stored).await
-        };
-        match sent.await {
+        match self.client.events(who, &batch).await {
             Ok(()) => {
                 // A report reaches the fleet within a flush interval plus this.
                 metrics::histogram!("prefix_router_push_flush_seconds")
