@@ -9,9 +9,9 @@
 //! lane and queue full is refused at once ([`PoolBusy`], a 503) rather than
 //! waiting without bound. Small prompts have a lane of their own, so they
 //! never queue behind large ones, and the large lane leaves cores to them.
-//! The smallest jobs (up to [`CpuPool::inline_up_to`]'s size) run on the
-//! caller's thread: the hop to a blocking thread and back (two thread
-//! wake-ups) costs more than they do.
+//! Jobs up to [`CpuPool::inline_up_to`]'s size (none by default) run on
+//! the caller's thread: for the smallest, the hop to a blocking thread and
+//! back (two thread wake-ups) costs more than they do.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
