@@ -199,11 +199,11 @@ pub struct ExposureArgs {
     #[arg(long, env = "PREFIX_ROUTER_MAX_PROMPT_TOKENS")]
     pub max_prompt_tokens: Option<u64>,
     /// Threads that serve connections and relay responses [default: one
-    /// per core]. 1 runs them on a single thread, which costs less CPU per
-    /// request (no wake-ups between threads: 11% less per streamed request,
-    /// docs/benchmarks.md); a router then serves about one core's worth of
-    /// relaying, so run more routers instead. Tokenizing and hashing keep
-    /// their own threads either way.
+    /// per core]. Each is a single-threaded runtime accepting on the same
+    /// sockets, with its own connections to Valkey and to workers (thread
+    /// per core: an event wakes only its thread). 1 serves about one
+    /// core's worth of relaying. Tokenizing and hashing keep their own
+    /// threads either way.
     #[arg(long, env = "PREFIX_ROUTER_ASYNC_THREADS")]
     pub async_threads: Option<usize>,
     /// Threads that tokenize and hash large prompts (over 64 KiB), off the
