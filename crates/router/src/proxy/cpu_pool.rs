@@ -175,4 +175,15 @@ mod tests {
         assert_eq!(b.await.unwrap(), Ok(1));
         assert_eq!(pool.run(big, || 4).await, Ok(4));
     }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn jobs_up_to_the_inline_size_run_on_the_callers_thread() {
+        let pool = CpuPool::new(1, 1).inline_up_to(100);
+        let here = std::thread::current().id();
+        let id = || std::thread::current().id();
+        assert_eq!(pool.run(100, id).await, Ok(here));
+        assert_ne!(pool.run(101, id).await, Ok(here));
+        let none = CpuPool::new(1, 1);
+        assert_ne!(none.run(1, id).await, Ok(here));
+    }
 }
