@@ -199,11 +199,11 @@ pub struct ExposureArgs {
     #[arg(long, env = "PREFIX_ROUTER_MAX_PROMPT_TOKENS")]
     pub max_prompt_tokens: Option<u64>,
     /// Threads that serve connections and relay responses [default: one
-    /// per core]. 1 runs them on a single thread, which costs less CPU per
-    /// request (no wake-ups between threads: 11% less per streamed request,
-    /// docs/benchmarks.md); a router then serves about one core's worth of
-    /// relaying, so run more routers instead. Tokenizing and hashing keep
-    /// their own threads either way.
+    /// per core]. Each is a single-threaded runtime accepting on the same
+    /// sockets, with its own connections to Valkey and to workers (thread
+    /// per core: an event wakes only its thread). 1 serves about one
+    /// core's worth of relaying. Tokenizing and hashing keep their own
+    /// threads either way.
     #[arg(long, env = "PREFIX_ROUTER_ASYNC_THREADS")]
     pub async_threads: Option<usize>,
     /// Threads that tokenize and hash large prompts (over 64 KiB), off the
@@ -217,8 +217,9 @@ pub struct ExposureArgs {
     pub tokenize_queue: Option<usize>,
     /// Request bodies up to this size are parsed, tokenized and hashed on
     /// the serving thread itself rather than handed to a tokenizing thread
-    /// and back (two thread wake-ups); 0 hands every one over
-    /// [default: 4096].
+    /// and back (two thread wake-ups). Worth it only for bodies that cost
+    /// less than the hop: up to about 4 KiB of token ids, about 100 bytes
+    /// of text [default: 0, every one handed over].
     #[arg(long, env = "PREFIX_ROUTER_TOKENIZE_INLINE_BYTES")]
     pub tokenize_inline_bytes: Option<usize>,
     /// Longest wait for the next request on a kept-alive client connection;

@@ -349,7 +349,7 @@ impl ServeConfig {
                 .exposure
                 .tokenize_inline_bytes
                 .or(file.tokenize_inline_bytes)
-                .unwrap_or(4 << 10),
+                .unwrap_or(0),
             max_prompt_tokens,
             forward_paths,
             policy: args

@@ -9,9 +9,9 @@
 //! lane and queue full is refused at once ([`PoolBusy`], a 503) rather than
 //! waiting without bound. Small prompts have a lane of their own, so they
 //! never queue behind large ones, and the large lane leaves cores to them.
-//! The smallest jobs (up to [`CpuPool::inline_up_to`]'s size) run on the
-//! caller's thread: the hop to a blocking thread and back (two thread
-//! wake-ups) costs more than they do.
+//! Jobs up to [`CpuPool::inline_up_to`]'s size (none by default) run on
+//! the caller's thread: for the smallest, the hop to a blocking thread and
+//! back (two thread wake-ups) costs more than they do.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -174,5 +174,16 @@ mod tests {
         assert_eq!(a.await.unwrap(), Ok(1));
         assert_eq!(b.await.unwrap(), Ok(1));
         assert_eq!(pool.run(big, || 4).await, Ok(4));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn jobs_up_to_the_inline_size_run_on_the_callers_thread() {
+        let pool = CpuPool::new(1, 1).inline_up_to(100);
+        let here = std::thread::current().id();
+        let id = || std::thread::current().id();
+        assert_eq!(pool.run(100, id).await, Ok(here));
+        assert_ne!(pool.run(101, id).await, Ok(here));
+        let none = CpuPool::new(1, 1);
+        assert_ne!(none.run(1, id).await, Ok(here));
     }
 }

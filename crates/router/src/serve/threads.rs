@@ -33,6 +33,9 @@ pub fn run(mut cfg: ServeConfig) -> anyhow::Result<()> {
     let internal = cfg.internal_listen.map(bind).transpose()?;
     let runtime = single_threaded(0).context("starting the async runtime")?;
     let (result, others) = runtime.block_on(serve_threads(cfg, public, internal, threads));
+    // Its tasks go, the shutdown signal's sender with them: threads still
+    // serving after a failed start see it and stop.
+    drop(runtime);
     for handle in others {
         if handle.join().is_err() {
             tracing::error!("a serving thread panicked");

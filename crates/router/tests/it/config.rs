@@ -206,6 +206,10 @@ async_threads = 3
         format!("{err:#}").contains("--async-threads must be positive"),
         "{err:#}"
     );
+    // Every prompt goes to the tokenizing threads unless told otherwise.
+    let inline = |argv: &[&str]| resolve(&[&t[..], argv].concat()).map(|c| c.tokenize_inline_bytes);
+    assert_eq!(inline(&[]).unwrap(), 0);
+    assert_eq!(inline(&["--tokenize-inline-bytes", "4096"]).unwrap(), 4096);
     // Router ids are unique per process start.
     let a = resolve(&["--internal-token", "t"]).unwrap().router_id;
     let b = resolve(&["--internal-token", "t"]).unwrap().router_id;
