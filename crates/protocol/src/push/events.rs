@@ -8,6 +8,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
+use super::{HeartbeatBody, HeartbeatReply};
 use crate::hashing::BlockHash;
 use crate::tier::Tier;
 
@@ -50,10 +51,16 @@ pub struct EventsBody<'a> {
     pub model: Option<Cow<'a, str>>,
     /// The reports, in the order the worker saw them.
     pub events: Vec<BlockEvents<'a>>,
+    /// A heartbeat carried by the flush (the same worker's), applied before
+    /// the events; the reply then carries its answer. A fleet that predates
+    /// the field ignores it and answers without one: the worker then sends
+    /// the heartbeat on its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat: Option<HeartbeatBody<'a>>,
 }
 
 /// The answer to `events`: `stored`'s and `eviction`'s answers summed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventsReply {
     /// Entries that did not exist.
     pub inserted: u64,
@@ -63,6 +70,9 @@ pub struct EventsReply {
     pub refreshed: u64,
     /// Entries removed.
     pub removed: u64,
+    /// The answer to the carried heartbeat, when the body had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat: Option<HeartbeatReply>,
 }
 
 #[cfg(test)]
@@ -90,6 +100,7 @@ mod tests {
                     medium: Some(Tier::Cpu),
                 },
             ],
+            heartbeat: None,
         };
         let json = serde_json::to_value(&body).unwrap();
         assert_eq!(

@@ -72,6 +72,11 @@ pub async fn heartbeat(
     State(app): State<AppState>,
     JsonBody(b): JsonBody<HeartbeatBody<'static>>,
 ) -> Result<Json<HeartbeatReply>, ApiError> {
+    renew(&app, b).await.map(Json)
+}
+
+/// A heartbeat, on its own or carried by an `events` request.
+async fn renew(app: &AppState, b: HeartbeatBody<'static>) -> Result<HeartbeatReply, ApiError> {
     check_url(&b.url)?;
     if crate::hop::is_own_listener(&b.url, &app.listeners) {
         return Err(ApiError::bad_request(format!(
@@ -79,7 +84,7 @@ pub async fn heartbeat(
             protocol::redact_url(&b.url)
         )));
     }
-    let model = resolve_model(&app, b.model.map(Cow::into_owned), &b.worker_id).await?;
+    let model = resolve_model(app, b.model.map(Cow::into_owned), &b.worker_id).await?;
     let sharding = app.store.sharding();
     if let Some(depth) = b.family_blocks
         && sharding.shards > 1
@@ -108,14 +113,14 @@ pub async fn heartbeat(
         let url = protocol::redact_url(&hb.url);
         tracing::info!(worker_id = %hb.worker_id, model, url, %role, incarnation = lease.incarnation, "worker registered");
     }
-    Ok(Json(HeartbeatReply {
+    Ok(HeartbeatReply {
         worker_id: hb.worker_id,
         model,
         lease_ms: lease.lease_ms,
         incarnation: lease.incarnation,
         registered: lease.new,
         shards: (sharding.shards > 1).then_some(sharding.shards),
-    }))
+    })
 }
 
 /// Confirms blocks the worker now caches.
@@ -160,13 +165,20 @@ pub async fn eviction(
 }
 
 /// One flush's stored and evicted blocks, applied in the worker's order
-/// (each event as `stored` or `eviction` would). The whole body is checked
-/// before anything is written.
+/// (each event as `stored` or `eviction` would), after the heartbeat it
+/// carries, if any. The body is checked before anything is written.
 pub async fn events(
     State(app): State<AppState>,
-    JsonBody(b): JsonBody<EventsBody<'static>>,
+    JsonBody(mut b): JsonBody<EventsBody<'static>>,
 ) -> Result<Json<EventsReply>, ApiError> {
-    let model = resolve_model(&app, b.model.map(Cow::into_owned), &b.worker_id).await?;
+    let carried = b.heartbeat.take();
+    if let Some(hb) = &carried
+        && (hb.worker_id != b.worker_id || hb.model != b.model)
+    {
+        return Err(ApiError::bad_request(
+            "the heartbeat an events body carries names its worker_id and model",
+        ));
+    }
     let mut events = Vec::with_capacity(b.events.len());
     for (i, e) in b.events.iter().enumerate() {
         let stored_on = match (e.kind, e.medium) {
@@ -189,6 +201,29 @@ pub async fn events(
             families,
         });
     }
+    // The heartbeat first: it may register the worker the events are for
+    // (once the events' own limit is known to hold).
+    let total: usize = events.iter().map(|e| e.hashes.len()).sum();
+    if carried.is_some() && total > app.store.limits().max_batch_hashes {
+        return Err(StateError::Invalid {
+            what: "block_hashes",
+            detail: format!(
+                "{total} hashes in one batch; at most {}",
+                app.store.limits().max_batch_hashes
+            ),
+        }
+        .into());
+    }
+    let (model, heartbeat) = match carried {
+        Some(hb) => {
+            let reply = renew(&app, hb).await?;
+            (reply.model.clone(), Some(reply))
+        }
+        None => {
+            let given = b.model.clone().map(Cow::into_owned);
+            (resolve_model(&app, given, &b.worker_id).await?, None)
+        }
+    };
     let out = app
         .store
         .apply_events(&model, &b.worker_id, &events)
@@ -198,6 +233,7 @@ pub async fn events(
         promoted: out.stored.promoted,
         refreshed: out.stored.refreshed,
         removed: out.removed,
+        heartbeat,
     }))
 }
 

@@ -339,3 +339,45 @@ async fn the_push_module_example_runs_against_a_router() {
     .await;
     result.unwrap();
 }
+
+/// A heartbeat that falls due while reports are pending rides on the flush
+/// (one `events` request for both): most heartbeats are then not requests
+/// of their own, and the lease stays renewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_due_heartbeat_rides_on_the_flush() {
+    let valkey = Valkey::start();
+    let router = Router::start(&valkey.url(), args()).await;
+    let source = Arc::new(Source::default());
+    let pusher = start(&router, "w", &source, |c| {
+        c.heartbeat_interval = Duration::from_millis(150);
+    });
+    settled(&source, "the first sync", |s| s.syncs == 1).await;
+    // A report every 20 ms for 2 s: reports pending at every heartbeat.
+    for i in 0..100 {
+        source.store(&[10_000 + i]);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    converged(&valkey, "w", &source).await;
+    let s = status(&source);
+    let metrics = support::metrics_text(&router).await;
+    let alone: u64 = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with(
+                r#"prefix_router_http_requests_total{route="/internal/heartbeat",status="200"}"#,
+            )
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        s.heartbeats >= 8 && s.failures == 0 && s.registered,
+        "{s:?}"
+    );
+    assert!(
+        alone * 2 < s.heartbeats,
+        "{alone} heartbeats sent alone of {}",
+        s.heartbeats
+    );
+    pusher.shutdown(false).await.unwrap();
+}

@@ -210,6 +210,53 @@ async fn events_apply_in_order_and_a_bad_body_writes_nothing() {
     assert_eq!(entries(&valkey, "w"), before);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_events_request_carries_a_heartbeat() {
+    let valkey = Valkey::start();
+    let r = Router::start(&valkey.url(), args()).await;
+    let hb = json!({"worker_id": "w", "model": M, "url": "http://127.0.0.1:9",
+        "load": {"num_requests_waiting": 3}});
+    let events = json!([{"kind": "stored", "block_hashes": hexes(0..5)}]);
+    // A worker unknown so far: registered by the carried heartbeat, then
+    // its events applied.
+    let body = json!({"worker_id": "w", "model": M, "events": events, "heartbeat": hb});
+    let first = ok(&r, "/internal/events", body.clone()).await;
+    assert_eq!(first["inserted"], 5, "{first}");
+    assert_eq!(first["heartbeat"]["registered"], true, "{first}");
+    assert!(first["heartbeat"]["lease_ms"].as_u64() > Some(0), "{first}");
+    let again = ok(&r, "/internal/events", body).await;
+    assert_eq!(again["heartbeat"]["registered"], false, "{again}");
+    assert_eq!(
+        again["heartbeat"]["incarnation"],
+        first["heartbeat"]["incarnation"]
+    );
+    assert_eq!(again["refreshed"], 5, "{again}");
+    assert_eq!(support::worker_blocks(&valkey, "pr", M, "w").len(), 5);
+    // Without a heartbeat the reply has none; one for another worker, or
+    // with a bad URL, is refused and nothing is written.
+    let plain = ok(
+        &r,
+        "/internal/events",
+        json!({"worker_id": "w", "events": []}),
+    )
+    .await;
+    assert!(plain.get("heartbeat").is_none(), "{plain}");
+    let before = entries(&valkey, "w");
+    let more = json!([{"kind": "stored", "block_hashes": hexes(10..20)}]);
+    for hb in [
+        json!({"worker_id": "v", "model": M, "url": "http://127.0.0.1:9"}),
+        json!({"worker_id": "w", "url": "http://127.0.0.1:9"}),
+        json!({"worker_id": "w", "model": M, "url": "ftp://x"}),
+    ] {
+        let body = json!({"worker_id": "w", "model": M, "events": more, "heartbeat": hb});
+        let (st, reply) = post(&r, "/internal/events", &body).await;
+        assert_eq!(st, 400, "{hb}: {reply}");
+        assert_eq!(entries(&valkey, "w"), before, "{hb}");
+    }
+    let (_, v) = support::get(&r, "/admin/workers").await;
+    assert!(v.to_string().contains("\"w\""), "{v}");
+}
+
 /// What the small server below received: (path, body).
 type Seen = Arc<Mutex<Vec<(String, Value)>>>;
 
@@ -288,6 +335,13 @@ async fn a_worker_falls_back_to_stored_and_eviction_on_a_router_without_events()
     assert_eq!(bodies[0].1["evicted_hashes"], json!([bh(3).to_hex()]));
     assert_eq!(bodies[1].1["block_hashes"], json!([bh(1).to_hex()]));
     assert_eq!(bodies[2].1["medium"], "cpu");
+    // A heartbeat cannot ride on the older requests: not carried.
+    let carried = client
+        .events_with_heartbeat(&identity(), &batch(), None, None)
+        .await
+        .unwrap();
+    assert!(carried.is_none());
+    assert!(paths().iter().all(|p| p != "/internal/events"));
     server.abort();
 }
 

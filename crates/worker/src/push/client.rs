@@ -154,14 +154,7 @@ impl FleetClient {
         load: Option<WorkerLoad>,
         family_blocks: Option<usize>,
     ) -> Result<HeartbeatReply, PushError> {
-        let body = HeartbeatBody {
-            worker_id: who.worker_id.as_str().into(),
-            url: who.url.as_str().into(),
-            model: Some(who.model.as_str().into()),
-            load,
-            family_blocks,
-            role: who.role,
-        };
+        let body = heartbeat_body(who, load, family_blocks);
         let reply = self.send(self.post("heartbeat", &body)).await?;
         serde_json::from_value(reply).map_err(|e| PushError::Reply {
             op: "heartbeat",
@@ -317,6 +310,22 @@ impl FleetClient {
 
     pub(super) fn batch(&self) -> usize {
         self.config.max_batch.clamp(1, FLEET_MAX_BATCH)
+    }
+}
+
+/// A heartbeat's body: who the worker is, its load and family depth.
+pub(super) fn heartbeat_body(
+    who: &WorkerIdentity,
+    load: Option<WorkerLoad>,
+    family_blocks: Option<usize>,
+) -> HeartbeatBody<'_> {
+    HeartbeatBody {
+        worker_id: who.worker_id.as_str().into(),
+        url: who.url.as_str().into(),
+        model: Some(who.model.as_str().into()),
+        load,
+        family_blocks,
+        role: who.role,
     }
 }
 

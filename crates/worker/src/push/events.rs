@@ -12,13 +12,16 @@
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
-use super::client::{FleetClient, WorkerIdentity};
+use super::client::{FleetClient, WorkerIdentity, heartbeat_body};
 use super::error::PushError;
 use super::pending::Batch;
 use super::wire::wire_blocks;
 use protocol::Tier;
+use protocol::WorkerLoad;
 use protocol::family::FamilyBlock;
-use protocol::push::{BlockEvents, EventKind, EventsBody};
+use protocol::push::{
+    BlockEvents, EventKind, EventsBody, EventsReply, HeartbeatBody, HeartbeatReply,
+};
 
 /// How long a client that met a fleet without `/internal/events` keeps to
 /// the two older requests before it asks again.
@@ -87,13 +90,38 @@ impl FleetClient {
     /// Sends one flush's reports (see the module docs). An empty batch
     /// sends nothing.
     pub async fn events(&self, who: &WorkerIdentity, batch: &Batch) -> Result<(), PushError> {
+        self.send_events(who, batch, None).await.map(|_| ())
+    }
+
+    /// [`events`](Self::events) with the worker's heartbeat carried by the
+    /// first request: the heartbeat's reply, or `None` when it was not
+    /// carried (an empty batch, a fleet without `/internal/events` or that
+    /// predates carried heartbeats): then send it on its own.
+    pub async fn events_with_heartbeat(
+        &self,
+        who: &WorkerIdentity,
+        batch: &Batch,
+        load: Option<WorkerLoad>,
+        family_blocks: Option<usize>,
+    ) -> Result<Option<HeartbeatReply>, PushError> {
+        let hb = heartbeat_body(who, load, family_blocks);
+        self.send_events(who, batch, Some(hb)).await
+    }
+
+    async fn send_events(
+        &self,
+        who: &WorkerIdentity,
+        batch: &Batch,
+        mut heartbeat: Option<HeartbeatBody<'_>>,
+    ) -> Result<Option<HeartbeatReply>, PushError> {
         let events = ordered(batch);
+        let mut reply = None;
         for request in requests(&events, self.batch()) {
             if self.events_refused_lately() {
                 self.legacy_events(who, &request).await?;
                 continue;
             }
-            match self.events_request(who, &request).await {
+            match self.events_request(who, &request, heartbeat.take()).await {
                 Err(e) if is_missing_route(&e) => {
                     tracing::info!(
                         error = %e,
@@ -102,17 +130,19 @@ impl FleetClient {
                     self.remember_events_refused();
                     self.legacy_events(who, &request).await?;
                 }
-                other => other?,
+                Err(e) => return Err(e),
+                Ok(hb) => reply = reply.or(hb),
             }
         }
-        Ok(())
+        Ok(reply)
     }
 
     async fn events_request(
         &self,
         who: &WorkerIdentity,
         request: &[Event<'_>],
-    ) -> Result<(), PushError> {
+        heartbeat: Option<HeartbeatBody<'_>>,
+    ) -> Result<Option<HeartbeatReply>, PushError> {
         let events = request
             .iter()
             .map(|&(stored_on, blocks)| {
@@ -132,8 +162,13 @@ impl FleetClient {
             worker_id: who.worker_id.as_str().into(),
             model: Some(who.model.as_str().into()),
             events,
+            heartbeat,
         };
-        self.send(self.post("events", &body)).await.map(|_| ())
+        let reply = self.send(self.post("events", &body)).await?;
+        // A fleet that predates carried heartbeats answers without one.
+        Ok(serde_json::from_value::<EventsReply>(reply)
+            .ok()
+            .and_then(|r| r.heartbeat))
     }
 
     /// The same reports as the two older requests, in the same order.

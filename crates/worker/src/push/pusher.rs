@@ -12,7 +12,10 @@
 //! 2. backing off after a failure → nothing until the backoff is over;
 //! 3. heartbeat, when one is due, when not registered, or before a resync.
 //!    A reply with `registered: true` or another incarnation than before
-//!    means the fleet forgot the worker: a full resync becomes due;
+//!    means the fleet forgot the worker: a full resync becomes due. A
+//!    heartbeat due while registered, with reports pending and nothing
+//!    else due, rides on the flush instead (one `events` request; sent on
+//!    its own when the fleet did not take it);
 //! 4. sync, when one is due or `sync_interval` has passed (a periodic one
 //!    flushes the window first): the pending window is dropped *first*,
 //!    then the snapshot is taken, so every dropped report is reflected in
@@ -41,8 +44,9 @@ use super::client::{FleetClient, WorkerIdentity};
 use super::config::{BlockSource, PusherConfig};
 use super::error::PushError;
 use super::handle::{PusherHandle, Shared};
-use super::pending::ResyncReason;
+use super::pending::{Batch, ResyncReason};
 use protocol::family::FamilyBlock;
+use protocol::push::HeartbeatReply;
 
 /// The running push task; see the module docs. Dropping it stops the task.
 pub struct Pusher {
@@ -169,10 +173,16 @@ impl Worker {
         if now < self.retry_at {
             return;
         }
-        let due = self.shared.pending().resync_due();
-        if (now >= self.next_heartbeat || !self.registered || due.is_some())
-            && !self.heartbeat().await
-        {
+        let (due, pending) = {
+            let p = self.shared.pending();
+            (p.resync_due(), !p.is_empty())
+        };
+        let heartbeat_due = now >= self.next_heartbeat || !self.registered || due.is_some();
+        if heartbeat_due && self.registered && due.is_none() && now < self.next_sync && pending {
+            self.flush_with_heartbeat().await;
+            return;
+        }
+        if heartbeat_due && !self.heartbeat().await {
             return;
         }
         // The heartbeat may have found that the fleet forgot us.
@@ -202,33 +212,7 @@ impl Worker {
             .await
         {
             Ok(reply) => {
-                self.shards = reply.shards.unwrap_or(1);
-                let forgotten =
-                    reply.registered || self.incarnation.is_some_and(|i| i != reply.incarnation);
-                if forgotten {
-                    tracing::info!(
-                        incarnation = reply.incarnation,
-                        "registered with the fleet; sending a full snapshot"
-                    );
-                    self.shared.schedule_resync(ResyncReason::Registered);
-                }
-                self.incarnation = Some(reply.incarnation);
-                self.registered = true;
-                let stats = &self.shared.stats;
-                stats.registered.store(true, Ordering::Relaxed);
-                stats
-                    .incarnation
-                    .store(reply.incarnation.saturating_add(1), Ordering::Relaxed);
-                stats.heartbeats.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("prefix_router_push_total", "op" => "heartbeat").increment(1);
-                // Never let the lease run out between two heartbeats.
-                let lease_third = Duration::from_millis(reply.lease_ms / 3);
-                let every = self
-                    .config
-                    .heartbeat_interval
-                    .min(lease_third.max(Duration::from_millis(100)));
-                self.next_heartbeat = Instant::now() + every;
-                self.succeeded();
+                self.heartbeat_accepted(reply);
                 true
             }
             Err(e) => {
@@ -238,6 +222,38 @@ impl Worker {
                 false
             }
         }
+    }
+
+    /// What a heartbeat's reply tells: the shards, whether the fleet forgot
+    /// the worker (a resync), when the next heartbeat is due.
+    fn heartbeat_accepted(&mut self, reply: HeartbeatReply) {
+        self.shards = reply.shards.unwrap_or(1);
+        let forgotten =
+            reply.registered || self.incarnation.is_some_and(|i| i != reply.incarnation);
+        if forgotten {
+            tracing::info!(
+                incarnation = reply.incarnation,
+                "registered with the fleet; sending a full snapshot"
+            );
+            self.shared.schedule_resync(ResyncReason::Registered);
+        }
+        self.incarnation = Some(reply.incarnation);
+        self.registered = true;
+        let stats = &self.shared.stats;
+        stats.registered.store(true, Ordering::Relaxed);
+        stats
+            .incarnation
+            .store(reply.incarnation.saturating_add(1), Ordering::Relaxed);
+        stats.heartbeats.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("prefix_router_push_total", "op" => "heartbeat").increment(1);
+        // Never let the lease run out between two heartbeats.
+        let lease_third = Duration::from_millis(reply.lease_ms / 3);
+        let every = self
+            .config
+            .heartbeat_interval
+            .min(lease_third.max(Duration::from_millis(100)));
+        self.next_heartbeat = Instant::now() + every;
+        self.succeeded();
     }
 
     async fn sync(&mut self, due: Option<ResyncReason>) {
@@ -331,6 +347,35 @@ impl Worker {
         Ok(matches!(outcome, "unchanged" | "repaired").then_some(outcome))
     }
 
+    /// The flush with the due heartbeat carried by its first request; the
+    /// heartbeat on its own after it when the fleet did not take it.
+    async fn flush_with_heartbeat(&mut self) {
+        let batch = self.shared.pending().take();
+        let load = self.source.load();
+        let started = std::time::Instant::now();
+        let sent = self
+            .client
+            .events_with_heartbeat(
+                &self.config.identity,
+                &batch,
+                load,
+                self.config.family_blocks,
+            )
+            .await;
+        match sent {
+            Ok(reply) => {
+                self.flushed(&batch, started);
+                match reply {
+                    Some(reply) => self.heartbeat_accepted(reply),
+                    None => {
+                        self.heartbeat().await;
+                    }
+                }
+            }
+            Err(e) => self.failed("flush", e),
+        }
+    }
+
     async fn flush(&mut self) {
         let batch = self.shared.pending().take();
         if batch.is_empty() {
@@ -339,25 +384,27 @@ impl Worker {
         let who = &self.config.identity;
         let started = std::time::Instant::now();
         match self.client.events(who, &batch).await {
-            Ok(()) => {
-                // A report reaches the fleet within a flush interval plus this.
-                metrics::histogram!("prefix_router_push_flush_seconds")
-                    .record(started.elapsed().as_secs_f64());
-                self.shared.stats.flushes.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("prefix_router_push_total", "op" => "flush").increment(1);
-                for (op, n) in [
-                    ("eviction", batch.evicted.len()),
-                    ("stored", batch.stored.len()),
-                ] {
-                    metrics::counter!("prefix_router_push_hashes_total", "op" => op)
-                        .increment(n as u64);
-                }
-                self.succeeded();
-            }
+            Ok(()) => self.flushed(&batch, started),
             Err(e) => {
                 self.failed("flush", e);
             }
         }
+    }
+
+    /// A flush the fleet accepted: its counters.
+    fn flushed(&mut self, batch: &Batch, started: std::time::Instant) {
+        // A report reaches the fleet within a flush interval plus this.
+        metrics::histogram!("prefix_router_push_flush_seconds")
+            .record(started.elapsed().as_secs_f64());
+        self.shared.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("prefix_router_push_total", "op" => "flush").increment(1);
+        for (op, n) in [
+            ("eviction", batch.evicted.len()),
+            ("stored", batch.stored.len()),
+        ] {
+            metrics::counter!("prefix_router_push_hashes_total", "op" => op).increment(n as u64);
+        }
+        self.succeeded();
     }
 
     fn succeeded(&mut self) {
