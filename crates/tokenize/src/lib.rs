@@ -6,6 +6,9 @@
 //!
 //! * `model_tokenizer`: [`ModelTokenizer`], `tokenizer.json` plus the
 //!   special-token rules of `tokenizer_config.json`.
+//! * `tokenizer_file`: a loaded `tokenizer.json` and what it says about
+//!   tokens, shared within the process by the tokenizers that read the
+//!   same file while one of them is in use.
 //! * `tokenizer_json`: [`load_tokenizer`], a `tokenizer.json` read once into
 //!   the tokenizer `tokenizers` would build (its BPE model by `bpe_json`),
 //!   checked, else loaded by `tokenizers` itself.
@@ -25,8 +28,8 @@
 //!   block hasher; [`ModelPipelines`], all of a router's models.
 //!
 //! Within: `pipeline` → `chat`, `context`, `model_tokenizer` →
-//! `chunk_cache`, `long_tokens`, `tokenizer_json` → `bpe_json`; `prompt` →
-//! `token_ids`.
+//! `chunk_cache`, `tokenizer_file` → `long_tokens`, `tokenizer_json` →
+//! `bpe_json`; `prompt` → `token_ids`.
 
 mod bpe_json;
 pub mod chat;
@@ -37,6 +40,7 @@ mod model_tokenizer;
 mod pipeline;
 mod prompt;
 mod token_ids;
+mod tokenizer_file;
 mod tokenizer_json;
 
 pub use chat::{ChatError, ChatRenderer, ChatRendererOptions, ChatRequest, RenderedPrompt};

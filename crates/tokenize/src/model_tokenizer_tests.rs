@@ -17,7 +17,17 @@ fn tokenizer(normalizer: &str, pre_tokenizer: &str) -> Tokenizer {
 fn the_shared_qwen3_tokenizer_is_chunked() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tokenizers/qwen3");
     let tok = ModelTokenizer::from_dir(&dir, 1 << 20).unwrap();
-    assert!(tok.inner.chunkable);
+    assert!(tok.inner.file.chunkable);
+    // A second tokenizer of the same file, while the first is in use,
+    // shares its loaded file but has a chunk cache of its own.
+    let other = ModelTokenizer::from_dir(&dir, 1 << 10).unwrap();
+    assert!(Arc::ptr_eq(&tok.inner.file, &other.inner.file));
+    assert!(!Arc::ptr_eq(&tok.inner, &other.inner));
+    let text = "Hello, world. ".repeat(200);
+    assert_eq!(
+        tok.encode(&text, true).unwrap(),
+        other.encode(&text, true).unwrap()
+    );
 }
 
 const BYTE_LEVEL: &str =
