@@ -59,7 +59,7 @@ fn the_shape_read_while_loading_is_the_whole_vocabularys() {
     let loaded = crate::load_tokenizer(&std::fs::read(path).unwrap()).unwrap();
     assert!(loaded.fast);
     let vocab = loaded.tokenizer.get_vocab(true);
-    let whole = crate::long_tokens::VocabShape::of(vocab.keys().map(String::as_str));
+    let whole = tokenizer_json::VocabShape::of(vocab.keys().map(String::as_str));
     assert_eq!(loaded.shape.longest_chars, whole.longest_chars);
     assert!(whole.longest_chars > crate::long_tokens::SHORT_TOKEN_BYTES);
     let sorted = |mut v: Vec<String>| {

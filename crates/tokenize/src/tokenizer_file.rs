@@ -18,7 +18,7 @@ use tokenizers::Tokenizer;
 
 use crate::long_tokens::LongTokens;
 use crate::model_tokenizer::{TokenizeError, is_byte_level, post_processor_specials};
-use crate::tokenizer_json::load_tokenizer;
+use tokenizer_json::LoadedTokenizer;
 
 /// A loaded `tokenizer.json`, and what its vocabulary and post-processor
 /// say about tokens.
@@ -49,15 +49,18 @@ struct ContentId {
 
 impl ContentId {
     fn of(bytes: &[u8]) -> ContentId {
-        // Fixed seeds: the same bytes hash alike in this process. aHash
-        // rather than std's SipHash: a debug build hashes 11 MB in a few
-        // milliseconds, not tens.
-        let seeds = ahash::RandomState::with_seeds(0x5eed, 0x70c, 0xf11e, 0xb17e5);
         ContentId {
             len: bytes.len(),
-            hash: seeds.hash_one(bytes),
+            hash: tokenizer_json::content_hash(bytes),
         }
     }
+}
+
+/// Loads a `tokenizer.json` from its bytes: the same tokenizer as
+/// `Tokenizer::from_bytes`, read faster when its model is BPE (the
+/// `tokenizer-json` crate, built at opt-level 1 in test builds).
+pub fn load_tokenizer(bytes: &[u8]) -> Result<LoadedTokenizer, TokenizeError> {
+    tokenizer_json::load_tokenizer(bytes).map_err(|e| TokenizeError::Tokenizer(e.0))
 }
 
 /// The files loaded in this process, while in use.
