@@ -2,13 +2,17 @@
 //! the engine's block hashes: the model's own `tokenizer.json`, vLLM's chat
 //! rendering, and a cache that makes long repeated prefixes cheap.
 //!
-//! Layout (depends on `protocol` for the block hasher):
+//! Layout (depends on `protocol` for the block hasher, `tokenizer-json`
+//! for reading a `tokenizer.json`):
 //!
 //! * `model_tokenizer`: [`ModelTokenizer`], `tokenizer.json` plus the
 //!   special-token rules of `tokenizer_config.json`.
-//! * `tokenizer_json`: [`load_tokenizer`], a `tokenizer.json` read once into
-//!   the tokenizer `tokenizers` would build (its BPE model by `bpe_json`),
-//!   checked, else loaded by `tokenizers` itself.
+//! * `tokenizer_file`: a loaded `tokenizer.json` and what it says about
+//!   tokens, shared within the process by the tokenizers that read the
+//!   same file while one of them is in use; [`load_tokenizer`], a
+//!   `tokenizer.json` read by the `tokenizer-json` crate into the
+//!   tokenizer `tokenizers` would build (one typed pass, checked, else
+//!   `tokenizers`' own load).
 //! * `chunk_cache`: [`ChunkCache`], token ids of text chunks already seen.
 //! * `long_tokens`: the vocabulary's long tokens, for a lower bound on a
 //!   text's tokens from its length without tokenizing it.
@@ -25,10 +29,9 @@
 //!   block hasher; [`ModelPipelines`], all of a router's models.
 //!
 //! Within: `pipeline` → `chat`, `context`, `model_tokenizer` →
-//! `chunk_cache`, `long_tokens`, `tokenizer_json` → `bpe_json`; `prompt` →
+//! `chunk_cache`, `tokenizer_file` → `long_tokens`; `prompt` →
 //! `token_ids`.
 
-mod bpe_json;
 pub mod chat;
 mod chunk_cache;
 mod context;
@@ -37,7 +40,7 @@ mod model_tokenizer;
 mod pipeline;
 mod prompt;
 mod token_ids;
-mod tokenizer_json;
+mod tokenizer_file;
 
 pub use chat::{ChatError, ChatRenderer, ChatRendererOptions, ChatRequest, RenderedPrompt};
 pub use chunk_cache::{ChunkCache, MAX_PIECE_BYTES, split_at_safe_boundaries, split_long};
@@ -48,4 +51,5 @@ pub use prompt::{
     CompletionPrompt, InvalidPrompt, PromptField, cache_salt, completion_prompt, prompt_from_json,
 };
 pub use token_ids::{read_token_ids, read_token_ids_prefix};
-pub use tokenizer_json::{LoadedTokenizer, load_tokenizer};
+pub use tokenizer_file::load_tokenizer;
+pub use tokenizer_json::LoadedTokenizer;

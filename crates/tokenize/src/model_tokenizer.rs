@@ -7,8 +7,7 @@ use serde::Deserialize;
 use tokenizers::Tokenizer;
 
 use super::chunk_cache::{DEFAULT_CHUNK_BYTES, MAX_PIECE_BYTES, split_long};
-use super::long_tokens::LongTokens;
-use super::tokenizer_json::load_tokenizer;
+use super::tokenizer_file::TokenizerFile;
 use super::{ChunkCache, split_at_safe_boundaries};
 
 /// Why a tokenizer could not be loaded or used.
@@ -97,22 +96,10 @@ pub struct ModelTokenizer {
 }
 
 struct Inner {
-    tokenizer: Tokenizer,
+    /// The loaded `tokenizer.json`, shared with the other tokenizers of
+    /// the process that read the same file.
+    file: Arc<TokenizerFile>,
     config: TokenizerConfig,
-    /// Ids the post-processor puts before and after a single sequence.
-    specials: (Vec<u32>, Vec<u32>),
-    /// Whether cutting at safe boundaries keeps ids exact (byte-level BPE).
-    chunkable: bool,
-    /// Whether a cut before a space between letters keeps ids exact (no
-    /// added token holds a space).
-    space_cuts: bool,
-    /// The most bytes of text one token stands for (byte-level BPE; the
-    /// longest entry of the vocabulary), so that a text of n bytes has at
-    /// least n / this many tokens.
-    max_token_bytes: usize,
-    /// The vocabulary's long tokens, for a tighter bound than
-    /// `max_token_bytes` on texts that hold none of them.
-    long_tokens: LongTokens,
     cache: ChunkCache,
 }
 
@@ -130,13 +117,7 @@ impl ModelTokenizer {
         cache_tokens: usize,
         chunk_bytes: usize,
     ) -> Result<Self, TokenizeError> {
-        let tok_path = dir.join("tokenizer.json");
-        let bytes = std::fs::read(&tok_path).map_err(|source| TokenizeError::Read {
-            path: tok_path.clone(),
-            source,
-        })?;
-        let loaded = load_tokenizer(&bytes)?;
-        let (tokenizer, shape) = (loaded.tokenizer, loaded.shape);
+        let file = TokenizerFile::load(&dir.join("tokenizer.json"))?;
         let cfg_path = dir.join("tokenizer_config.json");
         let mut config: TokenizerConfig = match std::fs::read(&cfg_path) {
             Ok(b) => serde_json::from_slice(&b).map_err(|source| TokenizeError::Config {
@@ -176,28 +157,10 @@ impl ModelTokenizer {
                 });
             }
         }
-        let specials = post_processor_specials(&tokenizer)?;
-        let chunkable = is_byte_level(&tokenizer);
-        let space_cuts = !tokenizer
-            .get_added_tokens_decoder()
-            .values()
-            .any(|t| t.content.contains(' '));
-        // Byte-level vocabularies spell each byte as one character.
-        let max_token_bytes = shape.longest_chars;
-        let long_tokens = if chunkable {
-            LongTokens::new(shape.long.iter().map(String::as_str))
-        } else {
-            LongTokens::new(std::iter::empty())
-        };
         Ok(ModelTokenizer {
             inner: Arc::new(Inner {
-                tokenizer,
+                file,
                 config,
-                specials,
-                chunkable,
-                space_cuts,
-                max_token_bytes,
-                long_tokens,
                 cache: ChunkCache::new(cache_tokens, chunk_bytes),
             }),
         })
@@ -217,6 +180,7 @@ impl ModelTokenizer {
         add_special_tokens: bool,
     ) -> Result<Vec<u32>, TokenizeError> {
         self.inner
+            .file
             .tokenizer
             .encode_fast(text, add_special_tokens)
             .map(|e| e.get_ids().to_vec())
@@ -234,8 +198,8 @@ impl ModelTokenizer {
     /// longest token of the vocabulary (0 unless the tokenizer is byte-level
     /// BPE, where the bound is sound).
     pub fn min_tokens(&self, bytes: usize) -> usize {
-        if self.inner.chunkable {
-            bytes.div_ceil(self.inner.max_token_bytes)
+        if self.inner.file.chunkable {
+            bytes.div_ceil(self.inner.file.max_token_bytes)
         } else {
             0
         }
@@ -251,10 +215,10 @@ impl ModelTokenizer {
         let coarse = self.min_tokens(text.len());
         let short = crate::long_tokens::SHORT_TOKEN_BYTES;
         if coarse > max
-            || !self.inner.chunkable
-            || self.inner.max_token_bytes <= short
+            || !self.inner.file.chunkable
+            || self.inner.file.max_token_bytes <= short
             || text.len().div_ceil(short) <= max
-            || self.inner.long_tokens.may_occur_in(text)
+            || self.inner.file.long_tokens.may_occur_in(text)
         {
             return coarse;
         }
@@ -278,7 +242,7 @@ impl ModelTokenizer {
             return too_long(floor);
         }
         let inner = &self.inner;
-        if !inner.chunkable {
+        if !inner.file.chunkable {
             let ids = self.encode_plain(text, add_special_tokens)?;
             return if ids.len() > max {
                 too_long(ids.len())
@@ -288,12 +252,12 @@ impl ModelTokenizer {
         }
         let mut ids = Vec::new();
         if add_special_tokens {
-            ids.extend_from_slice(&inner.specials.0);
+            ids.extend_from_slice(&inner.file.specials.0);
         }
         // Chunks cut at safe boundaries, and long ones in pieces, so that
         // the tokenizer's working memory stays bounded (`MAX_PIECE_BYTES`).
         let pieces = split_at_safe_boundaries(text, inner.cache.chunk_bytes())
-            .flat_map(|chunk| split_long(chunk, MAX_PIECE_BYTES, inner.space_cuts));
+            .flat_map(|chunk| split_long(chunk, MAX_PIECE_BYTES, inner.file.space_cuts));
         for (piece, exact) in pieces {
             match inner.cache.get(piece) {
                 Some(cached) => ids.extend_from_slice(&cached),
@@ -311,7 +275,7 @@ impl ModelTokenizer {
             }
         }
         if add_special_tokens {
-            ids.extend_from_slice(&inner.specials.1);
+            ids.extend_from_slice(&inner.file.specials.1);
         }
         if ids.len() > max {
             return too_long(ids.len());
@@ -322,6 +286,7 @@ impl ModelTokenizer {
     /// The text of token ids (for logs and tests).
     pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizeError> {
         self.inner
+            .file
             .tokenizer
             .decode(ids, false)
             .map_err(|e| TokenizeError::Tokenizer(e.to_string()))
@@ -332,7 +297,7 @@ impl ModelTokenizer {
 /// pre-tokenizer that adds text per piece (SentencePiece's `▁` prefix).
 /// Read from the loaded tokenizer's own parts (their JSON, as in
 /// `tokenizer.json`), not by parsing the whole file a second time.
-fn is_byte_level(tokenizer: &Tokenizer) -> bool {
+pub(crate) fn is_byte_level(tokenizer: &Tokenizer) -> bool {
     let (Ok(pre), Ok(norm)) = (
         serde_json::to_string(&tokenizer.get_pre_tokenizer()),
         serde_json::to_string(&tokenizer.get_normalizer()),
@@ -347,7 +312,9 @@ fn is_byte_level(tokenizer: &Tokenizer) -> bool {
 
 /// What the post-processor adds around a single sequence, found by
 /// encoding a probe with and without special tokens.
-fn post_processor_specials(tok: &Tokenizer) -> Result<(Vec<u32>, Vec<u32>), TokenizeError> {
+pub(crate) fn post_processor_specials(
+    tok: &Tokenizer,
+) -> Result<(Vec<u32>, Vec<u32>), TokenizeError> {
     let enc = |special| {
         tok.encode_fast("a", special)
             .map(|e| e.get_ids().to_vec())

@@ -17,7 +17,17 @@ fn tokenizer(normalizer: &str, pre_tokenizer: &str) -> Tokenizer {
 fn the_shared_qwen3_tokenizer_is_chunked() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tokenizers/qwen3");
     let tok = ModelTokenizer::from_dir(&dir, 1 << 20).unwrap();
-    assert!(tok.inner.chunkable);
+    assert!(tok.inner.file.chunkable);
+    // A second tokenizer of the same file, while the first is in use,
+    // shares its loaded file but has a chunk cache of its own.
+    let other = ModelTokenizer::from_dir(&dir, 1 << 10).unwrap();
+    assert!(Arc::ptr_eq(&tok.inner.file, &other.inner.file));
+    assert!(!Arc::ptr_eq(&tok.inner, &other.inner));
+    let text = "Hello, world. ".repeat(200);
+    assert_eq!(
+        tok.encode(&text, true).unwrap(),
+        other.encode(&text, true).unwrap()
+    );
 }
 
 const BYTE_LEVEL: &str =
@@ -49,7 +59,7 @@ fn the_shape_read_while_loading_is_the_whole_vocabularys() {
     let loaded = crate::load_tokenizer(&std::fs::read(path).unwrap()).unwrap();
     assert!(loaded.fast);
     let vocab = loaded.tokenizer.get_vocab(true);
-    let whole = crate::long_tokens::VocabShape::of(vocab.keys().map(String::as_str));
+    let whole = tokenizer_json::VocabShape::of(vocab.keys().map(String::as_str));
     assert_eq!(loaded.shape.longest_chars, whole.longest_chars);
     assert!(whole.longest_chars > crate::long_tokens::SHORT_TOKEN_BYTES);
     let sorted = |mut v: Vec<String>| {

@@ -16,6 +16,16 @@
 //! anything else unexpected (an unknown key, which `tokenizers` refuses),
 //! the file is loaded by `Tokenizer::from_bytes` instead (logged at debug),
 //! so the answer, or the error, is always that of `tokenizers`.
+//!
+//! Layout: `bpe_json`, `BpeJson`, the BPE model read straight
+//! into typed parts; `shape`, [`VocabShape`], the longest keys, read while
+//! loading. Depends on no workspace crate; `tokenize` uses it. A crate of
+//! its own so that test builds can build this reader at opt-level 1 (a
+//! debug router's or sim's start is mostly this load) and `tokenize`, with
+//! its tests, at opt-level 0 (the workspace's `Cargo.toml`).
+
+mod bpe_json;
+mod shape;
 
 use std::fmt;
 
@@ -27,8 +37,13 @@ use tokenizers::{
 };
 
 use crate::bpe_json::BpeJson;
-use crate::long_tokens::VocabShape;
-use crate::model_tokenizer::TokenizeError;
+
+pub use shape::{SHORT_TOKEN_BYTES, VocabShape};
+
+/// Why a `tokenizer.json` could not be loaded: `tokenizers`' own error.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct LoadError(pub String);
 
 /// A loaded tokenizer, and what its vocabulary looks like.
 pub struct LoadedTokenizer {
@@ -37,18 +52,24 @@ pub struct LoadedTokenizer {
     /// Whether the fast read was used (false: the plain `tokenizers` load).
     pub fast: bool,
     /// Its vocabulary's longest tokens, read while loading.
-    pub(crate) shape: VocabShape,
+    pub shape: VocabShape,
+}
+
+/// A hash of a file's bytes, the same for the same bytes within a process
+/// (aHash with fixed seeds: a debug build hashes 11 MB in a few
+/// milliseconds, std's SipHash took tens), to tell files apart.
+pub fn content_hash(bytes: &[u8]) -> u64 {
+    ahash::RandomState::with_seeds(0x5eed, 0x70c, 0xf11e, 0xb17e5).hash_one(bytes)
 }
 
 /// Loads a `tokenizer.json` from its bytes: the same tokenizer as
 /// `Tokenizer::from_bytes`, read faster when its model is BPE.
-pub fn load_tokenizer(bytes: &[u8]) -> Result<LoadedTokenizer, TokenizeError> {
+pub fn load_tokenizer(bytes: &[u8]) -> Result<LoadedTokenizer, LoadError> {
     match fast_load(bytes) {
         Ok(loaded) => Ok(loaded),
         Err(why) => {
             tracing::debug!(%why, "tokenizer.json read by the plain tokenizers load");
-            let tokenizer = Tokenizer::from_bytes(bytes)
-                .map_err(|e| TokenizeError::Tokenizer(e.to_string()))?;
+            let tokenizer = Tokenizer::from_bytes(bytes).map_err(|e| LoadError(e.to_string()))?;
             let shape = VocabShape::of(tokenizer.get_vocab(true).keys().map(String::as_str));
             Ok(LoadedTokenizer {
                 tokenizer,
