@@ -7,6 +7,7 @@ mod drain;
 mod internal;
 mod json;
 mod openai;
+mod sync;
 
 pub use auth::InternalAuth;
 pub use conn::{ConnGuard, ConnLimits, GuardedListener};
@@ -83,9 +84,9 @@ pub fn router(app: AppState, auth: InternalAuth, limits: HttpLimits, surface: Su
             .route("/internal/stored", post(internal::stored))
             .route("/internal/eviction", post(internal::eviction))
             .route("/internal/events", post(internal::events))
-            .route("/internal/sync", post(internal::sync))
-            .route("/internal/sync/check", post(internal::sync_check))
-            .route("/internal/sync/repair", post(internal::sync_repair))
+            .route("/internal/sync", post(sync::sync))
+            .route("/internal/sync/check", post(sync::sync_check))
+            .route("/internal/sync/repair", post(sync::sync_repair))
             .route(
                 "/internal/workers/{worker_id}",
                 delete(internal::deregister),

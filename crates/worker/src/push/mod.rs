@@ -12,7 +12,8 @@
 //!   [`PusherHandle`] every 100 ms, and sends a full snapshot from a
 //!   [`BlockSource`] every 5 s. It keeps the fleet's view right through
 //!   lost reports, fleet outages and lease expiries by scheduling full
-//!   resyncs, with bounded memory.
+//!   resyncs, with bounded memory (its turn in `pusher`, a resync's steps
+//!   in `pusher/resync`).
 //!
 //! An example (run, against a real router, as the router's test
 //! `push::the_push_module_example_runs_against_a_router`):
