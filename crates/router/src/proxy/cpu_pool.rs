@@ -38,6 +38,8 @@ pub struct CpuPool {
 /// Jobs of one size class: at most `threads` running, `capacity` admitted.
 #[derive(Debug)]
 struct Lane {
+    /// `small` or `large`: the `lane` label of its metrics.
+    name: &'static str,
     running: Arc<Semaphore>,
     admitted: Arc<AtomicUsize>,
     capacity: usize,
@@ -52,6 +54,23 @@ impl Drop for Admitted {
     }
 }
 
+/// Counts a job in `prefix_router_cpu_pool_running{lane}` while it runs
+/// (to its end, panics included).
+struct Running(&'static str);
+
+impl Running {
+    fn start(lane: &'static str) -> Self {
+        metrics::gauge!("prefix_router_cpu_pool_running", "lane" => lane).increment(1.0);
+        Running(lane)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        metrics::gauge!("prefix_router_cpu_pool_running", "lane" => self.0).decrement(1.0);
+    }
+}
+
 impl CpuPool {
     /// At most `threads` large jobs run at once (at least 1) and `queue`
     /// more wait; small jobs have a lane of four per core (and the same
@@ -59,8 +78,8 @@ impl CpuPool {
     pub fn new(threads: usize, queue: usize) -> Self {
         let cores = std::thread::available_parallelism().map_or(2, usize::from);
         CpuPool {
-            small: Lane::new(4 * cores, queue.max(1) * 4),
-            large: Lane::new(threads, queue),
+            small: Lane::new("small", 4 * cores, queue.max(1) * 4),
+            large: Lane::new("large", threads, queue),
             inline: 0,
         }
     }
@@ -96,9 +115,10 @@ impl CpuPool {
 }
 
 impl Lane {
-    fn new(threads: usize, queue: usize) -> Self {
+    fn new(name: &'static str, threads: usize, queue: usize) -> Self {
         let threads = threads.max(1);
         Lane {
+            name,
             running: Arc::new(Semaphore::new(threads)),
             admitted: Arc::default(),
             capacity: threads + queue,
@@ -122,8 +142,10 @@ impl Lane {
             .acquire_owned()
             .await
             .map_err(|_| PoolBusy)?;
+        let lane = self.name;
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
+            let _running = Running::start(lane);
             let out = job();
             if give_back {
                 crate::memory::give_back();

@@ -168,6 +168,23 @@ async fn a_full_lane_refuses_at_once_and_small_requests_still_pass() {
         let (r, big) = (r.clone(), big.clone());
         async move { complete(&r, &big).await }
     });
+    // The first holds the lane (its body sent and read, its job started)
+    // before the second is sent: else the second could take the lane first.
+    let mut held = false;
+    for _ in 0..200 {
+        let metrics = http().get(r.url("/metrics")).send().await.unwrap();
+        let text = metrics.text().await.unwrap();
+        if text
+            .lines()
+            .any(|l| l.starts_with("prefix_router_cpu_pool_running{lane=\"large\"} 1"))
+        {
+            held = true;
+            break;
+        }
+        assert!(!first.is_finished(), "the first prompt finished unseen");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(held, "the first prompt never held the large lane");
     // Another large one is refused at once while the first one runs, and
     // the router keeps answering small requests meanwhile.
     let mut refused = None;
