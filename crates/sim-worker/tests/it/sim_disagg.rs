@@ -123,9 +123,7 @@ async fn a_decode_worker_takes_the_transfer_caches_the_blocks_and_skips_the_pref
 
     let mut body = completion(&text, 4);
     body["kv_transfer_params"] = params.clone();
-    let started = Instant::now();
     let resp = d.complete(&body).await;
-    let decode_took = started.elapsed();
     assert_eq!(resp.status(), 200);
     let remote: u64 = resp.headers()["x-sim-remote-tokens"]
         .to_str()
@@ -144,10 +142,9 @@ async fn a_decode_worker_takes_the_transfer_caches_the_blocks_and_skips_the_pref
         prompt_tokens - 1
     );
     assert!(answer.get("kv_transfer_params").is_none());
-    // TTFT (and here the whole answer: 3 decode steps of 20 ms) without
-    // the prefill compute: overhead, the transfer (~40 ms at 100 Gbit/s),
-    // the cached tokens' cost (~7 ms).
-    assert!(decode_took < compute, "{decode_took:?} >= {compute:?}");
+    // The prefill was skipped: all but the last token counted as pulled,
+    // not computed (the headers above, `sim:remote_prefill_tokens` below).
+    // Not a wall-clock bound: the decode's time is a load test's to show.
 
     // The received blocks are cached and reported as stored on the GPU.
     let hashes = hex_set(&params["remote_block_hashes"]);
