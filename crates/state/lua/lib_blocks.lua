@@ -7,6 +7,8 @@
 -- digest terms they change are gathered in the caller's accumulator `acc`
 -- (XOR: the order of toggles does not matter), which the caller flushes
 -- once (digest_flush). `hashes` are distinct (unique_args).
+-- KEYS/ARGV: none of its own; every key comes from BASE, as in lib.lua.
+-- Returns: see each function. Complexity: O(n) in the hashes given.
 
 -- Inserts missing entries of `hashes` and promotes speculative ones, as
 -- confirmed on `tier` ('c', 'h' or 'd') until `exp` (seconds); confirmed
